@@ -1,0 +1,50 @@
+"""The `ndfleet` command: what Pulumi does not do (offline plan, plan diffs, bootstraps, policies, preflight).
+
+Each subcommand lives in its own module, which exposes `register(subparsers)`; the registered handler
+returns the process exit code. Errors the user can fix are printed as one clear message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Module per subcommand, in the order `ndfleet --help` lists them.
+COMMAND_MODULES = (
+    "components.plan",
+    "components.diff_cmd",
+    "components.policy_cmd",
+    "components.render_cmd",
+    "components.preflight",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ndfleet",
+        description="Offline plans, plan diffs, node bootstraps, policies and Azure preflight for ND H100 v5 / "
+        "ND H200 v5 training clusters. Deploy with `pulumi up`.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

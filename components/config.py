@@ -1,0 +1,574 @@
+"""Read and validate the whole stack configuration into one ClusterSpec, before any resource exists.
+
+Data flows one way: stack config (`ndfleet:*` keys) -> `StackConfig` (pydantic, the keys as the user writes
+them) -> `ClusterSpec` (derived and cross-checked: islands, subnets, quota) -> components and templates.
+Every error names the setting by its full path, the value given and what would be valid; all errors are
+collected and reported at once, so a user fixes a stack file in one round.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import json
+import math
+import re
+import struct
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from components.profiles import (
+    DEFAULT_MAX_NODES_PER_ISLAND,
+    HARD_MAX_NODES_PER_ISLAND,
+    LUSTRE_SKUS,
+    PROFILES,
+    RDMA_RESERVED_CIDR,
+    LustreSku,
+    VmSizeProfile,
+)
+
+NAMESPACE = "ndfleet"
+
+DEFAULT_VM_SIZE = "Standard_ND96isr_H100_v5"
+DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+DEFAULT_VNET = "10.40.0.0/16"
+
+# Linux admin names Azure refuses (Microsoft.Compute osProfile.adminUsername).
+RESERVED_ADMIN_NAMES = frozenset(
+    "administrator admin user user1 test user2 test1 user3 admin1 1 123 a actuser adm admin2 aspnet backup "
+    "console david guest john owner root server sql support support_388945a0 sys test2 test3 user4 user5".split()
+)
+
+SSH_KEY_TYPES = ("ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+
+# Subnet headroom over the node count: automatic repairs and scale-outs create a VM before the old
+# address is released, and Azure keeps 5 addresses of every subnet.
+AZURE_RESERVED_ADDRESSES_PER_SUBNET = 5
+NODE_HEADROOM_FRACTION = 0.2
+NODE_HEADROOM_MIN = 8
+MIN_COMPUTE_PREFIX = 26
+STORAGE_SUBNET_PREFIX = 27  # private endpoints only
+LUSTRE_SUBNET_PREFIX = 24  # Managed Lustre wants a dedicated subnet; /24 covers every capacity in the SKU table
+BASTION_SUBNET_PREFIX = 26  # AzureBastionSubnet must be /26 or larger
+
+
+class SpecError(Exception):
+    """The stack configuration is invalid. `problems` holds one line per offending setting."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [f"invalid ndfleet stack configuration ({len(self.problems)} problem(s)):"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class IslandConfig(_Model):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,14}$")
+    nodes: int = Field(ge=1)
+
+
+class LustreConfig(_Model):
+    sku: str = "AMLFS-Durable-Premium-250"
+    capacity_tib: int = Field(alias="capacityTiB")
+
+    @field_validator("sku")
+    @classmethod
+    def _known_sku(cls, v: str) -> str:
+        if v not in LUSTRE_SKUS:
+            raise ValueError(f"unknown Managed Lustre SKU; valid: {', '.join(LUSTRE_SKUS)}")
+        return v
+
+
+class StorageConfig(_Model):
+    account_sku: Literal["Standard_LRS", "Standard_ZRS", "Standard_GRS", "Standard_GZRS"] = Field(
+        default="Standard_ZRS", alias="accountSku"
+    )
+    soft_delete_days: int = Field(default=14, ge=1, le=365, alias="softDeleteDays")
+    lustre: LustreConfig | None = None
+
+
+class HealthConfig(_Model):
+    validation_level: Literal["quick", "full"] = Field(default="full", alias="validationLevel")
+    dcgm_level: int = Field(default=1, ge=0, le=3, alias="dcgmLevel")
+    probe_port: int = Field(default=18300, ge=1024, le=65535, alias="probePort")
+    repair_action: Literal["Replace", "Reimage", "Restart"] = Field(default="Replace", alias="repairAction")
+    repair_grace_period_minutes: int = Field(default=30, ge=10, le=90, alias="repairGracePeriodMinutes")
+
+
+class StackConfig(_Model):
+    """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
+
+    location: str = Field(pattern=r"^[a-z][a-z0-9]{2,40}$")
+    zone: Literal["1", "2", "3"] | None = None
+    vm_size: str = Field(default=DEFAULT_VM_SIZE, alias="vmSize")
+    nodes: int | None = Field(default=None, ge=1)
+    islands: list[IslandConfig] | None = None
+    max_nodes_per_island: int = Field(
+        default=DEFAULT_MAX_NODES_PER_ISLAND, ge=1, le=HARD_MAX_NODES_PER_ISLAND, alias="maxNodesPerIsland"
+    )
+    image: str = DEFAULT_IMAGE
+    admin_username: str = Field(default="azureuser", alias="adminUsername")
+    ssh_public_key: str = Field(alias="sshPublicKey")
+    vnet_address_space: str = Field(default=DEFAULT_VNET, alias="vnetAddressSpace")
+    resource_group_name: str | None = Field(default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$")
+    name_prefix: str | None = Field(default=None, alias="namePrefix", pattern=r"^[a-z][a-z0-9-]{1,19}$")
+    priority: Literal["Regular", "Spot"] = "Regular"
+    spot_max_price: float = Field(default=-1, alias="spotMaxPrice")
+    proximity_placement_group: bool = Field(default=True, alias="proximityPlacementGroup")
+    bastion: bool = False
+    os_disk_size_gb: int = Field(default=256, ge=64, le=4095, alias="osDiskSizeGb")
+    tags: dict[str, str] = Field(default_factory=dict)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    preflight: bool = False
+    subscription_id: str | None = Field(
+        default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
+    )
+
+    @field_validator("vm_size")
+    @classmethod
+    def _known_size(cls, v: str) -> str:
+        if v not in PROFILES:
+            raise ValueError(f"unsupported VM size; valid: {', '.join(PROFILES)}")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image_urn(cls, v: str) -> str:
+        parts = v.split(":")
+        if len(parts) != 4 or not all(parts):
+            raise ValueError("must be a marketplace image URN publisher:offer:sku:version, e.g. " + DEFAULT_IMAGE)
+        return v
+
+    @field_validator("admin_username")
+    @classmethod
+    def _admin_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", v):
+            raise ValueError("must be 1-32 characters: lowercase letters, digits, '_' or '-', not starting with a digit")
+        if v in RESERVED_ADMIN_NAMES:
+            raise ValueError("is reserved by Azure; pick another name such as 'azureuser'")
+        return v
+
+    @field_validator("ssh_public_key")
+    @classmethod
+    def _ssh_key(cls, v: str) -> str:
+        check_ssh_public_key(v)
+        return v.strip()
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if len(key) > 512 or any(c in key for c in "<>%&\\?/"):
+                raise ValueError(f"tag name {key!r} is invalid: at most 512 characters, none of <>%&\\?/")
+        if len(v) > 40:
+            raise ValueError("at most 40 tags (Azure allows 50; ndfleet adds its own)")
+        return v
+
+    @field_validator("vnet_address_space")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"must be an IPv4 network in CIDR form such as {DEFAULT_VNET} ({e})") from None
+        return v
+
+
+def check_ssh_public_key(key: str) -> None:
+    """Raise ValueError unless `key` is one OpenSSH public key line Azure accepts."""
+    parts = key.strip().split()
+    if len(parts) < 2:
+        raise ValueError("must be an OpenSSH public key line: '<type> <base64> [comment]' (the contents of ~/.ssh/id_*.pub)")
+    key_type, blob = parts[0], parts[1]
+    if key_type not in SSH_KEY_TYPES:
+        raise ValueError(f"key type {key_type!r} is not accepted; valid: {', '.join(SSH_KEY_TYPES)}")
+    try:
+        raw = base64.b64decode(blob, validate=True)
+        (length,) = struct.unpack(">I", raw[:4])
+        embedded = raw[4 : 4 + length].decode("ascii")
+    except (binascii.Error, struct.error, UnicodeDecodeError):
+        raise ValueError("the key body is not valid base64 OpenSSH key data") from None
+    if embedded != key_type:
+        raise ValueError(f"the key body says {embedded!r} but the line says {key_type!r}: the key is damaged")
+    if key_type == "ssh-rsa" and len(raw) < 256 + 20:
+        raise ValueError("RSA keys must be at least 2048 bits (Azure's minimum)")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The validated spec
+
+
+class IslandSpec(_Model):
+    """One InfiniBand island: one scale set, one placement group, one IB fabric."""
+
+    name: str
+    index: int
+    nodes: int
+
+
+class SubnetSpec(_Model):
+    name: str
+    cidr: str
+
+
+class NetworkSpec(_Model):
+    address_space: str
+    compute: SubnetSpec
+    storage: SubnetSpec
+    lustre: SubnetSpec | None
+    bastion: SubnetSpec | None
+
+
+class ImageSpec(_Model):
+    publisher: str
+    offer: str
+    sku: str
+    version: str
+
+
+class LustreSpec(_Model):
+    sku: LustreSku
+    capacity_tib: int
+
+    @property
+    def throughput_mbps(self) -> int:
+        return self.sku.mbps_per_tib * self.capacity_tib
+
+
+class StorageSpec(_Model):
+    account_sku: str
+    soft_delete_days: int
+    containers: tuple[str, ...] = ("datasets", "checkpoints")
+    lustre: LustreSpec | None
+
+
+class ClusterSpec(_Model):
+    """Everything the components need, validated and derived. Components make no decisions of their own."""
+
+    stack: str
+    name_prefix: str
+    location: str
+    zone: str | None
+    profile: VmSizeProfile
+    islands: tuple[IslandSpec, ...]
+    max_nodes_per_island: int
+    image: ImageSpec
+    admin_username: str
+    ssh_public_key: str
+    resource_group_name: str | None
+    network: NetworkSpec
+    storage: StorageSpec
+    health: HealthConfig
+    priority: str
+    spot_max_price: float
+    proximity_placement_group: bool
+    bastion: bool
+    os_disk_size_gb: int
+    tags: dict[str, str]
+    preflight: bool
+    subscription_id: str | None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(i.nodes for i in self.islands)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.total_nodes * self.profile.gpus_per_vm
+
+    @property
+    def vcpu_quota(self) -> dict[str, int]:
+        """vCPUs needed per Azure quota family (the regional total is the same sum)."""
+        return {self.profile.quota_family: self.total_nodes * self.profile.vcpus}
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "vmSize": self.profile.name,
+            "location": self.location,
+            "zone": self.zone,
+            "islands": [{"name": i.name, "nodes": i.nodes, "gpus": i.nodes * self.profile.gpus_per_vm} for i in self.islands],
+            "islandCount": len(self.islands),
+            "nodes": self.total_nodes,
+            "gpus": self.total_gpus,
+            "vcpuQuota": self.vcpu_quota,
+            "warnings": list(self.warnings),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading configuration
+
+
+def parse_config_value(value: Any) -> Any:
+    """Pulumi hands the program every config value as a string; structured values arrive as JSON."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def read_pulumi_config() -> dict[str, Any]:
+    """All `ndfleet:*` keys of the running stack (Pulumi CLI or mock runtime), namespace stripped."""
+    from pulumi.runtime import config as runtime_config
+
+    merged: dict[str, Any] = dict(runtime_config.get_config_env())
+    merged.update(runtime_config.CONFIG.get())
+    prefix = NAMESPACE + ":"
+    return {k[len(prefix) :]: parse_config_value(v) for k, v in merged.items() if k.startswith(prefix)}
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = NAMESPACE + ":"
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if i else "") + part
+    return out
+
+
+def _friendly(err: Mapping[str, Any]) -> str:
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    kind = err["type"]
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known setting"
+    if kind == "string_pattern_mismatch":
+        return f"does not match the allowed form {err['ctx']['pattern']}"
+    return msg[0].lower() + msg[1:] if msg else msg
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _known_keys(model: type[BaseModel]) -> list[str]:
+    return sorted(f.alias or name for name, f in model.model_fields.items())
+
+
+def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
+    """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError."""
+    try:
+        config = StackConfig.model_validate(dict(raw))
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            path = _path(loc)
+            if err["type"] == "extra_forbidden":
+                parent: type[BaseModel] = _model_at(loc[:-1])
+                problems.append(f"{path} is not a known setting; known settings here: {', '.join(_known_keys(parent))}")
+            elif err["type"] == "missing":
+                problems.append(f"{path} is required")
+            else:
+                problems.append(f"{path} = {_show(err['input'])}: {_friendly(err)}")
+        raise SpecError(problems) from None
+    return build_spec(config, stack)
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel]:
+    model: type[BaseModel] = StackConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            break
+        for candidate in (IslandConfig, LustreConfig, StorageConfig, HealthConfig):
+            if candidate.__name__ in str(field.annotation):
+                model = candidate
+    return model
+
+
+def split_islands(nodes: int, max_per_island: int) -> list[int]:
+    """Fill islands to the limit, the remainder last: 250 at 100 -> [100, 100, 50]."""
+    count = math.ceil(nodes / max_per_island)
+    return [max_per_island] * (count - 1) + [nodes - max_per_island * (count - 1)]
+
+
+def compute_subnet_prefix(nodes: int) -> int:
+    headroom = max(NODE_HEADROOM_MIN, math.ceil(nodes * NODE_HEADROOM_FRACTION))
+    needed = nodes + headroom + AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    return min(MIN_COMPUTE_PREFIX, 32 - math.ceil(math.log2(needed)))
+
+
+def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dict[str, ipaddress.IPv4Network] | None:
+    """Carve subnets out of the VNet, largest first so every one stays aligned. None if they do not fit."""
+    out: dict[str, ipaddress.IPv4Network] = {}
+    cursor = int(vnet.network_address)
+    end = int(vnet.broadcast_address) + 1
+    for name, prefix in sorted(wanted, key=lambda w: w[1]):
+        if prefix < vnet.prefixlen:
+            return None
+        size = 2 ** (32 - prefix)
+        cursor = (cursor + size - 1) // size * size
+        if cursor + size > end:
+            return None
+        out[name] = ipaddress.IPv4Network((cursor, prefix))
+        cursor += size
+    return out
+
+
+def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
+    problems: list[str] = []
+    warnings: list[str] = []
+    profile = PROFILES[config.vm_size]
+    limit = config.max_nodes_per_island
+
+    # Islands: a total to split, or an explicit list; exactly one of the two.
+    islands: list[IslandSpec] = []
+    if (config.nodes is None) == (config.islands is None):
+        problems.append(
+            f"{NAMESPACE}:nodes / {NAMESPACE}:islands: set exactly one: 'nodes' (a total, split into islands of at most "
+            f"maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
+        )
+    elif config.nodes is not None:
+        islands = [
+            IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(split_islands(config.nodes, limit))
+        ]
+    else:
+        assert config.islands is not None
+        if not config.islands:
+            problems.append(f"{NAMESPACE}:islands = []: list at least one island")
+        seen: set[str] = set()
+        for i, island in enumerate(config.islands):
+            if island.name in seen:
+                problems.append(f"{NAMESPACE}:islands[{i}].name = {island.name!r}: island names must be unique")
+            seen.add(island.name)
+            if island.nodes > limit:
+                problems.append(
+                    f"{NAMESPACE}:islands[{i}].nodes = {island.nodes}: an InfiniBand island is one scale set with "
+                    f"singlePlacementGroup, at most maxNodesPerIsland = {limit} nodes; split it into several islands"
+                    + (" or raise maxNodesPerIsland (up to 300 after an Azure support request)" if limit < 300 else "")
+                )
+            islands.append(IslandSpec(name=island.name, index=i, nodes=island.nodes))
+    if limit > DEFAULT_MAX_NODES_PER_ISLAND:
+        warnings.append(
+            f"{NAMESPACE}:maxNodesPerIsland = {limit}: scale sets above {DEFAULT_MAX_NODES_PER_ISLAND} VMs with "
+            "singlePlacementGroup need an Azure support request to raise the placement-group limit (up to 300)"
+        )
+
+    # Network: no overlap with the RDMA range; room for every subnet.
+    vnet = ipaddress.IPv4Network(config.vnet_address_space)
+    rdma = ipaddress.IPv4Network(RDMA_RESERVED_CIDR)
+    network: NetworkSpec | None = None
+    if vnet.overlaps(rdma):
+        problems.append(
+            f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: overlaps {RDMA_RESERVED_CIDR}, which the "
+            f"InfiniBand RDMA network of ND-series VMs uses; choose a range outside it, e.g. {DEFAULT_VNET}"
+        )
+    if not vnet.is_private:
+        warnings.append(f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range")
+    total_nodes = sum(i.nodes for i in islands)
+    if islands and not problems:
+        compute_prefix = compute_subnet_prefix(total_nodes)
+        wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
+        if config.storage.lustre is not None:
+            wanted.append(("lustre", LUSTRE_SUBNET_PREFIX))
+        if config.bastion:
+            wanted.append(("AzureBastionSubnet", BASTION_SUBNET_PREFIX))
+        subnets = _allocate(vnet, wanted)
+        if subnets is None:
+            need = sum(2 ** (32 - p) for _, p in wanted)
+            smallest = 32 - math.ceil(math.log2(need))
+            problems.append(
+                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {total_nodes} nodes plus "
+                f"headroom; it needs subnets {', '.join(f'{n} /{p}' for n, p in wanted)} ({need} addresses): "
+                f"use a /{smallest} or larger"
+            )
+        else:
+            network = NetworkSpec(
+                address_space=str(vnet),
+                compute=SubnetSpec(name="compute", cidr=str(subnets["compute"])),
+                storage=SubnetSpec(name="storage", cidr=str(subnets["storage"])),
+                lustre=SubnetSpec(name="lustre", cidr=str(subnets["lustre"])) if "lustre" in subnets else None,
+                bastion=(
+                    SubnetSpec(name="AzureBastionSubnet", cidr=str(subnets["AzureBastionSubnet"]))
+                    if "AzureBastionSubnet" in subnets
+                    else None
+                ),
+            )
+
+    # Storage: Managed Lustre capacity must be a step of its SKU.
+    lustre: LustreSpec | None = None
+    if config.storage.lustre is not None:
+        sku = LUSTRE_SKUS[config.storage.lustre.sku]
+        cap = config.storage.lustre.capacity_tib
+        if not sku.accepts(cap):
+            problems.append(
+                f"{NAMESPACE}:storage.lustre.capacityTiB = {cap}: {sku.name} takes {sku.min_tib} to {sku.max_tib} TiB "
+                f"in steps of {sku.step_tib}"
+            )
+        else:
+            lustre = LustreSpec(sku=sku, capacity_tib=cap)
+
+    # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap.
+    if config.priority == "Spot" and not (config.spot_max_price == -1 or config.spot_max_price > 0):
+        problems.append(f"{NAMESPACE}:spotMaxPrice = {config.spot_max_price}: use -1 (up to on-demand) or a price > 0")
+    if config.priority == "Spot":
+        warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
+    if config.zone is not None and config.proximity_placement_group:
+        pass  # a PPG with one zone is fine; PPGs only break across several zones, which a stack cannot set.
+
+    reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
+    if reserved_tags:
+        problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
+
+    if problems:
+        raise SpecError(problems)
+    assert network is not None
+    publisher, offer, sku_name, version = config.image.split(":")
+    prefix = config.name_prefix or _default_prefix(stack)
+    return ClusterSpec(
+        stack=stack,
+        name_prefix=prefix,
+        location=config.location,
+        zone=config.zone,
+        profile=profile,
+        islands=tuple(islands),
+        max_nodes_per_island=limit,
+        image=ImageSpec(publisher=publisher, offer=offer, sku=sku_name, version=version),
+        admin_username=config.admin_username,
+        ssh_public_key=config.ssh_public_key,
+        resource_group_name=config.resource_group_name,
+        network=network,
+        storage=StorageSpec(
+            account_sku=config.storage.account_sku, soft_delete_days=config.storage.soft_delete_days, lustre=lustre
+        ),
+        health=config.health,
+        priority=config.priority,
+        spot_max_price=config.spot_max_price,
+        proximity_placement_group=config.proximity_placement_group,
+        bastion=config.bastion,
+        os_disk_size_gb=config.os_disk_size_gb,
+        tags={**config.tags, "ndfleet:stack": stack},
+        preflight=config.preflight,
+        subscription_id=config.subscription_id,
+        warnings=tuple(warnings),
+    )
+
+
+def _default_prefix(stack: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]", "-", stack.lower()).strip("-") or "ndfleet"
+    if not cleaned[0].isalpha():
+        cleaned = "nd" + cleaned
+    return cleaned[:20]

@@ -1,0 +1,196 @@
+"""Everything that varies by VM size, in one place.
+
+Components, the bootstrap templates and the node validator read hardware figures and health thresholds
+from here only. Figures come from `shared/reference/azure-nd-h100-v5.md` (Microsoft Learn size pages and
+Azure/azurehpc-health-checks `conf/nd96isr_h100_v5.conf` / `conf/nd96isr_h200_v5.conf`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class HealthThresholds(BaseModel):
+    """Floors and limits a healthy node must meet (Azure/azurehpc-health-checks figures)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # NCCL all_reduce_perf, 8 GPUs in one VM, 16 GiB message, bus bandwidth floor in GB/s.
+    nccl_allreduce_busbw_gbps: float
+    nccl_allreduce_bytes: int
+    # ib_write_bw, GPUDirect loopback per HCA, 8 MiB messages, floor in Gb/s (line rate is 400).
+    ib_write_bw_gbps: float
+    ib_write_bw_message_bytes: int
+    # nvbandwidth floors in GB/s: host<->device catches downtrained PCIe links, device<->device NVLink.
+    nvbandwidth_host_device_gbps: float
+    nvbandwidth_device_device_gbps: float
+    # GPU ECC limits: a node fails above these counts (volatile or aggregate).
+    ecc_sram_uncorrectable_max: int
+    ecc_sram_correctable_max: int
+    ecc_dram_correctable_max: int
+    ecc_dram_uncorrectable_max: int
+    # Xid codes that fail a node when seen in the kernel log since boot.
+    xid_fail_codes: tuple[int, ...]
+    # IB link flapping: more than this many link-down / lost-carrier events fails the node.
+    ib_link_down_max: int
+    ib_flap_window_hours: int
+
+
+class VmSizeProfile(BaseModel):
+    """The hardware an Azure VM size promises, and how to tell a healthy node of that size."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    series: str
+    vcpus: int
+    memory_gib: int
+    # Memory the guest must see at least (the hypervisor keeps some): fail below this.
+    memory_min_gib: int
+    gpus_per_vm: int
+    gpu_model: str
+    gpu_memory_gib: int
+    nvlinks_per_gpu: int
+    gpu_pcie_gen: int
+    gpu_pcie_width: int
+    ib_devices: tuple[str, ...]
+    ib_port: int
+    ib_rate_gbps: int
+    ib_link_layer: str
+    hca_pcie_gen: int
+    hca_pcie_width: int
+    nvme_count: int
+    nvme_total_tib: int
+    quota_family: str
+    hyper_v_generation: str
+    # NCCL topology file shipped by the Azure HPC images; empty means "let NCCL detect it"
+    # (an empty NCCL_TOPO_FILE fixed a spurious 15 GB/s on H200, azurehpc-health-checks #142/#143).
+    nccl_topo_file: str
+    thresholds: HealthThresholds
+
+    @property
+    def gpus_total_label(self) -> str:
+        return f"{self.gpus_per_vm} x {self.gpu_model}"
+
+
+_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120)
+_IB_DEVICES = tuple(f"mlx5_ib{i}" for i in range(8))
+
+H100_V5 = VmSizeProfile(
+    name="Standard_ND96isr_H100_v5",
+    series="ND H100 v5",
+    vcpus=96,
+    memory_gib=1900,
+    memory_min_gib=1800,
+    gpus_per_vm=8,
+    gpu_model="NVIDIA H100 80GB HBM3",
+    gpu_memory_gib=80,
+    nvlinks_per_gpu=18,
+    gpu_pcie_gen=5,
+    gpu_pcie_width=16,
+    ib_devices=_IB_DEVICES,
+    ib_port=1,
+    ib_rate_gbps=400,
+    ib_link_layer="InfiniBand",
+    hca_pcie_gen=5,
+    hca_pcie_width=16,
+    nvme_count=8,
+    nvme_total_tib=28,
+    quota_family="standardNDSH100v5Family",
+    hyper_v_generation="V2",
+    nccl_topo_file="/opt/microsoft/ndv5-topo.xml",
+    thresholds=HealthThresholds(
+        nccl_allreduce_busbw_gbps=460.0,
+        nccl_allreduce_bytes=16 * 1024**3,
+        ib_write_bw_gbps=380.0,
+        ib_write_bw_message_bytes=8 * 1024**2,
+        nvbandwidth_host_device_gbps=48.0,
+        nvbandwidth_device_device_gbps=335.0,
+        ecc_sram_uncorrectable_max=0,
+        ecc_sram_correctable_max=10_000,
+        ecc_dram_correctable_max=20_000_000,
+        ecc_dram_uncorrectable_max=0,
+        xid_fail_codes=_XIDS,
+        ib_link_down_max=5,
+        ib_flap_window_hours=24,
+    ),
+)
+
+H200_V5 = VmSizeProfile(
+    name="Standard_ND96isr_H200_v5",
+    series="ND H200 v5",
+    vcpus=96,
+    memory_gib=1850,
+    memory_min_gib=1750,
+    gpus_per_vm=8,
+    gpu_model="NVIDIA H200",
+    gpu_memory_gib=141,
+    nvlinks_per_gpu=18,
+    gpu_pcie_gen=5,
+    gpu_pcie_width=16,
+    ib_devices=_IB_DEVICES,
+    ib_port=1,
+    ib_rate_gbps=400,
+    ib_link_layer="InfiniBand",
+    hca_pcie_gen=5,
+    hca_pcie_width=16,
+    nvme_count=8,
+    nvme_total_tib=28,
+    quota_family="standardNDISRH200V5Family",
+    hyper_v_generation="V2",
+    nccl_topo_file="",
+    thresholds=HealthThresholds(
+        nccl_allreduce_busbw_gbps=431.0,
+        nccl_allreduce_bytes=16 * 1024**3,
+        ib_write_bw_gbps=360.0,
+        ib_write_bw_message_bytes=8 * 1024**2,
+        nvbandwidth_host_device_gbps=48.0,
+        nvbandwidth_device_device_gbps=335.0,
+        ecc_sram_uncorrectable_max=0,
+        ecc_sram_correctable_max=10_000,
+        ecc_dram_correctable_max=20_000_000,
+        ecc_dram_uncorrectable_max=0,
+        xid_fail_codes=_XIDS,
+        ib_link_down_max=5,
+        ib_flap_window_hours=24,
+    ),
+)
+
+PROFILES: dict[str, VmSizeProfile] = {p.name: p for p in (H100_V5, H200_V5)}
+
+
+class LustreSku(BaseModel):
+    """An Azure Managed Lustre SKU and the capacities it accepts (azure-stack-docs, create-file-system)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    mbps_per_tib: int
+    min_tib: int
+    max_tib: int
+    step_tib: int
+
+    def accepts(self, capacity_tib: int) -> bool:
+        return self.min_tib <= capacity_tib <= self.max_tib and capacity_tib % self.step_tib == 0
+
+
+LUSTRE_SKUS: dict[str, LustreSku] = {
+    s.name: s
+    for s in (
+        LustreSku(name="AMLFS-Durable-Premium-40", mbps_per_tib=40, min_tib=48, max_tib=768, step_tib=48),
+        LustreSku(name="AMLFS-Durable-Premium-125", mbps_per_tib=125, min_tib=16, max_tib=128, step_tib=16),
+        LustreSku(name="AMLFS-Durable-Premium-250", mbps_per_tib=250, min_tib=8, max_tib=128, step_tib=8),
+        LustreSku(name="AMLFS-Durable-Premium-500", mbps_per_tib=500, min_tib=4, max_tib=128, step_tib=4),
+    )
+}
+
+# InfiniBand needs singlePlacementGroup: at most 100 VMs per scale set by default, 300 after a
+# support request (virtual-machine-scale-sets-placement-groups.md).
+DEFAULT_MAX_NODES_PER_ISLAND = 100
+HARD_MAX_NODES_PER_ISLAND = 300
+
+# The RDMA network of ND-series VMs uses this range; a VNet that overlaps it breaks InfiniBand (setup-infiniband.md).
+RDMA_RESERVED_CIDR = "172.16.0.0/16"
+
+# Storage Blob Data Contributor (built-in role id, the same in every Azure cloud).
+STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"

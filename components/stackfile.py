@@ -1,0 +1,115 @@
+"""Read Pulumi stack files (`stacks/Pulumi.<stack>.yaml`) and the project's config defaults offline.
+
+The Pulumi CLI hands a program its config as strings, with structured values JSON-encoded, merged over the
+project-level defaults declared in `Pulumi.yaml`. `load_stack` reproduces that, so the offline plan, `render`
+and `preflight` see exactly what `pulumi up` would.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.config import NAMESPACE
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STACKS_DIR = REPO_ROOT / "stacks"
+PROJECT_FILE = REPO_ROOT / "Pulumi.yaml"
+
+
+class StackFileError(Exception):
+    """The stack file is missing or not in Pulumi's stack-file format."""
+
+
+@dataclass(frozen=True)
+class StackFile:
+    name: str
+    path: Path
+    # Engine form: "ndfleet:nodes" -> "2", structured values JSON-encoded, as the Pulumi CLI passes them.
+    engine_config: dict[str, str]
+    secret_keys: tuple[str, ...]
+
+    @property
+    def ndfleet_config(self) -> dict[str, Any]:
+        """`ndfleet:*` keys, namespace stripped, structured values decoded."""
+        from components.config import parse_config_value
+
+        prefix = NAMESPACE + ":"
+        return {k[len(prefix) :]: parse_config_value(v) for k, v in self.engine_config.items() if k.startswith(prefix)}
+
+
+def _engine_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def project_defaults(project_file: Path = PROJECT_FILE) -> dict[str, Any]:
+    """Defaults of the project-level `config` block of Pulumi.yaml, keyed `ndfleet:<key>`."""
+    if not project_file.exists():
+        return {}
+    project = yaml.safe_load(project_file.read_text()) or {}
+    out: dict[str, Any] = {}
+    for key, decl in (project.get("config") or {}).items():
+        full = key if ":" in key else f"{NAMESPACE}:{key}"
+        if isinstance(decl, dict) and "default" in decl:
+            out[full] = decl["default"]
+        elif isinstance(decl, dict) and "value" in decl:
+            out[full] = decl["value"]
+        elif not isinstance(decl, dict):
+            out[full] = decl
+    return out
+
+
+def stack_path(name: str) -> Path:
+    return STACKS_DIR / f"Pulumi.{name}.yaml"
+
+
+def load_stack(name: str | None = None, path: str | Path | None = None) -> StackFile:
+    """Load `stacks/Pulumi.<name>.yaml`, or any stack file at `path` (its stack name taken from the file name)."""
+    if (name is None) == (path is None):
+        raise StackFileError("give either a stack name (--stack) or a stack file (--stack-file)")
+    if path is None:
+        assert name is not None
+        file = stack_path(name)
+        if not file.exists():
+            known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+            raise StackFileError(f"no stack {name!r}: {file} does not exist; known stacks: {', '.join(known) or 'none'}")
+    else:
+        file = Path(path)
+        if not file.exists():
+            raise StackFileError(f"stack file {file} does not exist")
+        stem = file.name
+        name = stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
+    try:
+        doc = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise StackFileError(f"{file} is not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise StackFileError(f"{file} is not a Pulumi stack file: expected a mapping with a 'config' key")
+    config = doc.get("config") or {}
+    if not isinstance(config, dict):
+        raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")
+    merged: dict[str, Any] = project_defaults()
+    secret_keys: list[str] = []
+    for key, value in config.items():
+        full = key if ":" in key else f"{NAMESPACE}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            # Secrets are encrypted with the stack's key, which the offline plan does not have.
+            secret_keys.append(full)
+            value = "[secret]"
+        merged[full] = value
+    return StackFile(
+        name=name,
+        path=file,
+        engine_config={k: _engine_value(v) for k, v in merged.items()},
+        secret_keys=tuple(secret_keys),
+    )
