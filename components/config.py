@@ -103,6 +103,9 @@ class HealthConfig(_Model):
     probe_port: int = Field(default=18300, ge=1024, le=65535, alias="probePort")
     repair_action: Literal["Replace", "Reimage", "Restart"] = Field(default="Replace", alias="repairAction")
     repair_grace_period_minutes: int = Field(default=30, ge=10, le=90, alias="repairGracePeriodMinutes")
+    # The Application Health extension waits this long before a node's health counts: node set-up, a full
+    # validation (5-8 min) and DCGM level 2 (up to 10 min) fit; the extension allows at most 14,400 s.
+    probe_grace_period_seconds: int = Field(default=2700, ge=600, le=14400, alias="probeGracePeriodSeconds")
 
 
 class StackConfig(_Model):

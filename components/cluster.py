@@ -1,0 +1,100 @@
+"""The cluster: network, storage, node identity and one InfiniBand island per scale set, from one ClusterSpec."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_azure_native.authorization as authorization
+
+from components.config import ClusterSpec
+from components.ib_island import IbIsland, IbIslandArgs
+from components.identity import NodeIdentity, NodeIdentityArgs
+from components.network import Network, NetworkArgs
+from components.storage import Storage, StorageArgs
+
+
+def slurm_topology(spec: ClusterSpec) -> str:
+    """Slurm topology.conf: one leaf switch per island, since InfiniBand does not cross scale sets."""
+    lines = ["# ndfleet: one switch per InfiniBand island (scale set); jobs must not span islands over IB."]
+    for island in spec.islands:
+        last = island.nodes - 1
+        # Uniform scale sets name instances <computerNamePrefix><6-digit base-36 instance id>.
+        nodes = f"{spec.name_prefix}-{island.name}-[000000-{_base36(last)}]"
+        lines.append(f"SwitchName={island.name} Nodes={nodes}")
+    return "\n".join(lines) + "\n"
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out.rjust(6, "0")
+
+
+class Cluster(pulumi.ComponentResource):
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("ndfleet:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        subscription_id = authorization.get_client_config_output().subscription_id
+
+        net = Network(f"{name}-net", NetworkArgs(spec=spec), opts=child)
+        store = Storage(
+            f"{name}-data",
+            StorageArgs(
+                spec=spec,
+                resource_group_name=net.resource_group_name,
+                vnet_id=net.vnet_id,
+                storage_subnet_id=net.storage_subnet_id,
+                lustre_subnet_id=net.lustre_subnet_id,
+                subscription_id=subscription_id,
+            ),
+            opts=child,
+        )
+        identity = NodeIdentity(
+            f"{name}-nodes",
+            NodeIdentityArgs(
+                spec=spec,
+                resource_group_name=net.resource_group_name,
+                storage_account_id=store.account_id,
+                subscription_id=subscription_id,
+            ),
+            opts=child,
+        )
+        self.islands = [
+            IbIsland(
+                f"{name}-{island.name}",
+                IbIslandArgs(
+                    spec=spec,
+                    island=island,
+                    resource_group_name=net.resource_group_name,
+                    subnet_id=net.compute_subnet_id,
+                    identity_id=identity.id,
+                    storage_account_name=store.account_name,
+                    lustre_mgs_address=store.lustre_mgs_address,
+                ),
+                opts=child,
+            )
+            for island in spec.islands
+        ]
+
+        self.resource_group_name = net.resource_group_name
+        self.outputs: dict[str, pulumi.Input[object]] = {
+            "resourceGroupName": net.resource_group_name,
+            "islands": {
+                island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
+                for island, component in zip(spec.islands, self.islands)
+            },
+            "storage": {
+                "accountName": store.account_name,
+                "blobEndpoint": store.blob_endpoint,
+                "containers": list(spec.storage.containers),
+                "lustreMgsAddress": store.lustre_mgs_address,
+            },
+            "natPublicIp": net.nat_public_ip,
+            "bastionName": net.bastion_host_name,
+            "slurmTopology": slurm_topology(spec),
+            "summary": spec.summary(),
+        }
+        self.register_outputs(self.outputs)

@@ -1,0 +1,54 @@
+"""The Pulumi program's steps, shared by `__main__.py` (pulumi up) and the offline plan (mock runtime)."""
+
+from __future__ import annotations
+
+import pulumi
+
+from components.cluster import Cluster
+from components.config import ClusterSpec, SpecError, load_spec, read_pulumi_config
+
+
+class ProgramError(Exception):
+    """A user-fixable problem found before any resource was registered."""
+
+
+def spec_from_stack() -> ClusterSpec:
+    """Read the running stack's `ndfleet:*` config and validate it; SpecError carries the message."""
+    return load_spec(read_pulumi_config(), pulumi.get_stack())
+
+
+def deploy(spec: ClusterSpec) -> Cluster:
+    for warning in spec.warnings:
+        pulumi.log.warn(warning)
+    cluster = Cluster(spec.name_prefix, spec)
+    for key, value in cluster.outputs.items():
+        pulumi.export(key, value)
+    return cluster
+
+
+def under_mocks() -> bool:
+    """True under Pulumi's mock runtime (tests, `ndfleet plan`), which must never call Azure."""
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.settings import get_monitor
+
+    return isinstance(get_monitor(), MockMonitor)
+
+
+def run_preflight_if_enabled(spec: ClusterSpec) -> None:
+    """`ndfleet:preflight: true`: check quota and SKU availability before anything is created."""
+    if not spec.preflight or under_mocks():
+        return
+    from components.preflight import PreflightFailed, enforce_preflight
+
+    try:
+        enforce_preflight(spec)
+    except PreflightFailed as error:
+        raise ProgramError(str(error)) from None
+
+
+def fail(message: str) -> None:
+    """Stop `pulumi up` with a plain message: RunError ends the program without a Python traceback."""
+    raise pulumi.RunError(message)
+
+
+__all__ = ["ProgramError", "SpecError", "deploy", "fail", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
