@@ -6,7 +6,6 @@ from components.program import ProgramError, deploy, fail, run_preflight_if_enab
 try:
     spec = spec_from_stack()
     run_preflight_if_enabled(spec)
+    deploy(spec)
 except (SpecError, ProgramError) as error:
     fail(str(error))
-else:
-    deploy(spec)

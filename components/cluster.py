@@ -84,7 +84,7 @@ class Cluster(pulumi.ComponentResource):
             "resourceGroupName": net.resource_group_name,
             "islands": {
                 island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
-                for island, component in zip(spec.islands, self.islands)
+                for island, component in zip(spec.islands, self.islands, strict=True)
             },
             "storage": {
                 "accountName": store.account_name,

@@ -38,8 +38,10 @@ DEFAULT_VNET = "10.40.0.0/16"
 
 # Linux admin names Azure refuses (Microsoft.Compute osProfile.adminUsername).
 RESERVED_ADMIN_NAMES = frozenset(
-    "administrator admin user user1 test user2 test1 user3 admin1 1 123 a actuser adm admin2 aspnet backup "
-    "console david guest john owner root server sql support support_388945a0 sys test2 test3 user4 user5".split()
+    (
+        "administrator admin user user1 test user2 test1 user3 admin1 1 123 a actuser adm admin2 aspnet backup "
+        "console david guest john owner root server sql support support_388945a0 sys test2 test3 user4 user5"
+    ).split()
 )
 
 SSH_KEY_TYPES = ("ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
@@ -123,7 +125,9 @@ class StackConfig(_Model):
     admin_username: str = Field(default="azureuser", alias="adminUsername")
     ssh_public_key: str = Field(alias="sshPublicKey")
     vnet_address_space: str = Field(default=DEFAULT_VNET, alias="vnetAddressSpace")
-    resource_group_name: str | None = Field(default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$")
+    resource_group_name: str | None = Field(
+        default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$"
+    )
     name_prefix: str | None = Field(default=None, alias="namePrefix", pattern=r"^[a-z][a-z0-9-]{1,19}$")
     priority: Literal["Regular", "Spot"] = "Regular"
     spot_max_price: float = Field(default=-1, alias="spotMaxPrice")
@@ -157,7 +161,9 @@ class StackConfig(_Model):
     @classmethod
     def _admin_name(cls, v: str) -> str:
         if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", v):
-            raise ValueError("must be 1-32 characters: lowercase letters, digits, '_' or '-', not starting with a digit")
+            raise ValueError(
+                "must be 1-32 characters: lowercase letters, digits, '_' or '-', not starting with a digit"
+            )
         if v in RESERVED_ADMIN_NAMES:
             raise ValueError("is reserved by Azure; pick another name such as 'azureuser'")
         return v
@@ -192,7 +198,9 @@ def check_ssh_public_key(key: str) -> None:
     """Raise ValueError unless `key` is one OpenSSH public key line Azure accepts."""
     parts = key.strip().split()
     if len(parts) < 2:
-        raise ValueError("must be an OpenSSH public key line: '<type> <base64> [comment]' (the contents of ~/.ssh/id_*.pub)")
+        raise ValueError(
+            "must be an OpenSSH public key line: '<type> <base64> [comment]' (the contents of ~/.ssh/id_*.pub)"
+        )
     key_type, blob = parts[0], parts[1]
     if key_type not in SSH_KEY_TYPES:
         raise ValueError(f"key type {key_type!r} is not accepted; valid: {', '.join(SSH_KEY_TYPES)}")
@@ -302,7 +310,9 @@ class ClusterSpec(_Model):
             "vmSize": self.profile.name,
             "location": self.location,
             "zone": self.zone,
-            "islands": [{"name": i.name, "nodes": i.nodes, "gpus": i.nodes * self.profile.gpus_per_vm} for i in self.islands],
+            "islands": [
+                {"name": i.name, "nodes": i.nodes, "gpus": i.nodes * self.profile.gpus_per_vm} for i in self.islands
+            ],
             "islandCount": len(self.islands),
             "nodes": self.total_nodes,
             "gpus": self.total_gpus,
@@ -441,8 +451,8 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
     islands: list[IslandSpec] = []
     if (config.nodes is None) == (config.islands is None):
         problems.append(
-            f"{NAMESPACE}:nodes / {NAMESPACE}:islands: set exactly one: 'nodes' (a total, split into islands of at most "
-            f"maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
+            f"{NAMESPACE}:nodes / {NAMESPACE}:islands: set exactly one: 'nodes' (a total, split into islands "
+            f"of at most maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
         )
     elif config.nodes is not None:
         islands = [

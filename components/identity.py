@@ -41,8 +41,10 @@ class NodeIdentity(pulumi.ComponentResource):
             principal_id=identity.principal_id,
             principal_type="ServicePrincipal",
             role_definition_id=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
-                f"{STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID}"
+                lambda sub: (
+                    f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
+                    f"{STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID}"
+                )
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )

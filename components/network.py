@@ -122,7 +122,11 @@ class Network(pulumi.ComponentResource):
         )
 
         def subnet(
-            key: str, cidr: str, *, nsg_id: pulumi.Output[str] | None, nat_id: pulumi.Output[str] | None,
+            key: str,
+            cidr: str,
+            *,
+            nsg_id: pulumi.Output[str] | None,
+            nat_id: pulumi.Output[str] | None,
             depends: list[pulumi.Resource],
         ) -> network.Subnet:
             return network.Subnet(
@@ -153,8 +157,10 @@ class Network(pulumi.ComponentResource):
 
         self.bastion_host_name: pulumi.Output[str] | None = None
         if spec.bastion and spec.network.bastion is not None:
-            # Bastion's subnet must be named AzureBastionSubnet and carries no NSG of ours (Bastion needs its own rules).
-            bastion_subnet = subnet("AzureBastionSubnet", spec.network.bastion.cidr, nsg_id=None, nat_id=None, depends=[last])
+            # The subnet must be named AzureBastionSubnet; no NSG of ours on it (Bastion needs its own rules).
+            bastion_subnet = subnet(
+                "AzureBastionSubnet", spec.network.bastion.cidr, nsg_id=None, nat_id=None, depends=[last]
+            )
             bastion_ip = network.PublicIPAddress(
                 f"{name}-bastion-ip",
                 resource_group_name=rg_name,

@@ -62,7 +62,13 @@ class PlannedResource:
     inputs: dict[str, Any]
 
     def as_json(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "parent": self.parent, "protect": self.protect, "inputs": self.inputs}
+        return {
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "protect": self.protect,
+            "inputs": self.inputs,
+        }
 
 
 @dataclass
@@ -198,7 +204,27 @@ def run_plan(stack: StackFile) -> Plan:
             gc.enable()
 
 
-def _run_plan(stack: StackFile, spec: ClusterSpec) -> Plan:
+@dataclass
+class ProgramRun:
+    """What one run of the program under the mock runtime registered, and what it exported."""
+
+    mocks: RecordingMocks
+    monitor: RecordingMonitor
+    outputs: dict[str, Any]
+
+    @property
+    def resources(self) -> list[PlannedResource]:
+        return [
+            PlannedResource(type=t, name=n, parent=p, protect=prot, inputs=self.mocks.registered.get(f"{t}::{n}", {}))
+            for t, n, p, prot, _custom in self.monitor.order
+        ]
+
+
+def execute_program(stack: StackFile) -> ProgramRun:
+    """Run `__main__.py` under the mock runtime with the stack's config, exactly as `pulumi up` would run it.
+
+    Errors the program raises (pulumi.RunError for invalid config) propagate; `ProgramRun` is not returned then.
+    """
     mocks = RecordingMocks()
     monitor = RecordingMonitor(mocks)
     ROOT.set(None)
@@ -206,17 +232,17 @@ def _run_plan(stack: StackFile, spec: ClusterSpec) -> Plan:
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     pulumi.runtime.set_all_config(stack.engine_config, list(stack.secret_keys))
-
+    run = ProgramRun(mocks=mocks, monitor=monitor, outputs={})
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
-
     root = pulumi.runtime.get_root_resource()
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
-    outputs = {k: _resolve(v) for k, v in sorted(exported.items())}
-    resources = [
-        PlannedResource(type=t, name=n, parent=p, protect=protect, inputs=mocks.registered.get(f"{t}::{n}", {}))
-        for t, n, p, protect, _custom in monitor.order
-    ]
-    return Plan(stack=stack.name, spec=spec, resources=resources, outputs=outputs, warnings=list(spec.warnings))
+    run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}
+    return run
+
+
+def _run_plan(stack: StackFile, spec: ClusterSpec) -> Plan:
+    run = execute_program(stack)
+    return Plan(stack=stack.name, spec=spec, resources=run.resources, outputs=run.outputs, warnings=list(spec.warnings))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -246,8 +272,11 @@ def _key_facts(r: PlannedResource) -> str:
 
 def render_table(plan: Plan) -> str:
     spec = plan.spec
-    lines = [f"ndfleet plan: stack {plan.stack} ({spec.profile.name}, {spec.location}"
-             f"{', zone ' + spec.zone if spec.zone else ''})", ""]
+    lines = [
+        f"ndfleet plan: stack {plan.stack} ({spec.profile.name}, {spec.location}"
+        f"{', zone ' + spec.zone if spec.zone else ''})",
+        "",
+    ]
     children: dict[str | None, list[PlannedResource]] = {}
     for r in plan.resources:
         children.setdefault(r.parent, []).append(r)
@@ -294,7 +323,9 @@ def register(subparsers: Any) -> None:
     )
     add_stack_arguments(p)
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
-    p.add_argument("--policies", action="store_true", help="also evaluate the policy pack over the plan; exit 1 on a violation")
+    p.add_argument(
+        "--policies", action="store_true", help="also evaluate the policy pack over the plan; exit 1 on a violation"
+    )
     p.set_defaults(handler=plan_command)
 
 
@@ -302,7 +333,7 @@ def plan_command(args: argparse.Namespace) -> int:
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
         plan = run_plan(stack)
-    except (StackFileError, SpecError) as error:
+    except (StackFileError, SpecError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.format == "json":

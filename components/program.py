@@ -18,9 +18,14 @@ def spec_from_stack() -> ClusterSpec:
 
 
 def deploy(spec: ClusterSpec) -> Cluster:
+    from components.bootstrap import BootstrapTooLarge
+
     for warning in spec.warnings:
         pulumi.log.warn(warning)
-    cluster = Cluster(spec.name_prefix, spec)
+    try:
+        cluster = Cluster(spec.name_prefix, spec)
+    except BootstrapTooLarge as error:
+        raise ProgramError(str(error)) from None
     for key, value in cluster.outputs.items():
         pulumi.export(key, value)
     return cluster

@@ -82,13 +82,17 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
         file = stack_path(name)
         if not file.exists():
             known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
-            raise StackFileError(f"no stack {name!r}: {file} does not exist; known stacks: {', '.join(known) or 'none'}")
+            raise StackFileError(
+                f"no stack {name!r}: {file} does not exist; known stacks: {', '.join(known) or 'none'}"
+            )
     else:
         file = Path(path)
         if not file.exists():
             raise StackFileError(f"stack file {file} does not exist")
         stem = file.name
-        name = stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
+        name = (
+            stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
+        )
     try:
         doc = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as e:
@@ -110,6 +114,7 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
     return StackFile(
         name=name,
         path=file,
-        engine_config={k: _engine_value(v) for k, v in merged.items()},
+        # A key set to null in YAML is unset, as `pulumi config rm` would leave it.
+        engine_config={k: _engine_value(v) for k, v in merged.items() if v is not None},
         secret_keys=tuple(secret_keys),
     )

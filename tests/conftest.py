@@ -1,0 +1,100 @@
+"""Shared fixtures and small assertion helpers for the Pulumi mock-runtime tests."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.plan import Plan, PlannedResource, run_plan
+from components.stackfile import STACKS_DIR, StackFile, _engine_value, project_defaults
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+VNET = "azure-native:network:VirtualNetwork"
+SUBNET = "azure-native:network:Subnet"
+NSG = "azure-native:network:NetworkSecurityGroup"
+PIP = "azure-native:network:PublicIPAddress"
+NAT = "azure-native:network:NatGateway"
+BASTION = "azure-native:network:BastionHost"
+ACCOUNT = "azure-native:storage:StorageAccount"
+CONTAINER = "azure-native:storage:BlobContainer"
+BLOB_SERVICE = "azure-native:storage:BlobServiceProperties"
+LOCK = "azure-native:authorization:ManagementLockByScope"
+ROLE = "azure-native:authorization:RoleAssignment"
+IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
+PPG = "azure-native:compute:ProximityPlacementGroup"
+LUSTRE = "azure-native:storagecache:AmlFilesystem"
+PRIVATE_ENDPOINT = "azure-native:network:PrivateEndpoint"
+RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
+
+
+def dev_ssh_key() -> str:
+    doc = yaml.safe_load((STACKS_DIR / "Pulumi.dev.yaml").read_text())
+    return str(doc["config"]["ndfleet:sshPublicKey"])
+
+
+def base_config(**overrides: Any) -> dict[str, Any]:
+    """A minimal valid stack config (namespace stripped); overrides replace top-level keys."""
+    config: dict[str, Any] = {"location": "eastus", "nodes": 2, "sshPublicKey": dev_ssh_key()}
+    config.update(overrides)
+    return config
+
+
+def stack_from(config: dict[str, Any], name: str = "test") -> StackFile:
+    """A StackFile as `load_stack` would build it, from a dict of `ndfleet:*` keys."""
+    merged: dict[str, Any] = project_defaults()
+    merged.update({f"ndfleet:{k}": v for k, v in config.items() if v is not None})
+    return StackFile(
+        name=name, path=Path(f"Pulumi.{name}.yaml"), engine_config={k: _engine_value(v) for k, v in merged.items()},
+        secret_keys=(),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_plan(config_json: str, name: str) -> Plan:
+    return run_plan(stack_from(json.loads(config_json), name))
+
+
+def plan_of(config: dict[str, Any], name: str = "test") -> Plan:
+    """Plan a config under the mock runtime (cached: the tests only read plans)."""
+    return copy.deepcopy(_cached_plan(json.dumps(config, sort_keys=True), name))
+
+
+def of_type(plan: Plan, typ: str) -> list[PlannedResource]:
+    return sorted((r for r in plan.resources if r.type == typ), key=lambda r: r.name)
+
+
+def one(plan: Plan, typ: str, name_contains: str = "") -> PlannedResource:
+    found = [r for r in of_type(plan, typ) if name_contains in r.name]
+    assert len(found) == 1, f"expected one {typ} matching {name_contains!r}, found {[r.name for r in found]}"
+    return found[0]
+
+
+def dig(obj: Any, path: str) -> Any:
+    """dig(inputs, "virtualMachineProfile.osProfile.adminUsername"); list items by index: "a.0.b"."""
+    for part in path.split("."):
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    return obj
+
+
+@pytest.fixture(scope="session")
+def dev_plan() -> Plan:
+    return plan_of(base_config(bastion=True, tags={"owner": "tests"}), "dev")
+
+
+@pytest.fixture(scope="session")
+def zonal_lustre_plan() -> Plan:
+    return plan_of(
+        base_config(
+            nodes=250, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-500", "capacityTiB": 16}}
+        ),
+        "prod",
+    )

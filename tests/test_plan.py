@@ -1,0 +1,122 @@
+"""`ndfleet plan`: every example stack plans, the JSON form is stable, bad config stops before any resource."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pulumi
+import pytest
+import yaml
+
+from components.cli import main
+from components.config import StackConfig
+from components.plan import SCHEMA_VERSION, execute_program, run_plan
+from components.stackfile import PROJECT_FILE, load_stack, project_defaults
+from tests.conftest import EXAMPLE_STACKS, VMSS, base_config, of_type, stack_from
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_every_example_stack_plans(stack: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", stack, "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    spec_nodes = plan["summary"]["nodes"]
+    assert sum(r["inputs"]["sku"]["capacity"] for r in plan["resources"] if r["type"] == VMSS) == spec_nodes
+
+
+def test_example_stacks_are_the_documented_ones() -> None:
+    assert {"dev", "prod", "h200"} <= set(EXAMPLE_STACKS)
+    prod = run_plan(load_stack("prod"))
+    assert prod.spec.total_nodes == 256 and max(i.nodes for i in prod.spec.islands) <= 100
+    assert prod.spec.storage.lustre is not None
+    h200 = run_plan(load_stack("h200"))
+    assert (h200.spec.profile.name, h200.spec.total_nodes) == ("Standard_ND96isr_H200_v5", 16)
+
+
+def test_dev_table_shows_resources_and_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    assert "azure-native:compute:VirtualMachineScaleSet" in out
+    assert "islands: 1   nodes: 2   GPUs: 16" in out
+    assert "vCPU quota needed: standardNDSH100v5Family 192" in out
+
+
+def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", "--stack", "dev", "--format", "json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary"}
+    assert plan["schemaVersion"] == SCHEMA_VERSION
+    assert all(set(r) == {"type", "name", "parent", "protect", "inputs"} for r in plan["resources"])
+    keys = [(r["type"], r["name"]) for r in plan["resources"]]
+    assert keys == sorted(keys)
+    vmss = next(r for r in plan["resources"] if r["type"] == VMSS)
+    assert "singlePlacementGroup" in vmss["inputs"] and "single_placement_group" not in vmss["inputs"]
+
+
+def test_two_plans_of_the_same_stack_are_byte_identical() -> None:
+    assert run_plan(load_stack("prod")).to_json() == run_plan(load_stack("prod")).to_json()
+
+
+def test_stack_file_option_reads_any_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load(Path("stacks/Pulumi.dev.yaml").read_text())
+    doc["config"]["ndfleet:nodes"] = 5
+    path = tmp_path / "Pulumi.mine.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", "--stack-file", str(path), "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stack"] == "mine" and plan["summary"]["nodes"] == 5
+
+
+def test_bad_config_exits_1_with_the_message_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump({"config": {**{f"ndfleet:{k}": v for k, v in base_config().items()},
+                                               "ndfleet:vnetAddressSpace": "172.16.0.0/16"}}))
+    assert main(["plan", "--stack-file", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "ndfleet:vnetAddressSpace = '172.16.0.0/16': overlaps 172.16.0.0/16" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_unknown_stack_lists_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "nope"]) == 1
+    assert "known stacks: " in capsys.readouterr().err
+
+
+def test_the_program_registers_nothing_when_config_is_bad() -> None:
+    stack = stack_from(base_config(nodes=None, islands=[{"name": "big", "nodes": 101}]))
+    with pytest.raises(pulumi.RunError, match=r"ndfleet:islands\[0\].nodes = 101"):
+        execute_program(stack)
+    from pulumi.runtime.settings import get_monitor
+
+    monitor = get_monitor()
+    assert [entry for entry in monitor.order if entry[0] != "pulumi:pulumi:Stack"] == []  # type: ignore[attr-defined]
+
+
+def test_the_program_registers_the_cluster_when_config_is_good() -> None:
+    run = execute_program(stack_from(base_config(nodes=3)))
+    assert [r.inputs["sku"]["capacity"] for r in run.resources if r.type == VMSS] == [3]
+
+
+def test_project_defaults_match_the_spec_defaults() -> None:
+    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}
+    defaults = project_defaults()
+    assert defaults, "Pulumi.yaml declares no defaults"
+    for key, value in defaults.items():
+        field = fields[key.split(":", 1)[1]]
+        assert field.default == value, key
+
+
+def test_project_file_declares_runtime_and_stack_dir() -> None:
+    project = yaml.safe_load(PROJECT_FILE.read_text())
+    assert project["name"] == "ndfleet" and project["stackConfigDir"] == "stacks"
+    assert project["runtime"]["name"] == "python"
+    assert project["runtime"]["options"]["toolchain"] in ("uv", "pip", "poetry")
+    declared = {k for k in project["config"]}
+    assert declared <= {f.alias or n for n, f in StackConfig.model_fields.items()}
+
+
+def test_large_plan_has_thirteen_scale_sets() -> None:
+    plan = run_plan(stack_from(base_config(nodes=1280)))
+    assert len(of_type(plan, VMSS)) == 13

@@ -1,0 +1,582 @@
+"""`ndfleet preflight` against recorded Resource Manager responses.
+
+The real SDK clients (azure-mgmt-compute, azure-mgmt-resource-subscriptions, azure-mgmt-storagecache) run with
+their full pipeline: bearer-token policy, retry policy (Retry-After, backoff), paging, error mapping and
+deserialisation. Only the last hop is replaced: `ReplayTransport` (an azure-core `HttpTransport`) answers each
+request from tests/data/arm/ instead of opening a socket, and records what the SDK sent and how long the retry
+policy asked to sleep (without sleeping). A socket guard makes any attempt to reach a non-loopback address fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from azure.core.credentials import AccessToken
+from azure.core.pipeline.transport import HttpTransport
+from azure.core.rest._http_response_impl import HttpResponseImpl
+from azure.core.utils import case_insensitive_dict
+
+from components import preflight
+from components.cli import build_parser
+from components.stackfile import load_stack
+
+ARM = Path(__file__).parent / "data" / "arm"
+SUB = "8f3c2a1e-5b7d-4c9e-a2f1-6d0b9e4c7a31"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP+b1JhUMmgkXjP+vnWEddFy2Nj+UDCgz8bOVy15P9P4 test"
+TINY_RETRY = preflight.RetrySettings(total=4, backoff_factor=0.001, backoff_max=0.01)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Network guard: nothing but loopback
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    attempts: list[str] = []
+    loopback = ("127.0.0.1", "::1", "localhost")
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in loopback:
+            attempts.append(f"connect {address}")
+            raise OSError(101, "Network is unreachable (blocked by test)")
+        return real_connect(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in loopback and host is not None:
+            attempts.append(f"resolve {host}")
+            raise socket.gaierror(socket.EAI_NONAME, "name resolution blocked by test")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    assert attempts == [], f"a test tried to reach the network: {attempts}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Recorded Resource Manager
+
+
+@dataclass
+class Reply:
+    status: int
+    file: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class _Recorded(HttpResponseImpl):
+    def __init__(self, request: Any, status: int, headers: dict[str, str], body: bytes):
+        super().__init__(
+            request=request,
+            internal_response=None,
+            status_code=status,
+            reason={200: "OK", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, ""),
+            content_type=headers.get("Content-Type"),
+            headers=case_insensitive_dict(headers),
+            stream_download_generator=None,
+        )
+        self._content = body
+
+    def close(self) -> None:
+        self._is_closed = True
+
+
+class ReplayTransport(HttpTransport):
+    """Answers requests from recordings, route by route; the last reply of a route repeats."""
+
+    def __init__(self, routes: list[tuple[str, list[Reply]]]):
+        self._routes = [(re.compile(pattern), list(replies)) for pattern, replies in routes]
+        self._lock = threading.Lock()
+        self.requests: list[Any] = []
+        self.sleeps: list[float] = []
+
+    def __enter__(self) -> ReplayTransport:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        pass
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def sleep(self, duration: float) -> None:
+        with self._lock:
+            self.sleeps.append(duration)
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.requests.append(request)
+            for pattern, replies in self._routes:
+                if pattern.search(request.url):
+                    reply = replies.pop(0) if len(replies) > 1 else replies[0]
+                    break
+            else:
+                raise AssertionError(f"no recording for {request.method} {request.url}")
+        parts = urlsplit(request.url)
+        # Resource Manager writes nextLink on its own host: keep recordings cloud-neutral.
+        body = (ARM / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
+        headers = {
+            "Content-Type": "application/json; charset=utf-8",
+            "x-ms-request-id": "3c1b7d2e-8a4f-4e6b-9d0c-5f2a1b7e9c84",
+            **reply.headers,
+        }
+        return _Recorded(request, reply.status, headers, body.encode())
+
+    def calls(self, fragment: str) -> list[Any]:
+        return [r for r in self.requests if fragment in r.url]
+
+
+LOCATIONS = r"/subscriptions/[^/]+/locations\?"
+SKUS_PAGE2 = r"/providers/Microsoft\.Compute/skus\?.*skiptoken"
+SKUS = r"/providers/Microsoft\.Compute/skus\?"
+USAGES = r"/providers/Microsoft\.Compute/locations/[^/]+/usages\?"
+LUSTRE = r"/providers/Microsoft\.StorageCache/skus\?"
+
+
+def ok(file: str) -> list[Reply]:
+    return [Reply(200, file)]
+
+
+def arm(**override: list[Reply]) -> ReplayTransport:
+    """Everything available, with any route replaced."""
+    routes = {
+        "locations": ok("subscription-locations.json"),
+        "skus_page2": ok("compute-skus-eastus-page2.json"),
+        "skus": ok("compute-skus-eastus-page1.json"),
+        "usages": ok("usages-eastus.json"),
+        "lustre": ok("storagecache-skus.json"),
+    }
+    routes.update(override)
+    patterns = {"locations": LOCATIONS, "skus_page2": SKUS_PAGE2, "skus": SKUS, "usages": USAGES, "lustre": LUSTRE}
+    return ReplayTransport([(patterns[k], v) for k, v in routes.items()])
+
+
+class FakeCredential:
+    def __init__(self) -> None:
+        self.scopes: list[tuple[str, ...]] = []
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        self.scopes.append(scopes)
+        return AccessToken("fake-arm-token", int(time.time()) + 3600)
+
+
+def stack_file(tmp_path: Path, **config: Any) -> Path:
+    values: dict[str, Any] = {
+        "ndfleet:location": "eastus",
+        "ndfleet:vmSize": "Standard_ND96isr_H100_v5",
+        "ndfleet:nodes": 2,
+        "ndfleet:sshPublicKey": KEY,
+        "ndfleet:subscriptionId": SUB,
+    }
+    for key, value in config.items():
+        full = key if ":" in key else f"ndfleet:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = value
+    path = tmp_path / "Pulumi.pf.yaml"
+    path.write_text(json.dumps({"config": values}))  # JSON is YAML
+    return path
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+    transport: ReplayTransport
+    credential: FakeCredential
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.out)
+
+    def check(self, check_id: str) -> dict[str, Any]:
+        return next(c for c in self.json()["checks"] if c["id"] == check_id)
+
+
+def preflight_run(
+    capsys: pytest.CaptureFixture[str],
+    path: Path,
+    transport: ReplayTransport,
+    *,
+    fmt: str = "json",
+    env: dict[str, str] | None = None,
+) -> Run:
+    credential = FakeCredential()
+    args = build_parser().parse_args(["preflight", "--stack-file", str(path), "--format", fmt])
+    code = preflight.run_cli(args, env=env or {}, credential=credential, transport=transport, retry=TINY_RETRY)
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err, transport, credential)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Everything available
+
+
+def test_everything_available_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm())
+    assert run.code == 0
+    statuses = {c["id"]: c["status"] for c in run.json()["checks"]}
+    assert statuses == {
+        "location": "pass",
+        "vm-size-region": "pass",
+        "vm-size-zone": "skip",
+        "vm-restrictions": "pass",
+        "quota-family": "pass",
+        "quota-regional": "pass",
+        "lustre-sku": "skip",
+    }
+
+
+def test_quota_figures_come_from_the_usages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm())
+    assert run.check("quota-family")["figures"] == {
+        "quotaName": "standardNDSH100v5Family",
+        "limit": 384,
+        "used": 0,
+        "available": 384,
+        "needed": 192,
+        "missing": 0,
+    }
+
+
+def test_sdk_sends_token_filter_and_follows_next_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm()
+    preflight_run(capsys, stack_file(tmp_path), transport)
+    skus = transport.calls("/providers/Microsoft.Compute/skus")
+    assert len(skus) == 2  # first page and its nextLink
+    assert parse_qs(urlsplit(skus[0].url).query)["$filter"] == ["location eq 'eastus'"]
+    assert all(r.headers["Authorization"] == "Bearer fake-arm-token" for r in transport.requests)
+    assert all(r.method == "GET" for r in transport.requests)
+
+
+def test_table_output_lists_each_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(), fmt="table")
+    lines = run.out.splitlines()
+    assert any(re.match(r"PASS\s+quota-family\s+standardNDSH100v5Family: limit 384, in use 0", x) for x in lines)
+    assert lines[-1].startswith("preflight passed")
+
+
+def test_lustre_sku_offered_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    run = preflight_run(capsys, path, arm())
+    assert run.code == 0
+    assert run.check("lustre-sku")["status"] == "pass"
+
+
+def test_zone_offered_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, zone="2"), arm())
+    assert run.code == 0
+    assert run.check("vm-size-zone")["status"] == "pass"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Failures (exit 1)
+
+
+def test_family_quota_shortfall_gives_missing_vcpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=ok("usages-eastus-family-short.json")))
+    check = run.check("quota-family")
+    assert run.code == 1
+    assert check["status"] == "fail"
+    # limit 200, in use 96: 104 free, 2 x 96 = 192 needed.
+    assert check["figures"]["missing"] == 88
+    assert "88 vCPUs missing" in check["detail"]
+
+
+def test_family_quota_shortfall_says_how_to_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=ok("usages-eastus-family-short.json")))
+    fix = run.check("quota-family")["fix"]
+    assert "https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas" in fix
+    assert (
+        f"az quota update --resource-name standardNDSH100v5Family --scope /subscriptions/{SUB}/providers/"
+        "Microsoft.Compute/locations/eastus --limit-object value=288 --resource-type dedicated"
+    ) in fix
+
+
+def test_regional_quota_shortfall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=ok("usages-eastus-regional-short.json")))
+    check = run.check("quota-regional")
+    assert run.code == 1
+    assert (check["status"], check["figures"]["quotaName"], check["figures"]["missing"]) == ("fail", "cores", 88)
+
+
+def test_spot_checks_the_low_priority_quota(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, priority="Spot"), arm())
+    check = run.check("quota-regional")
+    # lowPriorityCores: limit 100, none in use, 192 needed.
+    assert (check["status"], check["figures"]["quotaName"], check["figures"]["missing"]) == (
+        "fail",
+        "lowPriorityCores",
+        92,
+    )
+    assert "--resource-type lowPriority" in check["fix"]
+
+
+def test_size_absent_from_region(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(skus_page2=ok("compute-skus-eastus-page2-no-h100.json")))
+    check = run.check("vm-size-region")
+    assert run.code == 1
+    assert check["status"] == "fail"
+    assert check["detail"] == "Standard_ND96isr_H100_v5 is not offered in eastus"
+
+
+def test_size_absent_from_zone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(skus_page2=ok("compute-skus-eastus-page2-zones-1-3.json"))
+    run = preflight_run(capsys, stack_file(tmp_path, zone="2"), transport)
+    check = run.check("vm-size-zone")
+    assert run.code == 1
+    assert check["status"] == "fail"
+    assert "not offered in zone 2 of eastus; it is offered in zones 1, 3" in check["detail"]
+    assert check["fix"] == "set ndfleet:zone to one of 1, 3"
+
+
+def test_restricted_for_subscription_shows_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(skus_page2=ok("compute-skus-eastus-page2-restricted.json")))
+    check = run.check("vm-restrictions")
+    assert run.code == 1
+    assert check["status"] == "fail"
+    assert check["detail"] == "restricted in eastus: NotAvailableForSubscription"
+
+
+def test_zone_restriction_fails_the_zone_in_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(skus_page2=ok("compute-skus-eastus-page2-zone-2-restricted.json"))
+    run = preflight_run(capsys, stack_file(tmp_path, zone="2"), transport)
+    check = run.check("vm-restrictions")
+    assert run.code == 1
+    assert check["detail"] == "restricted in zone 2 of eastus: NotAvailableForSubscription"
+
+
+def test_zone_restriction_only_warns_a_regional_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(skus_page2=ok("compute-skus-eastus-page2-zone-2-restricted.json"))
+    run = preflight_run(capsys, stack_file(tmp_path), transport)
+    assert run.code == 0
+    assert run.check("vm-restrictions")["status"] == "warn"
+
+
+def test_unknown_family_name_lists_the_subscriptions_families(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=ok("usages-eastus-other-family-name.json")))
+    check = run.check("quota-family")
+    assert run.code == 1
+    assert check["figures"]["families"] == [
+        "standardNDAMSv4_A100Family",
+        "standardNDISRH200V5Family",
+        "standardNDv5H100Family",
+    ]
+
+
+def test_family_name_is_matched_case_insensitively(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = json.loads((ARM / "usages-eastus.json").read_text())
+    for entry in raw["value"]:
+        if entry["name"]["value"] == "standardNDSH100v5Family":
+            entry["name"]["value"] = "StandardNDSH100v5Family"
+    (tmp_path / "usages.json").write_text(json.dumps(raw))
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=ok(str(tmp_path / "usages.json"))))
+    assert run.check("quota-family")["status"] == "pass"
+
+
+def test_lustre_sku_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    run = preflight_run(capsys, path, arm(lustre=ok("storagecache-skus-no-250-in-eastus.json")))
+    check = run.check("lustre-sku")
+    assert run.code == 1
+    assert check["figures"]["offered"] == ["AMLFS-Durable-Premium-125", "AMLFS-Durable-Premium-40"]
+
+
+def test_unknown_location_suggests_a_close_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, location="eastsu"), arm())
+    check = run.check("location")
+    assert run.code == 1
+    assert check["figures"]["suggestions"][0] == "eastus"
+
+
+def test_logical_region_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, location="unitedstates"), arm())
+    assert "is a logical region" in run.check("location")["detail"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Throttling and server errors
+
+
+def test_throttling_is_retried_after_retry_after(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    throttled = Reply(429, "error-429-throttled.json", {"Retry-After": "7"})
+    transport = arm(usages=[throttled, Reply(200, "usages-eastus.json")])
+    run = preflight_run(capsys, stack_file(tmp_path), transport)
+    assert run.code == 0
+    assert len(transport.calls("/usages")) == 2
+    assert transport.sleeps == [7]  # the SDK's retry policy honoured Retry-After (the fake does not sleep)
+
+
+def test_throttling_exhausted_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    throttled = Reply(429, "error-429-throttled.json", {"Retry-After": "7"})
+    run = preflight_run(capsys, stack_file(tmp_path), arm(usages=[throttled]))
+    assert run.code == 2
+    assert run.check("quota-family")["detail"].startswith("could not check: throttled: Resource Manager still answered 429")
+
+
+def test_persistent_server_error_is_exit_2_with_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transport = arm(skus=[Reply(500, "error-500-internal.json")])
+    run = preflight_run(capsys, stack_file(tmp_path), transport, fmt="table")
+    assert run.code == 2
+    assert len(transport.calls("/Microsoft.Compute/skus")) == TINY_RETRY.total + 1
+    assert (
+        "could not check: Resource Manager failed reading Microsoft.Compute resource SKUs in eastus: "
+        "HTTP 500 InternalServerError: Encountered internal server error." in run.out
+    )
+    assert "Traceback" not in run.out + run.err
+
+
+def test_no_permission_is_exit_2_naming_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(skus=[Reply(403, "error-403-authorization-failed.json")]))
+    assert run.code == 2
+    detail = run.check("vm-size-region")["detail"]
+    assert "no permission to read Microsoft.Compute resource SKUs in eastus (HTTP 403 AuthorizationFailed" in detail
+    assert "Reader role" in detail
+
+
+def test_a_failed_check_outranks_one_that_could_not_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(skus=[Reply(500, "error-500-internal.json")], usages=ok("usages-eastus-family-short.json"))
+    run = preflight_run(capsys, stack_file(tmp_path), transport)
+    assert run.code == 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Credentials, subscription, clouds
+
+
+def _bare_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith(("AZURE_", "ARM_", "MSI_", "IDENTITY_", "NDFLEET_")):
+            monkeypatch.delenv(name)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(empty))  # no az, azd, pwsh
+
+
+def test_no_credentials_exits_2_within_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _bare_environment(monkeypatch, tmp_path)
+    args = build_parser().parse_args(["preflight", "--stack-file", str(stack_file(tmp_path))])
+    started = time.monotonic()
+    code = preflight.run_cli(args, transport=arm())  # real DefaultAzureCredential; the transport stays unused
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2
+    assert elapsed < 5
+    assert err.startswith("could not check: no usable Azure credentials for AzureCloud")
+
+
+def test_managed_identity_is_left_out_unless_wanted() -> None:
+    from azure.identity import ManagedIdentityCredential
+
+    cloud = preflight.CLOUDS["AzureCloud"]
+    bare = preflight.build_credential(cloud, {})
+    wanted = preflight.build_credential(cloud, {"NDFLEET_MANAGED_IDENTITY": "true"})
+    has_mi = [any(isinstance(c, ManagedIdentityCredential) for c in cred.credentials) for cred in (bare, wanted)]
+    assert has_mi == [False, True]
+
+
+def test_no_subscription_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, subscriptionId=None), arm())
+    assert run.code == 2
+    assert run.json()["error"].startswith("could not check: no Azure subscription given")
+    assert run.transport.requests == []
+
+
+def test_subscription_from_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, subscriptionId=None), arm(), env={"AZURE_SUBSCRIPTION_ID": SUB})
+    assert run.code == 0
+    assert all(f"/subscriptions/{SUB}/" in r.url for r in run.transport.requests)
+
+
+def test_us_government_cloud(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(), env={"AZURE_CLOUD": "AzureUSGovernment"})
+    assert run.code == 0
+    assert {urlsplit(r.url).netloc for r in run.transport.requests} == {"management.usgovcloudapi.net"}
+    assert run.credential.scopes == [("https://management.core.usgovcloudapi.net/.default",)]
+
+
+def test_cloud_from_the_stacks_azure_native_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, **{"azure-native:environment": "china"}), arm())
+    assert {urlsplit(r.url).netloc for r in run.transport.requests} == {"management.chinacloudapi.cn"}
+
+
+def test_custom_resource_manager_endpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"AZURE_RESOURCE_MANAGER_ENDPOINT": "https://management.local.azurestack.external/"}
+    run = preflight_run(capsys, stack_file(tmp_path), arm(), env=env)
+    assert {urlsplit(r.url).netloc for r in run.transport.requests} == {"management.local.azurestack.external"}
+    assert run.credential.scopes == [("https://management.local.azurestack.external/.default",)]
+
+
+def test_unknown_cloud_name_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(), env={"AZURE_CLOUD": "AzureGermanCloud"})
+    assert run.code == 2
+    assert run.json()["error"].startswith("AZURE_CLOUD = 'AzureGermanCloud' is not a known Azure cloud; valid:")
+
+
+def test_invalid_stack_is_exit_2_with_the_spec_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, nodes=0), arm(), fmt="table")
+    assert run.code == 2
+    assert "ndfleet:nodes = '0': input should be greater than or equal to 1" in run.err
+    assert run.transport.requests == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# JSON form and the Pulumi hook
+
+
+def test_json_document_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = preflight_run(capsys, stack_file(tmp_path), arm()).json()
+    assert {k: doc[k] for k in ("schemaVersion", "result", "exitCode", "error", "subscriptionId", "cloud")} == {
+        "schemaVersion": 1,
+        "result": "pass",
+        "exitCode": 0,
+        "error": None,
+        "subscriptionId": SUB,
+        "cloud": "AzureCloud",
+    }
+    assert set(doc["checks"][0]) == {"id", "title", "status", "detail", "fix", "figures"}
+
+
+def test_enforce_preflight_raises_the_cli_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = stack_file(tmp_path)
+    table = preflight_run(capsys, path, arm(usages=ok("usages-eastus-family-short.json")), fmt="table").out
+    spec = preflight.load_spec(load_stack(path=path).ndfleet_config, "pf")
+    with pytest.raises(preflight.PreflightFailed) as raised:
+        preflight.enforce_preflight(
+            spec,
+            env={},
+            credential=FakeCredential(),
+            transport=arm(usages=ok("usages-eastus-family-short.json")),
+            retry=TINY_RETRY,
+        )
+    assert (str(raised.value), raised.value.exit_code) == (table.strip(), 1)
+
+
+def test_enforce_preflight_passes_quietly(tmp_path: Path) -> None:
+    spec = preflight.load_spec(load_stack(path=stack_file(tmp_path)).ndfleet_config, "pf")
+    assert preflight.enforce_preflight(spec, env={}, credential=FakeCredential(), transport=arm()) is None
