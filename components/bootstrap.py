@@ -281,6 +281,9 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
         auto_reload=False,
+        # bash uses "{#" (${#array[@]}): Jinja comments get a delimiter that no script contains.
+        comment_start_string="{##",
+        comment_end_string="##}",
     )
     env.filters["shq"] = lambda v: shlex.quote(str(v))
     return env
@@ -289,11 +292,6 @@ def _environment() -> jinja2.Environment:
 @functools.lru_cache(maxsize=None)
 def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
-
-
-def render_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
-    ctx = build_context(spec, island)
-    return [NodeFile(name, path, mode, _template(tpl).render(ctx)) for tpl, name, path, mode in _NODE_FILES]
 
 
 def render_bootstrap(spec: ClusterSpec, island: IslandSpec) -> RenderedBootstrap:

@@ -78,7 +78,21 @@ def _get(props: Any, *path: str) -> Any:
 
 
 def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else []
+    """A list from any sequence (CrossGuard hands lists over as read-only Sequence proxies), else []."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        return []
+    return list(value)
+
+
+def _int(value: Any) -> int | None:
+    """An integer from an int or an integral float (CrossGuard's props come through protobuf: numbers are floats)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def vm_size(resource_type: str, props: Props) -> str:
@@ -147,7 +161,7 @@ def check_fault_domain_count(resource_type: str, props: Props) -> list[str]:
     if not is_nd_scale_set(resource_type, props):
         return []
     value = props.get("platformFaultDomainCount")
-    if value == 1 and not isinstance(value, bool):
+    if _int(value) == 1:
         return []
     return [f"platformFaultDomainCount is {value!r}: an InfiniBand island uses platformFaultDomainCount: 1"]
 
@@ -168,7 +182,8 @@ def _island_size_check(limit: int) -> Check:
         if not is_nd_scale_set(resource_type, props):
             return []
         capacity = _get(props, "sku", "capacity")
-        if isinstance(capacity, int) and not isinstance(capacity, bool) and capacity <= limit:
+        nodes = _int(capacity)
+        if nodes is not None and nodes <= limit:
             return []
         return [f"sku.capacity is {capacity!r}: an InfiniBand island (one scale set in a single placement group) "
                 f"holds at most {limit} nodes"]

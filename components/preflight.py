@@ -245,6 +245,8 @@ class _SharedTokenCredential:
 def _first_lines(text: str, limit: int = 12) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     lines = [line for line in lines if not line.startswith(("To mitigate this issue", "Visit https://"))]
+    # DefaultAzureCredential lists one attempted credential per line after a header: show them as a list.
+    lines = [("- " + line if re.match(r"^\w+Credential: ", line) else line) for line in lines]
     if len(lines) > limit:
         lines = lines[:limit] + ["..."]
     return "\n".join("    " + line for line in lines)
@@ -329,6 +331,15 @@ def _text(value: Any) -> str:
     return str(value.value) if isinstance(value, Enum) else str(value)
 
 
+def _values(restriction: Any) -> list[str]:
+    """The restriction's `values` (locations): `values_property` in typespec-generated models, where `values`
+    is the Mapping method; `values` in older autorest models."""
+    found = getattr(restriction, "values_property", None)
+    if found is None:
+        found = getattr(restriction, "values", None)
+    return list(found) if isinstance(found, (list, tuple)) else []
+
+
 def _sku_from_model(model: Any) -> Sku:
     zones: dict[str, tuple[str, ...]] = {}
     for info in model.location_info or []:
@@ -341,9 +352,7 @@ def _sku_from_model(model: Any) -> Sku:
             SkuRestriction(
                 type=_text(r.type),
                 reason=_text(r.reason_code) or "unknown reason",
-                locations=tuple(
-                    norm_location(x) for x in ((info.locations if info else None) or r.values_property or [])
-                ),
+                locations=tuple(norm_location(x) for x in ((info.locations if info else None) or _values(r))),
                 zones=tuple(sorted((info.zones if info else None) or [])),
             )
         )
@@ -430,8 +439,8 @@ def _describe_error(exc: Exception, what: str, cloud: CloudSettings, retry: Retr
             )
         if status >= 500:
             return (
-                f"Resource Manager failed reading {what}: HTTP {status} {said} after {attempts} attempts; "
-                "try again later (https://status.azure.com)"
+                f"Resource Manager failed reading {what} after {attempts} attempts: HTTP {status} {said} "
+                "Try again later (https://status.azure.com)."
             )
         return f"reading {what} failed: HTTP {status} {said}"
     if isinstance(exc, ClientAuthenticationError):
@@ -947,11 +956,19 @@ def render_table(report: Report) -> str:
         f"preflight for stack {report.stack}: {spec.total_nodes} x {spec.profile.name} in {spec.location}"
         f"{' zone ' + spec.zone if spec.zone else ''}, subscription {report.subscription_id}, {report.cloud.name}"
     )
-    rows = [(_MARK[c.status], c.id, c.detail) for c in report.checks]
+    # A reason that stopped several checks is printed once, below the table.
+    reasons = list(dict.fromkeys(c.detail for c in report.checks if c.status == "error"))
+    rows = [
+        (_MARK[c.status], c.id, f"could not check [{reasons.index(c.detail) + 1}]" if c.status == "error" else c.detail)
+        for c in report.checks
+    ]
     w0 = max(len("STATUS"), *(len(r[0]) for r in rows))
     w1 = max(len("CHECK"), *(len(r[1]) for r in rows))
     lines = [head, "", f"{'STATUS':<{w0}}  {'CHECK':<{w1}}  DETAIL"]
     lines += [f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
+    if reasons:
+        lines += ["", "Could not check:"]
+        lines += [f"  [{i}] {r.removeprefix('could not check: ')}" for i, r in enumerate(reasons, 1)]
     fixes = [c for c in report.checks if c.status in ("fail", "warn") and c.fix]
     if fixes:
         lines += ["", "What to do:"]

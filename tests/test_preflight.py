@@ -84,7 +84,9 @@ class _Recorded(HttpResponseImpl):
             request=request,
             internal_response=None,
             status_code=status,
-            reason={200: "OK", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, ""),
+            reason={200: "OK", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
+                status, ""
+            ),
             content_type=headers.get("Content-Type"),
             headers=case_insensitive_dict(headers),
             stream_download_generator=None,
@@ -131,7 +133,9 @@ class ReplayTransport(HttpTransport):
                 raise AssertionError(f"no recording for {request.method} {request.url}")
         parts = urlsplit(request.url)
         # Resource Manager writes nextLink on its own host: keep recordings cloud-neutral.
-        body = (ARM / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
+        body = (
+            (ARM / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
+        )
         headers = {
             "Content-Type": "application/json; charset=utf-8",
             "x-ms-request-id": "3c1b7d2e-8a4f-4e6b-9d0c-5f2a1b7e9c84",
@@ -431,7 +435,9 @@ def test_throttling_exhausted_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     throttled = Reply(429, "error-429-throttled.json", {"Retry-After": "7"})
     run = preflight_run(capsys, stack_file(tmp_path), arm(usages=[throttled]))
     assert run.code == 2
-    assert run.check("quota-family")["detail"].startswith("could not check: throttled: Resource Manager still answered 429")
+    assert run.check("quota-family")["detail"].startswith(
+        "could not check: throttled: Resource Manager still answered 429"
+    )
 
 
 def test_persistent_server_error_is_exit_2_with_clear_message(
@@ -442,7 +448,7 @@ def test_persistent_server_error_is_exit_2_with_clear_message(
     assert run.code == 2
     assert len(transport.calls("/Microsoft.Compute/skus")) == TINY_RETRY.total + 1
     assert (
-        "could not check: Resource Manager failed reading Microsoft.Compute resource SKUs in eastus: "
+        "[1] Resource Manager failed reading Microsoft.Compute resource SKUs in eastus after 5 attempts: "
         "HTTP 500 InternalServerError: Encountered internal server error." in run.out
     )
     assert "Traceback" not in run.out + run.err
@@ -580,3 +586,25 @@ def test_enforce_preflight_raises_the_cli_message(tmp_path: Path, capsys: pytest
 def test_enforce_preflight_passes_quietly(tmp_path: Path) -> None:
     spec = preflight.load_spec(load_stack(path=stack_file(tmp_path)).ndfleet_config, "pf")
     assert preflight.enforce_preflight(spec, env={}, credential=FakeCredential(), transport=arm()) is None
+
+
+def test_network_unreachable_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_network: list[str]
+) -> None:
+    credential = FakeCredential()
+    args = build_parser().parse_args(["preflight", "--stack-file", str(stack_file(tmp_path)), "--format", "json"])
+    code = preflight.run_cli(args, env={}, credential=credential, retry=TINY_RETRY)  # the SDK's own HTTP transport
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert doc["checks"][0]["detail"].startswith(
+        "could not check: network: could not reach https://management.azure.com reading the subscription's locations"
+    )
+    # Every attempt was stopped by the guard before a packet left; nothing but Resource Manager was tried.
+    assert set(no_network) == {"resolve management.azure.com"}
+    no_network.clear()
+
+
+def test_encrypted_ssh_key_does_not_stop_preflight(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = stack_file(tmp_path, sshPublicKey={"secure": "v1:4Bq3pLh0Yw==:AAABAGNpcGhlcnRleHQ="})
+    run = preflight_run(capsys, path, arm())
+    assert run.code == 0

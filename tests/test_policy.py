@@ -1,0 +1,272 @@
+"""components/policy_rules.py: every rule fails on a resource that breaks it and passes on one that keeps it,
+through direct calls and through `ndfleet policy` on a plan file."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import cli, policy_rules
+from components.policy_rules import RULES_BY_ID, STORAGE_ACCOUNT_TYPE, SUBNET_TYPE, VMSS_TYPE, VNET_TYPE
+
+PLAN = Path(__file__).parent / "data" / "plans" / "dev-small.json"
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def good_plan() -> dict[str, Any]:
+    return json.loads(PLAN.read_text())
+
+
+def good_props(rtype: str) -> dict[str, Any]:
+    return copy.deepcopy(next(r for r in good_plan()["resources"] if r["type"] == rtype)["inputs"])
+
+
+def _nic(p: dict[str, Any]) -> dict[str, Any]:
+    nic: dict[str, Any] = p["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"][0]
+    return nic
+
+
+def _linux(p: dict[str, Any]) -> dict[str, Any]:
+    linux: dict[str, Any] = p["virtualMachineProfile"]["osProfile"]["linuxConfiguration"]
+    return linux
+
+
+def _set(key: str, value: Any) -> Mutation:
+    def mutate(p: dict[str, Any]) -> None:
+        p[key] = value
+
+    return mutate
+
+
+def _drop(key: str) -> Mutation:
+    def mutate(p: dict[str, Any]) -> None:
+        del p[key]
+
+    return mutate
+
+
+def _capacity(n: int) -> Mutation:
+    def mutate(p: dict[str, Any]) -> None:
+        p["sku"]["capacity"] = n
+
+    return mutate
+
+
+def _public_ip(p: dict[str, Any]) -> None:
+    _nic(p)["ipConfigurations"][0]["publicIPAddressConfiguration"] = {"name": "pip"}
+
+
+def _password_auth(p: dict[str, Any]) -> None:
+    _linux(p)["disablePasswordAuthentication"] = False
+
+
+def _admin_password(p: dict[str, Any]) -> None:
+    p["virtualMachineProfile"]["osProfile"]["adminPassword"] = "hunter2hunter2!"
+
+
+def _no_extensions(p: dict[str, Any]) -> None:
+    p["virtualMachineProfile"]["extensionProfile"]["extensions"] = []
+
+
+def _other_extension(p: dict[str, Any]) -> None:
+    p["virtualMachineProfile"]["extensionProfile"]["extensions"][0]["type"] = "CustomScript"
+
+
+def _repairs_off(p: dict[str, Any]) -> None:
+    p["automaticRepairsPolicy"]["enabled"] = False
+
+
+def _rolling(p: dict[str, Any]) -> None:
+    p["upgradePolicy"]["mode"] = "Rolling"
+
+
+def _no_accel(p: dict[str, Any]) -> None:
+    _nic(p)["enableAcceleratedNetworking"] = False
+
+
+def _vnet_prefix(prefix: str) -> Mutation:
+    def mutate(p: dict[str, Any]) -> None:
+        p["addressSpace"]["addressPrefixes"] = ["10.40.0.0/16", prefix]
+
+    return mutate
+
+
+def _storage_public(p: dict[str, Any]) -> None:
+    p["publicNetworkAccess"] = "Enabled"
+    p["networkRuleSet"]["defaultAction"] = "Allow"
+
+
+# (rule id, resource type, how to break it, the rules the broken resource violates)
+CASES: list[tuple[str, str, Mutation, set[str]]] = [
+    ("nd-single-placement-group", VMSS_TYPE, _set("singlePlacementGroup", False), {"nd-single-placement-group"}),
+    ("nd-single-placement-group", VMSS_TYPE, _drop("singlePlacementGroup"), {"nd-single-placement-group"}),
+    ("nd-fault-domain-count", VMSS_TYPE, _set("platformFaultDomainCount", 5), {"nd-fault-domain-count"}),
+    ("nd-no-overprovision", VMSS_TYPE, _set("overprovision", True), {"nd-no-overprovision"}),
+    ("nd-no-overprovision", VMSS_TYPE, _drop("overprovision"), {"nd-no-overprovision"}),
+    ("nd-island-size", VMSS_TYPE, _capacity(301), {"nd-island-size", "nd-island-default-size"}),
+    ("vnet-no-rdma-overlap", VNET_TYPE, _vnet_prefix("172.16.0.0/12"), {"vnet-no-rdma-overlap"}),
+    ("vnet-no-rdma-overlap", VNET_TYPE, _vnet_prefix("172.16.8.0/24"), {"vnet-no-rdma-overlap"}),
+    ("vnet-no-rdma-overlap", VNET_TYPE, _vnet_prefix("not-a-cidr"), {"vnet-no-rdma-overlap"}),
+    ("vnet-no-rdma-overlap", SUBNET_TYPE, _set("addressPrefix", "172.16.1.0/24"), {"vnet-no-rdma-overlap"}),
+    ("gpu-no-public-ip", VMSS_TYPE, _public_ip, {"gpu-no-public-ip"}),
+    ("ssh-password-disabled", VMSS_TYPE, _password_auth, {"ssh-password-disabled"}),
+    ("ssh-password-disabled", VMSS_TYPE, _admin_password, {"ssh-password-disabled"}),
+    ("storage-no-public-blob", STORAGE_ACCOUNT_TYPE, _set("allowBlobPublicAccess", True), {"storage-no-public-blob"}),
+    ("storage-no-shared-key", STORAGE_ACCOUNT_TYPE, _set("allowSharedKeyAccess", True), {"storage-no-shared-key"}),
+    ("storage-no-shared-key", STORAGE_ACCOUNT_TYPE, _drop("allowSharedKeyAccess"), {"storage-no-shared-key"}),
+    ("storage-tls12", STORAGE_ACCOUNT_TYPE, _set("minimumTlsVersion", "TLS1_0"), {"storage-tls12"}),
+    ("gpu-health-extension", VMSS_TYPE, _no_extensions, {"gpu-health-extension"}),
+    ("gpu-health-extension", VMSS_TYPE, _other_extension, {"gpu-health-extension"}),
+    ("gpu-automatic-repairs", VMSS_TYPE, _repairs_off, {"gpu-automatic-repairs"}),
+    ("nd-island-default-size", VMSS_TYPE, _capacity(101), {"nd-island-default-size"}),
+    ("nd-proximity-placement-group", VMSS_TYPE, _drop("proximityPlacementGroup"), {"nd-proximity-placement-group"}),
+    ("nd-manual-upgrade", VMSS_TYPE, _rolling, {"nd-manual-upgrade"}),
+    ("nd-accelerated-networking", VMSS_TYPE, _no_accel, {"nd-accelerated-networking"}),
+    ("storage-private-network", STORAGE_ACCOUNT_TYPE, _storage_public, {"storage-private-network"}),
+]
+CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+
+
+def test_every_rule_has_a_breaking_case() -> None:
+    assert {c[0] for c in CASES} == set(RULES_BY_ID)
+
+
+def test_every_rule_has_source_fix_and_a_valid_level() -> None:
+    for rule in policy_rules.RULES:
+        assert rule.source and rule.fix and rule.description, rule.id
+        assert rule.enforcement in (policy_rules.MANDATORY, policy_rules.ADVISORY), rule.id
+
+
+@pytest.mark.parametrize("rule_id", sorted(RULES_BY_ID))
+def test_rule_passes_on_a_resource_that_keeps_it(rule_id: str) -> None:
+    rule = RULES_BY_ID[rule_id]
+    for rtype in rule.resource_types:
+        if rtype in {r["type"] for r in good_plan()["resources"]}:
+            assert rule.check(rtype, good_props(rtype)) == [], rtype
+
+
+@pytest.mark.parametrize(("rule_id", "rtype", "mutate", "violated"), CASES, ids=CASE_IDS)
+def test_rule_fails_on_a_resource_that_breaks_it(
+    rule_id: str, rtype: str, mutate: Mutation, violated: set[str]
+) -> None:
+    props = good_props(rtype) if rtype != SUBNET_TYPE else {"addressPrefix": "10.40.0.0/20"}
+    assert RULES_BY_ID[rule_id].check(rtype, props) == []
+    mutate(props)
+    assert RULES_BY_ID[rule_id].check(rtype, props) != []
+    assert {v.rule_id for v in policy_rules.check_resource(rtype, props, "r")} == violated
+
+
+def test_island_limit_is_inclusive() -> None:
+    props = good_props(VMSS_TYPE)
+    props["sku"]["capacity"] = 300
+    assert RULES_BY_ID["nd-island-size"].check(VMSS_TYPE, props) == []
+
+
+def test_numbers_from_protobuf_are_floats_and_still_pass() -> None:
+    props = good_props(VMSS_TYPE)
+    props["platformFaultDomainCount"] = 1.0
+    props["sku"]["capacity"] = 2.0
+    assert policy_rules.check_resource(VMSS_TYPE, props) == []
+
+
+def test_nd_rules_leave_other_sizes_alone() -> None:
+    props = good_props(VMSS_TYPE)
+    props["sku"]["name"] = "Standard_D4s_v5"
+    props.update(singlePlacementGroup=False, overprovision=True, platformFaultDomainCount=5)
+    props.pop("automaticRepairsPolicy")
+    assert policy_rules.check_resource(VMSS_TYPE, props) == []
+
+
+def test_gpu_rules_cover_other_gpu_families() -> None:
+    props = good_props(VMSS_TYPE)
+    props["sku"]["name"] = "Standard_NC80adis_H100_v5"
+    props.pop("automaticRepairsPolicy")
+    assert {v.rule_id for v in policy_rules.check_resource(VMSS_TYPE, props)} == {"gpu-automatic-repairs"}
+
+
+def test_password_rule_covers_every_linux_scale_set() -> None:
+    props = good_props(VMSS_TYPE)
+    props["sku"]["name"] = "Standard_D4s_v5"
+    _password_auth(props)
+    assert {v.rule_id for v in policy_rules.check_resource(VMSS_TYPE, props)} == {"ssh-password-disabled"}
+
+
+def test_rules_ignore_other_resource_types() -> None:
+    assert policy_rules.check_resource("azure-native:network:NatGateway", {"addressPrefix": "172.16.0.0/24"}) == []
+
+
+# --- over a plan
+
+
+def test_evaluate_plan_names_resource_rule_and_fix() -> None:
+    plan = good_plan()
+    next(r for r in plan["resources"] if r["type"] == VMSS_TYPE)["inputs"]["overprovision"] = True
+    (v,) = policy_rules.evaluate_plan(plan)
+    assert (v.rule_id, v.resource_name, v.mandatory) == ("nd-no-overprovision", "dev-ib00", True)
+    assert "overprovision: false" in v.fix
+
+
+def test_format_violations_marks_levels() -> None:
+    plan = good_plan()
+    vmss = next(r for r in plan["resources"] if r["type"] == VMSS_TYPE)["inputs"]
+    vmss["overprovision"] = True
+    _rolling(vmss)
+    text = policy_rules.format_violations(policy_rules.evaluate_plan(plan))
+    assert "ERROR [nd-no-overprovision]" in text and "WARNING [nd-manual-upgrade]" in text
+    assert text.index("ERROR") < text.index("WARNING")
+
+
+def test_has_mandatory_is_false_for_advisory_only() -> None:
+    plan = good_plan()
+    _rolling(next(r for r in plan["resources"] if r["type"] == VMSS_TYPE)["inputs"])
+    violations = policy_rules.evaluate_plan(plan)
+    assert violations and not policy_rules.has_mandatory(violations)
+
+
+def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
+    plan = good_plan()
+    if rtype == SUBNET_TYPE:
+        target = next(r for r in plan["resources"] if r["type"] == SUBNET_TYPE)["inputs"]
+    else:
+        target = next(r for r in plan["resources"] if r["type"] == rtype)["inputs"]
+    mutate(target)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    return path
+
+
+def test_policy_command_passes_a_good_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["policy", str(PLAN)]) == 0
+    assert "all 17 rules pass" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("rule_id", "rtype", "mutate", "violated"), CASES, ids=CASE_IDS)
+def test_policy_command_reports_each_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rule_id: str, rtype: str, mutate: Mutation, violated: set[str]
+) -> None:
+    code = cli.main(["policy", str(_plan_file(tmp_path, rtype, mutate))])
+    out = capsys.readouterr().out
+    rule = RULES_BY_ID[rule_id]
+    assert code == (1 if any(RULES_BY_ID[v].enforcement == policy_rules.MANDATORY for v in violated) else 0)
+    level = "ERROR" if rule.enforcement == policy_rules.MANDATORY else "WARNING"
+    assert f"{level} [{rule_id}] {rtype}" in out and f"fix: {rule.fix}" in out
+
+
+def test_policy_command_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("nope")
+    assert cli.main(["policy", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "is not JSON" in err and "Traceback" not in err
+
+
+def test_policy_command_lists_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["policy", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{r.id} ({r.enforcement})" in out for r in policy_rules.RULES)
