@@ -137,8 +137,8 @@ class Network(pulumi.ComponentResource):
                 address_prefix=cidr,
                 network_security_group=network.NetworkSecurityGroupArgs(id=nsg_id) if nsg_id is not None else None,
                 nat_gateway=network.SubResourceArgs(id=nat_id) if nat_id is not None else None,
-                # No implicit outbound IP: outbound goes through the NAT gateway only.
-                default_outbound_access=False,
+                # No implicit outbound IP: outbound goes through the NAT gateway only (Bastion has its own IP).
+                default_outbound_access=False if key != "AzureBastionSubnet" else None,
                 private_endpoint_network_policies="Disabled",
                 # Azure serialises writes to one VNet's subnets; chain them to avoid AnotherOperationInProgress.
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends),

@@ -280,18 +280,19 @@ def render_table(plan: Plan) -> str:
     children: dict[str | None, list[PlannedResource]] = {}
     for r in plan.resources:
         children.setdefault(r.parent, []).append(r)
-    rows: list[tuple[str, str, str, str]] = []
+    rows: list[tuple[str, str, str]] = []
 
     def walk(parent: str | None, depth: int) -> None:
         for r in sorted(children.get(parent, []), key=lambda r: (r.type, r.name)):
-            rows.append(("  " * depth + r.name, r.type, "protected" if r.protect else "", _key_facts(r)))
+            facts = ("[protected] " if r.protect else "") + _key_facts(r)
+            rows.append(("  " * depth + r.name, r.type, facts))
             walk(r.name, depth + 1)
 
     walk(None, 0)
-    widths = [max(len(row[c]) for row in rows + [("NAME", "TYPE", "", "")]) for c in range(3)]
-    lines.append(f"  + {'NAME'.ljust(widths[0])}  {'TYPE'.ljust(widths[1])}  {''.ljust(widths[2])}  DETAILS")
-    for name, typ, prot, facts in rows:
-        lines.append(f"  + {name.ljust(widths[0])}  {typ.ljust(widths[1])}  {prot.ljust(widths[2])}  {facts}".rstrip())
+    widths = [max(len(row[c]) for row in [*rows, ("NAME", "TYPE", "")]) for c in range(2)]
+    lines.append(f"  + {'NAME'.ljust(widths[0])}  {'TYPE'.ljust(widths[1])}  DETAILS")
+    for name, typ, facts in rows:
+        lines.append(f"  + {name.ljust(widths[0])}  {typ.ljust(widths[1])}  {facts}".rstrip())
     custom = sum(1 for r in plan.resources if not r.type.startswith("ndfleet:"))
     lines += ["", f"{custom} Azure resources to create ({len(plan.resources) - custom} components)."]
     lines += ["", "Summary:"]

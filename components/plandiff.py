@@ -47,6 +47,12 @@ VNET_TYPE = "azure-native:network:VirtualNetwork"
 SUBNET_TYPE = "azure-native:network:Subnet"
 # Resources whose deletion or replacement loses data.
 DATA_HOLDING_TYPES = (STORAGE_ACCOUNT_TYPE, BLOB_CONTAINER_TYPE, AML_FILESYSTEM_TYPE)
+# Management locks (CanNotDelete on what holds data): removing one is worth a warning.
+LOCK_TYPES = (
+    "azure-native:authorization:ManagementLockByScope",
+    "azure-native:authorization:ManagementLockAtResourceGroupLevel",
+    "azure-native:authorization:ManagementLockAtResourceLevel",
+)
 ISLAND_TAG = "ndfleet:island"
 CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
 
@@ -358,6 +364,8 @@ BUILTIN_CONSEQUENCES: tuple[tuple[str, str, str, str], ...] = (
      "create, its data is lost", "the replace rule that fired"),
     ("protect-removed", "warning", "Pulumi `protect` is turned off on a data-holding resource",
      "Pulumi docs: resource option protect"),
+    ("lock-removed", "warning", "A management lock is deleted: Azure no longer blocks deleting what it guards",
+     "Azure docs: azure-resource-manager/management/lock-resources.md"),
     ("island-added", "info", "A scale set (island) is created: nodes and GPUs added", "the plan's summary / "
      "components/profiles.py"),
     ("island-removed", "danger", "A scale set (island) is deleted: every node of it goes, running jobs die, "
@@ -525,7 +533,9 @@ def format_value(value: Any, path: str = "") -> str:
         return "(absent)"
     text = _compact(value)
     if len(text) <= LONG_VALUE_CHARS:
-        return text if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        if isinstance(value, str) and "\n" not in value:
+            return value
+        return json.dumps(value, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_PREFIX_CHARS]
     decoded = decode_bootstrap(value) if path.endswith("customData") else None
     extra = f", {len(decoded.encode())} bytes decoded" if decoded is not None else ""
@@ -641,6 +651,9 @@ def consequences_for(
             if ch.type in DATA_HOLDING_TYPES and ch.old_protect and not ch.new_protect:
                 out.append(Consequence("protect-removed", "warning", ch.type, ch.name,
                                        "Pulumi protect is turned off: `pulumi up` may now delete it"))
+        if ch.type in LOCK_TYPES and ch.op == "delete":
+            out.append(Consequence("lock-removed", "warning", ch.type, ch.name,
+                                   "management lock deleted: Azure no longer blocks deleting what it guards"))
         if ch.type in DATA_HOLDING_TYPES:
             if ch.op == "delete":
                 out.append(Consequence("data-deleted", "danger", ch.type, ch.name,

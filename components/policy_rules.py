@@ -482,3 +482,12 @@ def format_violations(violations: Sequence[Violation]) -> str:
     mandatory = sum(1 for v in violations if v.mandatory)
     lines.append(f"policy: {mandatory} mandatory violation(s), {len(violations) - mandatory} advisory warning(s)")
     return "\n".join(lines) + "\n"
+
+
+def rules_table_markdown() -> str:
+    """The rules as a markdown table (docs/policies.md carries the same table; a test keeps them equal)."""
+    lines = ["| id | level | rule | resource types | how to fix | source |", "|---|---|---|---|---|---|"]
+    for r in RULES:
+        types = ", ".join(f"`{t.split(':', 1)[1]}`" for t in r.resource_types)
+        lines.append(f"| `{r.id}` | {r.enforcement} | {r.description} | {types} | {r.fix} | {r.source} |")
+    return "\n".join(lines)

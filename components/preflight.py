@@ -468,11 +468,16 @@ def gather_facts(
     from azure.mgmt.resource.subscriptions import SubscriptionClient
 
     retry = retry or RetrySettings()
-    kwargs = _client_kwargs(cloud, retry, transport)
+
+    def kwargs() -> dict[str, Any]:
+        # A fresh policy set per client: a pipeline links its policies (`policy.next`), so one RetryPolicy
+        # shared by several clients would send their requests down the last client's pipeline.
+        return _client_kwargs(cloud, retry, transport)
+
     location = spec.location
 
     def locations() -> list[Region]:
-        with SubscriptionClient(credential, **kwargs) as client:
+        with SubscriptionClient(credential, **kwargs()) as client:
             out = []
             for loc in client.subscriptions.list_locations(subscription_id):
                 meta = getattr(loc, "metadata", None)
@@ -486,7 +491,7 @@ def gather_facts(
             return out
 
     def compute_skus() -> list[Sku]:
-        with ComputeManagementClient(credential, subscription_id, **kwargs) as client:
+        with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
             return [
                 _sku_from_model(s)
                 for s in client.resource_skus.list(filter=f"location eq '{location}'")
@@ -494,7 +499,7 @@ def gather_facts(
             ]
 
     def usages() -> list[Usage]:
-        with ComputeManagementClient(credential, subscription_id, **kwargs) as client:
+        with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
             return [
                 Usage(
                     name=u.name.value or "",
@@ -508,7 +513,7 @@ def gather_facts(
     def lustre_skus() -> list[Sku]:
         from azure.mgmt.storagecache import StorageCacheManagementClient
 
-        with StorageCacheManagementClient(credential, subscription_id, **kwargs) as client:
+        with StorageCacheManagementClient(credential, subscription_id, **kwargs()) as client:
             return [_sku_from_model(s) for s in client.skus.list()]
 
     jobs: dict[str, tuple[Callable[[], Any], str]] = {

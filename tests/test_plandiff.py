@@ -338,3 +338,20 @@ def test_every_rule_names_a_source() -> None:
 def test_validate_plan_names_the_problem(doc: Any, message: str) -> None:
     with pytest.raises(plandiff.PlanFormatError, match=re.escape(message)):
         plandiff.validate_plan(doc, "x.json")
+
+
+def test_removing_a_management_lock_is_a_warning() -> None:
+    lock = "azure-native:authorization:ManagementLockByScope"
+    base = {"schemaVersion": 1, "resources": [{"type": lock, "name": "lock", "inputs": {"level": "CanNotDelete"}}]}
+    (cons,) = plandiff.diff_plans(base, {"schemaVersion": 1, "resources": []}, "s").consequences
+    assert (cons.rule, cons.severity) == ("lock-removed", "warning")
+
+
+def test_multiline_values_are_shown_escaped() -> None:
+    assert plandiff.format_value("a\nb") == '"a\\nb"'
+
+
+def test_docs_carry_the_consequences_table() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "plan-diff.md").read_text()
+    assert plandiff.rules_table_markdown() in doc
+    assert all(f"| `{rule_id}` |" in doc for rule_id, *_ in plandiff.BUILTIN_CONSEQUENCES)

@@ -270,3 +270,8 @@ def test_policy_command_lists_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["policy", "--list"]) == 0
     out = capsys.readouterr().out
     assert all(f"{r.id} ({r.enforcement})" in out for r in policy_rules.RULES)
+
+
+def test_docs_carry_the_rules_table() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "policies.md").read_text()
+    assert policy_rules.rules_table_markdown() in doc

@@ -1,0 +1,42 @@
+# Shared by the fake node tools: the node they pretend to be and the faults they can inject.
+# NDFLEET_FAKE_FAULTS is a comma-separated list of fault names (see tests/fakes/node.py: FAULTS).
+
+fault() {
+  [[ ",${NDFLEET_FAKE_FAULTS:-}," == *",$1,"* ]]
+}
+
+# 8 x H100 SXM on an Azure ND H100 v5: nvidia-smi bus ids; the HCAs mlx5_ib0..7 sit at 0101..0108:00:00.0.
+GPU_BUSES=(00000001:00:00.0 00000002:00:00.0 00000003:00:00.0 00000008:00:00.0
+  00000009:00:00.0 0000000A:00:00.0 0000000B:00:00.0 0000000C:00:00.0)
+if fault gpu_missing; then
+  # GPU 3 fell off the bus: the driver does not list it any more.
+  GPU_BUSES=(00000001:00:00.0 00000002:00:00.0 00000003:00:00.0
+    00000009:00:00.0 0000000A:00:00.0 0000000B:00:00.0 0000000C:00:00.0)
+fi
+GPU_MODEL="${NDFLEET_FAKE_GPU_MODEL:-NVIDIA H100 80GB HBM3}"
+HCA_BDFS=(0101:00:00.0 0102:00:00.0 0103:00:00.0 0104:00:00.0 0105:00:00.0 0106:00:00.0 0107:00:00.0 0108:00:00.0)
+export GPU_BUSES GPU_MODEL HCA_BDFS
+
+# The kernel log of this boot, as journalctl -k prints it (dmesg adds its own prefix).
+kernel_lines() {
+  cat <<'LOG'
+kernel: Linux version 5.15.0-1068-azure (buildd@lcy02-amd64-052) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0) #77-Ubuntu SMP
+kernel: hv_vmbus: registering driver hv_pci
+kernel: mlx5_core 0101:00:00.0: firmware version: 28.39.2048
+kernel: mlx5_core 0101:00:00.0: 252.056 Gb/s available PCIe bandwidth (16.0 GT/s PCIe x16 link)
+kernel: nvidia-nvlink: Nvlink Core is being initialized, major device number 234
+kernel: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024
+kernel: nvidia-fs: Initializing nvidia-fs for 5.15.0-1068-azure
+kernel: NVRM: Xid (PCI:0002:00:00): 13, pid=41234, name=python, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address
+LOG
+  if fault xid79; then
+    echo "kernel: NVRM: Xid (PCI:0008:00:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+  fi
+  if fault ib_flap; then
+    local i
+    for i in 1 2 3 4 5 6 7 8; do
+      echo "kernel: mlx5_core 0104:00:00.0 ib3: lost carrier"
+      echo "kernel: mlx5_core 0104:00:00.0 ib3: carrier on"
+    done
+  fi
+}

@@ -1,0 +1,149 @@
+"""A fake ND H100 v5 node for the validator: fake tools on a hermetic PATH and a fake /sys + /proc tree.
+
+The fake tools (tests/fakes/bin) print what the real ones print on 8 x H100 + 8 x ConnectX-7; the faults in
+NDFLEET_FAKE_FAULTS make one of them misbehave. Sysroot faults change the fake tree instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+FAKES = Path(__file__).resolve().parent
+FAKE_BIN = FAKES / "bin"
+
+# What the validator itself needs from the base system (everything else must come from the fakes).
+SYSTEM_TOOLS = (
+    "bash", "env", "timeout", "awk", "grep", "head", "readlink", "hostname", "mktemp", "date", "dirname",
+    "mkdir", "rm", "mv", "sleep", "cat", "sed", "seq", "tr", "wc",
+)  # fmt: skip
+
+# Faults the fake tools inject (environment) and the ones the fake tree carries (sysroot).
+TOOL_FAULTS = frozenset(
+    "gpu_missing ecc_uncorrectable row_remap_pending nvlink_down gpu_pcie_x8 thermal nvsmi_hang ib_port_down "
+    "ib_rate_200 hca_pcie_x8 fm_inactive xid79 ib_flap nccl_low ib_bw_low h2d_low dcgm_fail".split()
+)
+SYSROOT_FAULTS = frozenset("peermem_absent ib_flap nvme_missing memory_low cpu_low lustre_unmounted".split())
+
+HCA_BDFS = [f"01{i + 1:02d}:00:00.0" for i in range(8)]
+GIB_KB = 1024 * 1024
+
+
+def build_sysroot(root: Path, mounts: Iterable[str], faults: Iterable[str] = ()) -> Path:
+    """A /proc and /sys tree of a healthy 96-vCPU ND H100 v5 node, with the given sysroot faults."""
+    faults = set(faults)
+    unknown = faults - SYSROOT_FAULTS - TOOL_FAULTS
+    assert not unknown, f"unknown faults {unknown}"
+    proc = root / "proc"
+    proc.mkdir(parents=True)
+    modules = ["nvidia_uvm 1531904 0 - Live 0x0000000000000000 (POE)"]
+    if "peermem_absent" not in faults:
+        modules.append("nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)")
+    modules += [
+        "nvidia 56623104 110 nvidia_uvm,nvidia_peermem, Live 0x0000000000000000 (POE)",
+        "mlx5_ib 471040 0 - Live 0x0000000000000000 (OE)",
+        "mlx5_core 2424832 1 mlx5_ib, Live 0x0000000000000000 (OE)",
+    ]
+    (proc / "modules").write_text("\n".join(modules) + "\n")
+    mem_gib = 1430 if "memory_low" in faults else 1866
+    (proc / "meminfo").write_text(
+        f"MemTotal:       {mem_gib * GIB_KB} kB\nMemFree:        {(mem_gib - 20) * GIB_KB} kB\n"
+        f"MemAvailable:   {(mem_gib - 25) * GIB_KB} kB\n"
+    )
+    cpus = 48 if "cpu_low" in faults else 96
+    (proc / "cpuinfo").write_text(
+        "".join(
+            f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480C\n\n"
+            for i in range(cpus)
+        )
+    )
+    lines = ["/dev/sda1 / ext4 rw,relatime,discard 0 0", "tmpfs /run tmpfs rw,nosuid,nodev,size=195338456k 0 0"]
+    for m in mounts:
+        if m == "/mnt/lustre":
+            if "lustre_unmounted" not in faults:
+                lines.append("10.50.2.4@tcp:/lustrefs /mnt/lustre lustre rw,flock,lazystatfs 0 0")
+        elif m.startswith("/mnt/blob/"):
+            lines.append(f"blobfuse2 {m} fuse rw,nosuid,nodev,relatime,user_id=0,group_id=0,allow_other 0 0")
+        else:
+            lines.append(f"/dev/md127 {m} xfs rw,noatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0")
+    (proc / "mounts").write_text("\n".join(lines) + "\n")
+
+    sys_ = root / "sys"
+    for i in range(7 if "nvme_missing" in faults else 8):
+        (sys_ / "block" / f"nvme{i}n1").mkdir(parents=True)
+    (sys_ / "block" / "sda").mkdir(parents=True)
+    for i, bdf in enumerate(HCA_BDFS):
+        dev = sys_ / "devices" / f"pci{bdf[:4]}:00" / bdf
+        dev.mkdir(parents=True)
+        ca = sys_ / "class" / "infiniband" / f"mlx5_ib{i}"
+        counters = ca / "ports" / "1" / "counters"
+        counters.mkdir(parents=True)
+        (ca / "device").symlink_to(os.path.relpath(dev, ca))
+        downed = 12 if ("ib_flap" in faults and i == 3) else 0
+        (counters / "link_downed").write_text(f"{downed}\n")
+    return root
+
+
+def hermetic_path(bindir: Path, missing: Iterable[str] = ()) -> str:
+    """A PATH with the fake tools (less `missing`) and only the base tools the validator needs."""
+    missing = set(missing)
+    bindir.mkdir(parents=True)
+    for tool in sorted(FAKE_BIN.iterdir()):
+        if tool.name not in missing:
+            (bindir / tool.name).symlink_to(tool)
+    for name in SYSTEM_TOOLS:
+        found = shutil.which(name)
+        assert found, f"base tool {name} is not installed"
+        if name not in missing:
+            (bindir / name).symlink_to(found)
+    return str(bindir)
+
+
+@dataclass
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+    report: dict | None
+
+    @property
+    def failed(self) -> set[str]:
+        assert self.report is not None, f"no report; rc={self.rc}\n{self.stdout}\n{self.stderr}"
+        return {c["id"] for c in self.report["checks"] if c["status"] == "fail"}
+
+    def check(self, check_id: str) -> dict:
+        assert self.report is not None
+        return next(c for c in self.report["checks"] if c["id"] == check_id)
+
+
+def run_validator(
+    script: Path,
+    workdir: Path,
+    level: str = "quick",
+    faults: Iterable[str] = (),
+    mounts: Iterable[str] = (),
+    missing: Iterable[str] = (),
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    timeout: float = 60,
+) -> Run:
+    faults = list(faults)
+    sysroot = build_sysroot(workdir / "root", mounts, faults)
+    path = hermetic_path(workdir / "bin", missing)
+    report = workdir / "out" / "report.json"
+    environ = {"PATH": path, "NDFLEET_SYSROOT": str(sysroot), "NDFLEET_FAKE_FAULTS": ",".join(faults), **(env or {})}
+    bash = shutil.which("bash")
+    assert bash
+    argv = [bash, str(script), *(args if args is not None else ["--level", level, "--report", str(report)])]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout, check=False)
+    seconds = time.monotonic() - t0
+    data = json.loads(report.read_text()) if report.exists() else None
+    return Run(proc.returncode, proc.stdout, proc.stderr, seconds, data)
