@@ -289,7 +289,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
 

@@ -77,11 +77,11 @@ class IbIsland(pulumi.ComponentResource):
             single_placement_group=True,
             platform_fault_domain_count=1,
             overprovision=False,
-            upgrade_policy=compute.UpgradePolicyArgs(mode="Manual"),
+            upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
             zones=zones,
             proximity_placement_group=ppg_ref,
             identity=compute.VirtualMachineScaleSetIdentityArgs(
-                type="UserAssigned",
+                type=compute.ResourceIdentityType.USER_ASSIGNED,
                 user_assigned_identities=[args.identity_id],
             ),
             automatic_repairs_policy=compute.AutomaticRepairsPolicyArgs(
@@ -102,7 +102,7 @@ class IbIsland(pulumi.ComponentResource):
                     ),
                     os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
                         create_option="FromImage",
-                        caching="ReadWrite",
+                        caching=compute.CachingTypes.READ_WRITE,
                         disk_size_gb=spec.os_disk_size_gb,
                         delete_option="Delete",
                         managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(

@@ -157,15 +157,15 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["primaryEndpoints"] = {"blob": f"https://{physical}.blob.core.windows.net/"}
         return rid, state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[Any, Any]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         if args.token == "azure-native:authorization:getClientConfig":
             return {
                 "clientId": _fake_uuid("client"),
                 "objectId": _fake_uuid("object"),
                 "subscriptionId": MOCK_SUBSCRIPTION_ID,
                 "tenantId": MOCK_TENANT_ID,
-            }
-        return {}
+            }, []
+        return {}, []
 
 
 class RecordingMonitor(MockMonitor):
@@ -233,7 +233,11 @@ def execute_program(stack: StackFile) -> ProgramRun:
     SETTINGS.outputs.clear()
     pulumi.runtime.set_all_config(stack.engine_config, list(stack.secret_keys))
     run = ProgramRun(mocks=mocks, monitor=monitor, outputs={})
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+
+    def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+
+    _sync_await(run_pulumi_func(program))
     root = pulumi.runtime.get_root_resource()
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
     run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}

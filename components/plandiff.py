@@ -626,6 +626,17 @@ def _capacity_and_island_consequences(
     return capacity, out
 
 
+def _describe(prop: PropertyChange) -> str:
+    """`path: old -> new`; for the bootstrap, how many of its lines change instead of two hashes."""
+    if prop.path.endswith("customData"):
+        lines = bootstrap_diff(prop.old, prop.new)
+        if lines:
+            added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+            removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+            return f"{prop.path}: bootstrap {added} lines added, {removed} removed"
+    return f"{prop.path}: {format_value(prop.old, prop.path)} -> {format_value(prop.new, prop.path)}"
+
+
 def consequences_for(
     changes: Sequence[ResourceChange],
     base: Mapping[str, Any] | None = None,
@@ -642,12 +653,8 @@ def consequences_for(
                     continue
                 if rule.effect == "replace":
                     replaced.add(ch.key)
-                out.append(Consequence(
-                    rule.id, rule.severity, ch.type, ch.name,
-                    f"{prop.path}: {format_value(prop.old, prop.path)} -> {format_value(prop.new, prop.path)}: "
-                    f"{rule.what}",
-                    prop.path,
-                ))
+                out.append(Consequence(rule.id, rule.severity, ch.type, ch.name,
+                                       f"{_describe(prop)}: {rule.what}", prop.path))
             if ch.type in DATA_HOLDING_TYPES and ch.old_protect and not ch.new_protect:
                 out.append(Consequence("protect-removed", "warning", ch.type, ch.name,
                                        "Pulumi protect is turned off: `pulumi up` may now delete it"))

@@ -36,12 +36,12 @@ class HealthThresholds(BaseModel):
     ib_flap_window_hours: int
     # Node validator time limits in seconds (appended by the bootstrap issue). Every check has a timeout, so a
     # hung tool fails its check instead of hanging the boot; the sum bounds the whole validation.
-    tool_timeout_s: int = 30  # each nvidia-smi / ibstat / lspci / systemctl / journalctl call
+    tool_timeout_s: int = 20  # each nvidia-smi / ibstat / lspci / systemctl / journalctl call
     nccl_allreduce_timeout_s: int = 180  # 8-GPU all_reduce_perf at nccl_allreduce_bytes (~20 s on a good node)
     ib_write_bw_timeout_s: int = 90  # all HCAs at once, GPUDirect loopback (~10 s on a good node)
     nvbandwidth_timeout_s: int = 180  # host<->device and device<->device copies (~30 s)
     dcgm_diag_timeout_s: tuple[int, int, int] = (120, 900, 1800)  # dcgmi diag -r 1 / 2 / 3
-    setup_timeout_s: int = 900  # node set-up: RAID0, fabric manager, storage mounts
+    setup_timeout_s: int = 600  # node set-up: RAID0, fabric manager, storage mounts
     fabricmanager_wait_s: int = 120  # how long set-up waits for nvidia-fabricmanager to become active
 
 

@@ -63,7 +63,7 @@ class Storage(pulumi.ComponentResource):
             location=spec.location,
             kind="StorageV2",
             sku=storage.SkuArgs(name=spec.storage.account_sku),
-            access_tier="Hot",
+            access_tier=storage.AccessTier.HOT,
             allow_blob_public_access=False,
             allow_shared_key_access=False,
             default_to_o_auth_authentication=True,
@@ -71,7 +71,9 @@ class Storage(pulumi.ComponentResource):
             enable_https_traffic_only=True,
             allow_cross_tenant_replication=False,
             public_network_access="Disabled",
-            network_rule_set=storage.NetworkRuleSetArgs(default_action="Deny", bypass="AzureServices"),
+            network_rule_set=storage.NetworkRuleSetArgs(
+                default_action=storage.DefaultAction.DENY, bypass="AzureServices"
+            ),
             tags=tags,
             opts=keep,
         )
@@ -159,7 +161,7 @@ class Storage(pulumi.ComponentResource):
                 storage_capacity_ti_b=float(lustre.capacity_tib),
                 filesystem_subnet=args.lustre_subnet_id,
                 maintenance_window=storagecache.AmlFilesystemMaintenanceWindowArgs(
-                    day_of_week="Sunday", time_of_day_utc="02:00"
+                    day_of_week=storagecache.MaintenanceDayOfWeekType.SUNDAY, time_of_day_utc="02:00"
                 ),
                 zones=[spec.zone] if spec.zone else None,
                 tags=tags,

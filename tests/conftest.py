@@ -53,7 +53,9 @@ def stack_from(config: dict[str, Any], name: str = "test") -> StackFile:
     merged: dict[str, Any] = project_defaults()
     merged.update({f"ndfleet:{k}": v for k, v in config.items() if v is not None})
     return StackFile(
-        name=name, path=Path(f"Pulumi.{name}.yaml"), engine_config={k: _engine_value(v) for k, v in merged.items()},
+        name=name,
+        path=Path(f"Pulumi.{name}.yaml"),
+        engine_config={k: _engine_value(v) for k, v in merged.items()},
         secret_keys=(),
     )
 
@@ -93,8 +95,6 @@ def dev_plan() -> Plan:
 @pytest.fixture(scope="session")
 def zonal_lustre_plan() -> Plan:
     return plan_of(
-        base_config(
-            nodes=250, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-500", "capacityTiB": 16}}
-        ),
+        base_config(nodes=250, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-500", "capacityTiB": 16}}),
         "prod",
     )

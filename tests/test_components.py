@@ -67,7 +67,10 @@ def test_scale_set_uses_the_vm_size_and_gen2_hpc_image(dev_plan: Plan) -> None:
     inputs = one(dev_plan, VMSS).inputs
     assert dig(inputs, "sku.name") == "Standard_ND96isr_H100_v5"
     assert dig(inputs, "virtualMachineProfile.storageProfile.imageReference") == {
-        "publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest",
+        "publisher": "microsoft-dsvm",
+        "offer": "ubuntu-hpc",
+        "sku": "2204",
+        "version": "latest",
     }
 
 
@@ -142,7 +145,9 @@ def test_health_extension_probes_the_node_endpoint(dev_plan: Plan) -> None:
 
 def test_automatic_repairs_replace_unhealthy_nodes(dev_plan: Plan) -> None:
     assert one(dev_plan, VMSS).inputs["automaticRepairsPolicy"] == {
-        "enabled": True, "gracePeriod": "PT30M", "repairAction": "Replace",
+        "enabled": True,
+        "gracePeriod": "PT30M",
+        "repairAction": "Replace",
     }
 
 
@@ -245,7 +250,9 @@ def test_storage_account_is_locked_down(dev_plan: Plan) -> None:
 def test_storage_account_name_is_valid_and_stable(dev_plan: Plan) -> None:
     name = one(dev_plan, ACCOUNT).inputs["accountName"]
     assert 3 <= len(name) <= 24 and name.isalnum() and name.islower()
-    assert name == one(plan_of(base_config(bastion=True, tags={"owner": "tests"}), "dev"), ACCOUNT).inputs["accountName"]
+    assert (
+        name == one(plan_of(base_config(bastion=True, tags={"owner": "tests"}), "dev"), ACCOUNT).inputs["accountName"]
+    )
 
 
 def test_storage_is_reached_through_a_private_endpoint(dev_plan: Plan) -> None:
@@ -321,7 +328,8 @@ def test_outputs_carry_storage_endpoints_and_resource_group(dev_plan: Plan) -> N
     outputs = dev_plan.outputs
     assert outputs["resourceGroupName"] == "dev-net-rg"
     assert outputs["storage"]["blobEndpoint"].startswith("https://nd") and outputs["storage"]["containers"] == [
-        "datasets", "checkpoints",
+        "datasets",
+        "checkpoints",
     ]
 
 

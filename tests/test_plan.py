@@ -71,8 +71,16 @@ def test_bad_config_exits_1_with_the_message_and_no_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "Pulumi.bad.yaml"
-    path.write_text(yaml.safe_dump({"config": {**{f"ndfleet:{k}": v for k, v in base_config().items()},
-                                               "ndfleet:vnetAddressSpace": "172.16.0.0/16"}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    **{f"ndfleet:{k}": v for k, v in base_config().items()},
+                    "ndfleet:vnetAddressSpace": "172.16.0.0/16",
+                }
+            }
+        )
+    )
     assert main(["plan", "--stack-file", str(path)]) == 1
     captured = capsys.readouterr()
     assert "ndfleet:vnetAddressSpace = '172.16.0.0/16': overlaps 172.16.0.0/16" in captured.err

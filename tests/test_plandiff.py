@@ -355,3 +355,10 @@ def test_docs_carry_the_consequences_table() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "plan-diff.md").read_text()
     assert plandiff.rules_table_markdown() in doc
     assert all(f"| `{rule_id}` |" in doc for rule_id, *_ in plandiff.BUILTIN_CONSEQUENCES)
+
+
+def test_bootstrap_consequence_counts_changed_lines(base: dict[str, Any], head: dict[str, Any]) -> None:
+    text = bootstrap_text(head).replace("NCCL_IGNORE_CPU_AFFINITY=1", "NCCL_IGNORE_CPU_AFFINITY=0") + "bootcmd: []\n"
+    vmss_inputs(head)["virtualMachineProfile"]["osProfile"]["customData"] = encode_bootstrap(text)
+    (cons,) = plandiff.diff_plans(base, head).consequences
+    assert "bootstrap 2 lines added, 1 removed" in cons.message

@@ -71,7 +71,8 @@ def test_markdown_leaves_details_out_when_too_long() -> None:
 
 
 def test_markdown_shows_every_stack() -> None:
-    md = plandiff.render_markdown(plandiff.diff_stacks({"dev": load(), "old": load()}, {"dev": modified(), "new": load()}))
+    diffs = plandiff.diff_stacks({"dev": load(), "old": load()}, {"dev": modified(), "new": load()})
+    md = plandiff.render_markdown(diffs)
     assert "### Stack `dev`: 0 to create, 1 to update" in md
     assert "### Stack `new`: new stack" in md and "### Stack `old`: stack removed" in md
 

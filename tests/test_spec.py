@@ -70,8 +70,11 @@ def test_subnets_do_not_overlap_each_other() -> None:
     import ipaddress
 
     spec = spec_of(nodes=500, bastion=True, storage={"lustre": {"capacityTiB": 16}})
-    nets = [ipaddress.IPv4Network(s.cidr) for s in (spec.network.compute, spec.network.storage,
-                                                    spec.network.lustre, spec.network.bastion) if s]
+    nets = [
+        ipaddress.IPv4Network(s.cidr)
+        for s in (spec.network.compute, spec.network.storage, spec.network.lustre, spec.network.bastion)
+        if s
+    ]
     assert len(nets) == 4
     for i, a in enumerate(nets):
         for b in nets[i + 1 :]:
@@ -80,7 +83,12 @@ def test_subnets_do_not_overlap_each_other() -> None:
 
 def test_default_image_is_the_ubuntu_hpc_gen2_image() -> None:
     image = spec_of().image
-    assert (image.publisher, image.offer, image.sku, image.version) == ("microsoft-dsvm", "ubuntu-hpc", "2204", "latest")
+    assert (image.publisher, image.offer, image.sku, image.version) == (
+        "microsoft-dsvm",
+        "ubuntu-hpc",
+        "2204",
+        "latest",
+    )
 
 
 BAD_CONFIGS = [
@@ -89,24 +97,35 @@ BAD_CONFIGS = [
     ({"vnetAddressSpace": "10.0.0.300/16"}, "ndfleet:vnetAddressSpace = '10.0.0.300/16': must be an IPv4 network"),
     ({"sshPublicKey": "ssh-rsa AAAA"}, "ndfleet:sshPublicKey = 'ssh-rsa AAAA': the key body is not valid base64"),
     ({"sshPublicKey": "not a key"}, "ndfleet:sshPublicKey = 'not a key': key type 'not' is not accepted"),
-    ({"vmSize": "Standard_ND96asr_v4"}, "ndfleet:vmSize = 'Standard_ND96asr_v4': unsupported VM size; valid: "
-     "Standard_ND96isr_H100_v5, Standard_ND96isr_H200_v5"),
+    (
+        {"vmSize": "Standard_ND96asr_v4"},
+        "ndfleet:vmSize = 'Standard_ND96asr_v4': unsupported VM size; valid: "
+        "Standard_ND96isr_H100_v5, Standard_ND96isr_H200_v5",
+    ),
     ({"nodes": 0}, "ndfleet:nodes = 0: input should be greater than or equal to 1"),
     ({"maxNodesPerIsland": 301}, "ndfleet:maxNodesPerIsland = 301: input should be less than or equal to 300"),
     ({"islands": [{"name": "a", "nodes": 1}]}, "set exactly one: 'nodes'"),
     ({"nodes": None}, "set exactly one: 'nodes'"),
-    ({"nodes": None, "islands": [{"name": "a", "nodes": 150}]},
-     "ndfleet:islands[0].nodes = 150: an InfiniBand island is one scale set"),
-    ({"nodes": None, "islands": [{"name": "a", "nodes": 1}, {"name": "a", "nodes": 2}]},
-     "ndfleet:islands[1].name = 'a': island names must be unique"),
+    (
+        {"nodes": None, "islands": [{"name": "a", "nodes": 150}]},
+        "ndfleet:islands[0].nodes = 150: an InfiniBand island is one scale set",
+    ),
+    (
+        {"nodes": None, "islands": [{"name": "a", "nodes": 1}, {"name": "a", "nodes": 2}]},
+        "ndfleet:islands[1].name = 'a': island names must be unique",
+    ),
     ({"nodes": None, "islands": [{"name": "Bad_Name", "nodes": 1}]}, "ndfleet:islands[0].name = 'Bad_Name'"),
     ({"zone": "4"}, "ndfleet:zone = '4': input should be '1', '2' or '3'"),
     ({"priority": "Low"}, "ndfleet:priority = 'Low': input should be 'Regular' or 'Spot'"),
     ({"adminUsername": "root"}, "ndfleet:adminUsername = 'root': is reserved by Azure"),
-    ({"storage": {"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 12}}},
-     "ndfleet:storage.lustre.capacityTiB = 12: AMLFS-Durable-Premium-250 takes 8 to 128 TiB in steps of 8"),
-    ({"storage": {"lustre": {"sku": "Premium-9000", "capacityTiB": 8}}},
-     "ndfleet:storage.lustre.sku = 'Premium-9000': unknown Managed Lustre SKU"),
+    (
+        {"storage": {"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 12}}},
+        "ndfleet:storage.lustre.capacityTiB = 12: AMLFS-Durable-Premium-250 takes 8 to 128 TiB in steps of 8",
+    ),
+    (
+        {"storage": {"lustre": {"sku": "Premium-9000", "capacityTiB": 8}}},
+        "ndfleet:storage.lustre.sku = 'Premium-9000': unknown Managed Lustre SKU",
+    ),
     ({"storage": {"softDeleteDays": 0}}, "ndfleet:storage.softDeleteDays = 0"),
     ({"health": {"repairAction": "Delete"}}, "ndfleet:health.repairAction = 'Delete': input should be 'Replace'"),
     ({"health": {"repairGracePeriodMinutes": 5}}, "ndfleet:health.repairGracePeriodMinutes = 5"),

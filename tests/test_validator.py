@@ -51,7 +51,11 @@ FAULTS = {
         "GPU 2 (00000003:00:00.0): 1 volatile / 1 aggregate uncorrectable DRAM ECC errors, limit 0",
     ),
     "xid79": ("quick", "gpu.xid", "Xid 79 on PCI:0008:00:00 (GPU 3): "),
-    "gpu_pcie_x8": ("quick", "gpu.pcie", "GPU 5 (0000000A:00:00.0): PCIe link x8 (x16 possible), gen 5 max; expected gen 5 x16"),
+    "gpu_pcie_x8": (
+        "quick",
+        "gpu.pcie",
+        "GPU 5 (0000000A:00:00.0): PCIe link x8 (x16 possible), gen 5 max; expected gen 5 x16",
+    ),
     "hca_pcie_x8": ("quick", "ib.pcie", "mlx5_ib6 (0107:00:00.0): PCIe link 32GT/s x8, expected 32GT/s x16"),
     "nvlink_down": ("quick", "gpu.nvlink", "GPU 2 (00000003:00:00.0): 17 of 18 NVLinks up; down: 7"),
     "thermal": ("quick", "gpu.throttle", "GPU 6 (0000000B:00:00.0): HW thermal slowdown active"),
@@ -76,7 +80,9 @@ SCENARIOS: dict[str, Scenario] = {
     "dmesg_instead_of_journal": Scenario(faults=("xid79",), missing=("journalctl",)),
     "bad_level": Scenario(args=("--level", "thorough", "--report", "REPORT")),
     "no_report_path": Scenario(args=("--level", "quick")),
-    "h200_healthy": Scenario(script="h200", level="full", mounts=tuple(H200_MOUNTS), env={"NDFLEET_FAKE_GPU_MODEL": "NVIDIA H200"}),
+    "h200_healthy": Scenario(
+        script="h200", level="full", mounts=tuple(H200_MOUNTS), env={"NDFLEET_FAKE_GPU_MODEL": "NVIDIA H200"}
+    ),
     "h200_sees_h100s": Scenario(script="h200", mounts=tuple(H200_MOUNTS)),
 }
 
@@ -165,7 +171,8 @@ def test_one_journal_line_per_check(runs):
 
 def test_healthy_runtime_on_the_fake_node(runs):
     r = runs["healthy_full"]
-    print(f"full validation on the fake node: {r.seconds:.2f} s wall, report says {r.report and r.report['duration_s']} s")
+    reported = r.report and r.report["duration_s"]
+    print(f"full validation on the fake node: {r.seconds:.2f} s wall, report says {reported} s")
     assert r.seconds < 20
 
 

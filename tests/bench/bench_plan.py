@@ -35,7 +35,9 @@ def measure(path: Path) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run(
         [sys.executable, "-m", "components.cli", "plan", "--stack-file", str(path), "--format", "json"],
-        cwd=REPO, check=True, stdout=subprocess.DEVNULL,
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     wall = time.perf_counter() - start
     # ru_maxrss of children is the maximum over all children so far (KiB on Linux); sizes run small to large.
@@ -54,8 +56,10 @@ def main() -> int:
             runs = [measure(path) for _ in range(args.runs)]
             walls = [w for w, _ in runs]
             islands = -(-nodes // 100)
-            print(f"{nodes:>6} {islands:>7} {nodes * 8:>6} {min(walls):>7.2f} {statistics.median(walls):>8.2f} "
-                  f"{max(p for _, p in runs):>8.0f}")
+            print(
+                f"{nodes:>6} {islands:>7} {nodes * 8:>6} {min(walls):>7.2f} {statistics.median(walls):>8.2f} "
+                f"{max(p for _, p in runs):>8.0f}"
+            )
     return 0
 
 

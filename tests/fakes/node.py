@@ -138,7 +138,13 @@ def run_validator(
     sysroot = build_sysroot(workdir / "root", mounts, faults)
     path = hermetic_path(workdir / "bin", missing)
     report = workdir / "out" / "report.json"
-    environ = {"PATH": path, "NDFLEET_SYSROOT": str(sysroot), "NDFLEET_FAKE_FAULTS": ",".join(faults), **(env or {})}
+    environ = {
+        "PATH": path,
+        "NDFLEET_SYSROOT": str(sysroot),
+        "NDFLEET_FAKES": str(FAKES),
+        "NDFLEET_FAKE_FAULTS": ",".join(faults),
+        **(env or {}),
+    }
     bash = shutil.which("bash")
     assert bash
     argv = [bash, str(script), *(args if args is not None else ["--level", level, "--report", str(report)])]

@@ -1,6 +1,13 @@
 # Shared by the fake node tools: the node they pretend to be and the faults they can inject.
 # NDFLEET_FAKE_FAULTS is a comma-separated list of fault names (see tests/fakes/node.py: FAULTS).
 
+# out <<EOF: print a here-document without starting cat.
+out() {
+  local text
+  IFS= read -r -d '' text || true
+  printf '%s' "$text"
+}
+
 fault() {
   [[ ",${NDFLEET_FAKE_FAULTS:-}," == *",$1,"* ]]
 }
@@ -19,7 +26,7 @@ export GPU_BUSES GPU_MODEL HCA_BDFS
 
 # The kernel log of this boot, as journalctl -k prints it (dmesg adds its own prefix).
 kernel_lines() {
-  cat <<'LOG'
+  out <<'LOG'
 kernel: Linux version 5.15.0-1068-azure (buildd@lcy02-amd64-052) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0) #77-Ubuntu SMP
 kernel: hv_vmbus: registering driver hv_pci
 kernel: mlx5_core 0101:00:00.0: firmware version: 28.39.2048

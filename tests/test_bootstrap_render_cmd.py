@@ -1,0 +1,66 @@
+"""`ndfleet render`: the bootstrap of a stack, written as files."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+
+from components.bootstrap import render_bootstrap
+from components.cli import main
+from components.config import load_spec
+from components.stackfile import load_stack
+
+SCRIPTS = ("validate-node", "ndfleet-setup", "ndfleet-health")
+UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")
+
+
+def test_single_island_stack_writes_every_file(tmp_path):
+    assert main(["render", "--stack", "dev", "--out", str(tmp_path)]) == 0
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"user-data", "custom-data.b64", "nccl.conf", *SCRIPTS, *UNITS}
+
+
+def test_written_files_are_the_rendered_ones(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    spec = load_spec(load_stack("dev").ndfleet_config, "dev")
+    rendered = render_bootstrap(spec, spec.islands[0])
+    assert {n: (tmp_path / n).read_text() for n in rendered.files} == rendered.files
+
+
+def test_custom_data_file_decodes_to_the_user_data(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    decoded = gzip.decompress(base64.b64decode((tmp_path / "custom-data.b64").read_text())).decode()
+    assert decoded == (tmp_path / "user-data").read_text()
+
+
+def test_scripts_are_executable(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    assert all((tmp_path / s).stat().st_mode & 0o111 for s in SCRIPTS)
+
+
+def test_islands_that_differ_get_their_own_folder(tmp_path):
+    assert main(["render", "--stack", "prod", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ib00", "ib01", "ib02"]
+    assert (tmp_path / "ib02" / "validate-node").exists()
+
+
+def test_output_says_what_was_written(tmp_path, capsys):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"island ib00: 10 files in {tmp_path}/" in out
+    assert "customData" in out and "validate-node" in out
+
+
+def test_bad_config_exits_1_with_the_spec_message(tmp_path, capsys):
+    stack_file = tmp_path / "Pulumi.broken.yaml"
+    stack_file.write_text("config:\n  ndfleet:location: eastus\n  ndfleet:nodes: 0\n")
+    assert main(["render", "--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "ndfleet:nodes" in err and "ndfleet:sshPublicKey is required" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_stack_exits_1(tmp_path, capsys):
+    assert main(["render", "--stack", "no-such-stack", "--out", str(tmp_path)]) == 1
+    assert "no-such-stack" in capsys.readouterr().err
