@@ -15,6 +15,20 @@ import pulumi_azure_native.resources as resources
 from components.config import ClusterSpec
 
 
+def _inbound_rule(name: str, priority: int, access: str, source: str, destination: str) -> network.SecurityRuleArgs:
+    return network.SecurityRuleArgs(
+        name=name,
+        priority=priority,
+        direction="Inbound",
+        access=access,
+        protocol="*",
+        source_address_prefix=source,
+        source_port_range="*",
+        destination_address_prefix=destination,
+        destination_port_range="*",
+    )
+
+
 @dataclass(frozen=True)
 class NetworkArgs:
     spec: ClusterSpec
@@ -48,41 +62,11 @@ class Network(pulumi.ComponentResource):
             location=spec.location,
             security_rules=[
                 # Node-to-node (NCCL bootstrap over TCP, Slurm, NFS, Lustre 988/1019-1023) stays inside the VNet.
-                network.SecurityRuleArgs(
-                    name="allow-vnet-inbound",
-                    priority=100,
-                    direction="Inbound",
-                    access="Allow",
-                    protocol="*",
-                    source_address_prefix="VirtualNetwork",
-                    source_port_range="*",
-                    destination_address_prefix="VirtualNetwork",
-                    destination_port_range="*",
-                ),
+                _inbound_rule("allow-vnet-inbound", 100, "Allow", "VirtualNetwork", "VirtualNetwork"),
                 # Azure's health probes (Application Health extension, load balancers) come from this tag.
-                network.SecurityRuleArgs(
-                    name="allow-azure-lb-inbound",
-                    priority=110,
-                    direction="Inbound",
-                    access="Allow",
-                    protocol="*",
-                    source_address_prefix="AzureLoadBalancer",
-                    source_port_range="*",
-                    destination_address_prefix="*",
-                    destination_port_range="*",
-                ),
+                _inbound_rule("allow-azure-lb-inbound", 110, "Allow", "AzureLoadBalancer", "*"),
                 # Explicit, so a later broad allow rule added by hand cannot silently open the nodes.
-                network.SecurityRuleArgs(
-                    name="deny-internet-inbound",
-                    priority=4000,
-                    direction="Inbound",
-                    access="Deny",
-                    protocol="*",
-                    source_address_prefix="Internet",
-                    source_port_range="*",
-                    destination_address_prefix="*",
-                    destination_port_range="*",
-                ),
+                _inbound_rule("deny-internet-inbound", 4000, "Deny", "Internet", "*"),
             ],
             tags=tags,
             opts=child,

@@ -30,6 +30,20 @@ def storage_account_name(prefix: str, subscription_id: str, stack: str) -> str:
     return f"nd{stem}{digest}"
 
 
+def _cannot_delete_lock(
+    name: str, scope: pulumi.Input[str], holds: str, opts: pulumi.ResourceOptions
+) -> authorization.ManagementLockByScope:
+    """Azure refuses to delete what this locks, whoever asks: Pulumi's `protect` only guards Pulumi."""
+    return authorization.ManagementLockByScope(
+        name,
+        scope=scope,
+        lock_name="ndfleet-data-cannot-delete",
+        level="CanNotDelete",
+        notes=f"Holds {holds}; remove this lock deliberately before deleting.",
+        opts=opts,
+    )
+
+
 @dataclass(frozen=True)
 class StorageArgs:
     spec: ClusterSpec
@@ -98,14 +112,7 @@ class Storage(pulumi.ComponentResource):
                 public_access=storage.PublicAccess.NONE,
                 opts=keep,
             )
-        authorization.ManagementLockByScope(
-            f"{name}-account-lock",
-            scope=account.id,
-            lock_name="ndfleet-data-cannot-delete",
-            level="CanNotDelete",
-            notes="Holds training data and checkpoints; remove this lock deliberately before deleting.",
-            opts=child,
-        )
+        _cannot_delete_lock(f"{name}-account-lock", account.id, "training data and checkpoints", child)
 
         # Private endpoint: the account is reachable from inside the VNet only.
         endpoint = network.PrivateEndpoint(
@@ -167,14 +174,7 @@ class Storage(pulumi.ComponentResource):
                 tags=tags,
                 opts=keep,
             )
-            authorization.ManagementLockByScope(
-                f"{name}-lustre-lock",
-                scope=fs.id,
-                lock_name="ndfleet-data-cannot-delete",
-                level="CanNotDelete",
-                notes="Holds training data; remove this lock deliberately before deleting.",
-                opts=child,
-            )
+            _cannot_delete_lock(f"{name}-lustre-lock", fs.id, "training data", child)
             self.lustre_mgs_address = fs.client_info.apply(lambda info: info.mgs_address if info else "")
 
         self.account_id = account.id
