@@ -71,6 +71,7 @@ class Cluster(pulumi.ComponentResource):
                     resource_group_name=net.resource_group_name,
                     subnet_id=net.compute_subnet_id,
                     identity_id=identity.id,
+                    identity_client_id=identity.client_id,
                     storage_account_name=store.account_name,
                     lustre_mgs_address=store.lustre_mgs_address,
                 ),

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.compute as compute
 
-from components.bootstrap import HEALTH_PATH, render_bootstrap
+from components.bootstrap import (
+    HEALTH_PATH,
+    TAG_IDENTITY_CLIENT_ID,
+    TAG_LUSTRE_MGS,
+    TAG_STORAGE_ACCOUNT,
+    render_bootstrap,
+)
 from components.config import ClusterSpec, IslandSpec
 
-# Tags a node reads from the instance metadata service at boot, for values only known after deployment.
 TAG_ISLAND = "ndfleet:island"
-TAG_STORAGE_ACCOUNT = "ndfleet:storage-account"
-TAG_LUSTRE_MGS = "ndfleet:lustre-mgs"
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class IbIslandArgs:
     resource_group_name: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     identity_id: pulumi.Input[str]
+    identity_client_id: pulumi.Input[str]
     storage_account_name: pulumi.Input[str]
     lustre_mgs_address: pulumi.Input[str] | None
 
@@ -42,10 +46,13 @@ class IbIsland(pulumi.ComponentResource):
         super().__init__("ndfleet:cluster:IbIsland", name, None, opts)
         spec, island, profile = args.spec, args.island, args.spec.profile
         zones = [spec.zone] if spec.zone else None
+        # Values only known after deployment reach the node through its scale set's tags, which it reads from
+        # the instance metadata service at boot: customData stays deterministic and holds no secrets.
         tags: dict[str, pulumi.Input[str]] = {
             **spec.tags,
             TAG_ISLAND: island.name,
             TAG_STORAGE_ACCOUNT: args.storage_account_name,
+            TAG_IDENTITY_CLIENT_ID: args.identity_client_id,
         }
         if args.lustre_mgs_address is not None:
             tags[TAG_LUSTRE_MGS] = args.lustre_mgs_address

@@ -18,8 +18,16 @@ def spec_from_stack() -> ClusterSpec:
 
 
 def deploy(spec: ClusterSpec) -> Cluster:
-    from components.bootstrap import BootstrapTooLarge
+    from components.bootstrap import BootstrapTooLarge, validation_budget_s
 
+    budget = validation_budget_s(spec)
+    if spec.health.probe_grace_period_seconds < budget:
+        # Azure would count a node still validating as unhealthy and repair it in a loop.
+        raise ProgramError(
+            f"ndfleet:health.probeGracePeriodSeconds = {spec.health.probe_grace_period_seconds}: shorter than the "
+            f"node's worst-case set-up and validation ({budget} s at validationLevel "
+            f"{spec.health.validation_level!r}, dcgmLevel {spec.health.dcgm_level}); set it to at least {budget}"
+        )
     for warning in spec.warnings:
         pulumi.log.warn(warning)
     try:

@@ -340,3 +340,32 @@ def test_slurm_topology_has_one_switch_per_island(zonal_lustre_plan: Plan) -> No
         "SwitchName=ib01 Nodes=prod-ib01-[000000-00002r]",
         "SwitchName=ib02 Nodes=prod-ib02-[000000-00001d]",
     ]
+
+
+def test_health_grace_period_outlasts_setup_and_full_validation(dev_plan: Plan) -> None:
+    from components.bootstrap import validation_budget_s
+
+    extension = dig(one(dev_plan, VMSS).inputs, "virtualMachineProfile.extensionProfile.extensions.0")
+    assert extension["settings"]["gracePeriod"] >= validation_budget_s(dev_plan.spec)
+
+
+def test_grace_period_shorter_than_validation_is_refused_before_any_resource() -> None:
+    import pulumi
+    import pytest
+
+    from components.plan import execute_program
+    from tests.conftest import stack_from
+
+    stack = stack_from(base_config(health={"dcgmLevel": 3, "probeGracePeriodSeconds": 600}))
+    with pytest.raises(pulumi.RunError, match=r"ndfleet:health.probeGracePeriodSeconds = 600: shorter than"):
+        execute_program(stack)
+    from pulumi.runtime.settings import get_monitor
+
+    assert get_monitor().order == []  # type: ignore[attr-defined]
+
+
+def test_node_identity_client_id_reaches_the_node_through_tags(dev_plan: Plan) -> None:
+    tags = one(dev_plan, VMSS).inputs["tags"]
+    identity = one(dev_plan, IDENTITY)
+    assert tags["ndfleet:storage-account"] == one(dev_plan, ACCOUNT).inputs["accountName"]
+    assert tags["ndfleet:identity-client-id"] and identity.name
