@@ -381,7 +381,7 @@ def _known_keys(model: type[BaseModel]) -> list[str]:
 def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
     """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError."""
     try:
-        config = StackConfig.model_validate(dict(raw))
+        config = StackConfig.model_validate(_typed_scalars(raw))
     except ValidationError as e:
         problems = []
         for err in e.errors():
@@ -396,6 +396,29 @@ def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
                 problems.append(f"{path} = {_show(err['input'])}: {_friendly(err)}")
         raise SpecError(problems) from None
     return build_spec(config, stack)
+
+
+_NUMERIC_OR_BOOL = (int, float, bool)
+
+
+def _typed_scalars(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine hands scalars over as strings ("301", "true"); give number and boolean keys their JSON value,
+    so validation sees (and error messages show) the value as the user wrote it. String keys stay strings:
+    `zone: "2"` must not become the number 2."""
+    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        field = fields.get(key)
+        if field is not None and isinstance(value, str):
+            args = getattr(field.annotation, "__args__", (field.annotation,))
+            if all(a in _NUMERIC_OR_BOOL or a is type(None) for a in args):
+                try:
+                    parsed = json.loads(value)
+                except json.JSONDecodeError:
+                    parsed = value
+                value = parsed if isinstance(parsed, _NUMERIC_OR_BOOL) else value
+        out[key] = value
+    return out
 
 
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel]:

@@ -128,3 +128,11 @@ def test_project_file_declares_runtime_and_stack_dir() -> None:
 def test_large_plan_has_thirteen_scale_sets() -> None:
     plan = run_plan(stack_from(base_config(nodes=1280)))
     assert len(of_type(plan, VMSS)) == 13
+
+
+@pytest.mark.parametrize("command", ["plan", "diff", "policy", "render", "preflight"])
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert f"usage: ndfleet {command}" in capsys.readouterr().out

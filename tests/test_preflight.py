@@ -547,7 +547,7 @@ def test_unknown_cloud_name_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_invalid_stack_is_exit_2_with_the_spec_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = preflight_run(capsys, stack_file(tmp_path, nodes=0), arm(), fmt="table")
     assert run.code == 2
-    assert "ndfleet:nodes = '0': input should be greater than or equal to 1" in run.err
+    assert "ndfleet:nodes = 0: input should be greater than or equal to 1" in run.err
     assert run.transport.requests == []
 
 

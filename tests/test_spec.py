@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
 import pytest
 
 from components.config import SpecError, load_spec, split_islands
-from tests.conftest import base_config, dev_ssh_key
+from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
 def spec_of(**overrides: Any):
@@ -143,6 +144,19 @@ BAD_CONFIGS = [
 def test_bad_configuration_names_the_setting(overrides: dict[str, Any], message: str) -> None:
     config = {k: v for k, v in base_config(**overrides).items() if v is not None}
     assert message in problems_of(config)
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_CONFIGS, ids=[m[:40] for _, m in BAD_CONFIGS])
+def test_bad_configuration_stops_the_program_before_any_resource(overrides: dict[str, Any], message: str) -> None:
+    """The real program (`__main__.py`, as `pulumi up` runs it) fails with the message and registers nothing."""
+    from pulumi.runtime.settings import get_monitor
+
+    from components.plan import execute_program
+
+    with pytest.raises(pulumi.RunError) as info:
+        execute_program(stack_from(base_config(**overrides)))
+    assert message in str(info.value)
+    assert get_monitor().order == []  # type: ignore[attr-defined]
 
 
 def test_missing_ssh_key_is_reported_as_required() -> None:
