@@ -136,3 +136,26 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[s
         main([command, "--help"])
     assert info.value.code == 0
     assert f"usage: ndfleet {command}" in capsys.readouterr().out
+
+
+def test_preflight_setting_never_calls_azure_under_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import components.preflight as preflight
+
+    calls: list[object] = []
+    monkeypatch.setattr(preflight, "enforce_preflight", lambda spec: calls.append(spec))
+    plan = run_plan(stack_from(base_config(preflight=True)))
+    assert plan.spec.preflight is True and calls == []
+
+
+def test_preflight_runs_first_outside_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import components.preflight as preflight
+    import components.program as program
+    from components.config import load_spec
+
+    def refuse(spec: object) -> None:
+        raise preflight.PreflightFailed("quota: 192 vCPUs missing", 1)
+
+    monkeypatch.setattr(preflight, "enforce_preflight", refuse)
+    monkeypatch.setattr(program, "under_mocks", lambda: False)
+    with pytest.raises(program.ProgramError, match="192 vCPUs missing"):
+        program.run_preflight_if_enabled(load_spec(base_config(preflight=True), "test"))
