@@ -72,17 +72,21 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
-        nat_ip = network.PublicIPAddress(
-            f"{name}-nat-ip",
-            resource_group_name=rg_name,
-            location=spec.location,
-            sku=network.PublicIPAddressSkuArgs(name="Standard", tier="Regional"),
-            public_ip_allocation_method="Static",
-            public_ip_address_version="IPv4",
-            zones=zones,
-            tags=tags,
-            opts=child,
-        )
+        def static_ip(ip_name: str) -> network.PublicIPAddress:
+            # Standard SKU, static: what NAT gateways and Bastion require; never attached to a node.
+            return network.PublicIPAddress(
+                ip_name,
+                resource_group_name=rg_name,
+                location=spec.location,
+                sku=network.PublicIPAddressSkuArgs(name="Standard", tier="Regional"),
+                public_ip_allocation_method="Static",
+                public_ip_address_version="IPv4",
+                zones=zones,
+                tags=tags,
+                opts=child,
+            )
+
+        nat_ip = static_ip(f"{name}-nat-ip")
         nat = network.NatGateway(
             f"{name}-nat",
             resource_group_name=rg_name,
@@ -145,16 +149,7 @@ class Network(pulumi.ComponentResource):
             bastion_subnet = subnet(
                 "AzureBastionSubnet", spec.network.bastion.cidr, nsg_id=None, nat_id=None, depends=[last]
             )
-            bastion_ip = network.PublicIPAddress(
-                f"{name}-bastion-ip",
-                resource_group_name=rg_name,
-                location=spec.location,
-                sku=network.PublicIPAddressSkuArgs(name="Standard", tier="Regional"),
-                public_ip_allocation_method="Static",
-                zones=zones,
-                tags=tags,
-                opts=child,
-            )
+            bastion_ip = static_ip(f"{name}-bastion-ip")
             bastion = network.BastionHost(
                 f"{name}-bastion",
                 resource_group_name=rg_name,
