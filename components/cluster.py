@@ -80,7 +80,6 @@ class Cluster(pulumi.ComponentResource):
             for island in spec.islands
         ]
 
-        self.resource_group_name = net.resource_group_name
         self.outputs: dict[str, pulumi.Input[object]] = {
             "resourceGroupName": net.resource_group_name,
             "islands": {

@@ -16,7 +16,7 @@ import math
 import re
 import struct
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -325,24 +325,47 @@ class ClusterSpec(_Model):
 # Reading configuration
 
 
-def parse_config_value(value: Any) -> Any:
-    """Pulumi hands the program every config value as a string; structured values arrive as JSON."""
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
+_NUMERIC_OR_BOOL = (int, float, bool)
+
+
+def from_engine(engine_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The `ndfleet:*` keys of config in the engine's form, namespace stripped, as the values the user wrote.
+
+    Pulumi hands a program every config value as a string: structured values JSON-encoded, scalars as text
+    ("301", "true"). Structured values are decoded, and number and boolean keys get their JSON value, so
+    validation sees (and error messages show) what the stack file says. String keys stay strings: `zone: "2"`
+    must not become the number 2.
+    """
+    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}
+    prefix = NAMESPACE + ":"
+    out: dict[str, Any] = {}
+    for full_key, value in engine_config.items():
+        if not full_key.startswith(prefix):
+            continue
+        key = full_key[len(prefix) :]
+        if isinstance(value, str):
+            field = fields.get(key)
+            numeric = field is not None and all(
+                a in _NUMERIC_OR_BOOL or a is type(None) for a in get_args(field.annotation) or (field.annotation,)
+            )
+            if value[:1] in ("{", "[") or numeric:
+                try:
+                    parsed = json.loads(value)
+                except json.JSONDecodeError:
+                    parsed = value
+                if not numeric or isinstance(parsed, _NUMERIC_OR_BOOL):
+                    value = parsed
+        out[key] = value
+    return out
 
 
 def read_pulumi_config() -> dict[str, Any]:
-    """All `ndfleet:*` keys of the running stack (Pulumi CLI or mock runtime), namespace stripped."""
+    """All `ndfleet:*` keys of the running stack (Pulumi CLI or mock runtime), as `from_engine` gives them."""
     from pulumi.runtime import config as runtime_config
 
     merged: dict[str, Any] = dict(runtime_config.get_config_env())
     merged.update(runtime_config.CONFIG.get())
-    prefix = NAMESPACE + ":"
-    return {k[len(prefix) :]: parse_config_value(v) for k, v in merged.items() if k.startswith(prefix)}
+    return from_engine(merged)
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -359,12 +382,7 @@ def _friendly(err: Mapping[str, Any]) -> str:
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    kind = err["type"]
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return "is not a known setting"
-    if kind == "string_pattern_mismatch":
+    if err["type"] == "string_pattern_mismatch":
         return f"does not match the allowed form {err['ctx']['pattern']}"
     return msg[0].lower() + msg[1:] if msg else msg
 
@@ -381,7 +399,7 @@ def _known_keys(model: type[BaseModel]) -> list[str]:
 def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
     """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError."""
     try:
-        config = StackConfig.model_validate(_typed_scalars(raw))
+        config = StackConfig.model_validate(dict(raw))
     except ValidationError as e:
         problems = []
         for err in e.errors():
@@ -398,41 +416,25 @@ def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
     return build_spec(config, stack)
 
 
-_NUMERIC_OR_BOOL = (int, float, bool)
-
-
-def _typed_scalars(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine hands scalars over as strings ("301", "true"); give number and boolean keys their JSON value,
-    so validation sees (and error messages show) the value as the user wrote it. String keys stay strings:
-    `zone: "2"` must not become the number 2."""
-    fields = {f.alias or n: f for n, f in StackConfig.model_fields.items()}
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        field = fields.get(key)
-        if field is not None and isinstance(value, str):
-            args = getattr(field.annotation, "__args__", (field.annotation,))
-            if all(a in _NUMERIC_OR_BOOL or a is type(None) for a in args):
-                try:
-                    parsed = json.loads(value)
-                except json.JSONDecodeError:
-                    parsed = value
-                value = parsed if isinstance(parsed, _NUMERIC_OR_BOOL) else value
-        out[key] = value
-    return out
-
-
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel]:
+    """The model a validation error's location points into (`storage.lustre` -> LustreConfig)."""
     model: type[BaseModel] = StackConfig
     for part in loc:
         if isinstance(part, int):
             continue
         field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
-        if field is None:
+        nested = _models_in(field.annotation) if field is not None else []
+        if not nested:
             break
-        for candidate in (IslandConfig, LustreConfig, StorageConfig, HealthConfig):
-            if candidate.__name__ in str(field.annotation):
-                model = candidate
+        model = nested[0]
     return model
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The BaseModel classes inside an annotation such as `list[IslandConfig] | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def split_islands(nodes: int, max_per_island: int) -> list[int]:
@@ -562,9 +564,6 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
         problems.append(f"{NAMESPACE}:spotMaxPrice = {config.spot_max_price}: use -1 (up to on-demand) or a price > 0")
     if config.priority == "Spot":
         warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
-    if config.zone is not None and config.proximity_placement_group:
-        pass  # a PPG with one zone is fine; PPGs only break across several zones, which a stack cannot set.
-
     reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")

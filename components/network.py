@@ -171,7 +171,6 @@ class Network(pulumi.ComponentResource):
             self.bastion_host_name = bastion.name
 
         self.vnet_id = vnet.id
-        self.vnet_name = vnet.name
         self.compute_subnet_id = compute_subnet.id
         self.storage_subnet_id = storage_subnet.id
         self.nat_public_ip = nat_ip.ip_address

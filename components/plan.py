@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import runpy
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -26,7 +25,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.config import ClusterSpec, SpecError, load_spec
-from components.stackfile import REPO_ROOT, StackFile, StackFileError, load_stack
+from components.stackfile import REPO_ROOT, StackFile, StackFileError, add_stack_arguments, load_stack
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -77,7 +76,6 @@ class Plan:
     spec: ClusterSpec
     resources: list[PlannedResource]
     outputs: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -177,7 +175,8 @@ class RecordingMonitor(MockMonitor):
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
-        self.order: list[tuple[str, str, str | None, bool, bool]] = []
+        # (type, name, parent name, protect), in registration order.
+        self.order: list[tuple[str, str, str | None, bool]] = []
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         if request.type != "pulumi:pulumi:Stack":
@@ -185,7 +184,7 @@ class RecordingMonitor(MockMonitor):
             parent_name = parent_urn.split("::")[-1] if parent_urn else None
             if parent_urn and parent_urn.split("::")[2].split("$")[-1] == "pulumi:pulumi:Stack":
                 parent_name = None
-            self.order.append((request.type, request.name, parent_name, bool(request.protect), bool(request.custom)))
+            self.order.append((request.type, request.name, parent_name, bool(request.protect)))
         return super().RegisterResource(request)
 
 
@@ -202,7 +201,8 @@ def run_plan(stack: StackFile) -> Plan:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run_plan(stack, spec)
+        run = execute_program(stack)
+        return Plan(stack=stack.name, spec=spec, resources=run.resources, outputs=run.outputs)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -220,7 +220,7 @@ class ProgramRun:
     def resources(self) -> list[PlannedResource]:
         return [
             PlannedResource(type=t, name=n, parent=p, protect=prot, inputs=self.mocks.registered.get(f"{t}::{n}", {}))
-            for t, n, p, prot, _custom in self.monitor.order
+            for t, n, p, prot in self.monitor.order
         ]
 
 
@@ -246,11 +246,6 @@ def execute_program(stack: StackFile) -> ProgramRun:
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
     run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}
     return run
-
-
-def _run_plan(stack: StackFile, spec: ClusterSpec) -> Plan:
-    run = execute_program(stack)
-    return Plan(stack=stack.name, spec=spec, resources=run.resources, outputs=run.outputs, warnings=list(spec.warnings))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -309,19 +304,13 @@ def render_table(plan: Plan) -> str:
         lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs")
     for family, vcpus in spec.vcpu_quota.items():
         lines.append(f"  vCPU quota needed: {family} {vcpus:,} (and {vcpus:,} in the regional total)")
-    for warning in plan.warnings:
+    for warning in spec.warnings:
         lines.append(f"  warning: {warning}")
     return "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------------------
 # CLI
-
-
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
-    group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
 
 
 def register(subparsers: Any) -> None:
@@ -357,7 +346,3 @@ def plan_command(args: argparse.Namespace) -> int:
         if has_mandatory(violations):
             return 1
     return 0
-
-
-def digest(plan_json: str) -> str:
-    return hashlib.sha256(plan_json.encode()).hexdigest()

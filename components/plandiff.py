@@ -23,7 +23,7 @@ import gzip
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -868,9 +868,3 @@ def render_text(diffs: Sequence[StackDiff]) -> str:
             lines.append(f"  output {p.path}: {format_value(p.old)} -> {format_value(p.new)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def iter_consequences(diffs: Iterable[StackDiff]) -> Iterable[tuple[str, Consequence]]:
-    for d in diffs:
-        for c in d.consequences:
-            yield d.stack, c

@@ -45,6 +45,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from components.config import ClusterSpec, SpecError, load_spec
+from components.stackfile import StackFileError, add_stack_arguments, load_stack
 
 Status = Literal["pass", "warn", "fail", "skip", "error"]
 
@@ -1060,8 +1061,6 @@ def _placeholder_ssh_key() -> str:
 
 
 def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
-    from components.stackfile import StackFileError, load_stack
-
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
     except StackFileError as exc:
@@ -1086,9 +1085,7 @@ def register(subparsers: Any) -> None:
         "and zone, subscription restrictions, family and regional vCPU quota, Managed Lustre SKU. "
         "Exit 0: all passed; 1: a check failed; 2: could not check.",
     )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--stack", help="stack name: reads stacks/Pulumi.NAME.yaml")
-    which.add_argument("--stack-file", help="path to any Pulumi stack file")
+    add_stack_arguments(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(handler=_run)
 

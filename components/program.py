@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 
 from components.cluster import Cluster
-from components.config import ClusterSpec, SpecError, load_spec, read_pulumi_config
+from components.config import ClusterSpec, load_spec, read_pulumi_config
 
 
 class ProgramError(Exception):
@@ -64,4 +64,4 @@ def fail(message: str) -> None:
     raise pulumi.RunError(message)
 
 
-__all__ = ["ProgramError", "SpecError", "deploy", "fail", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
+__all__ = ["ProgramError", "deploy", "fail", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from components.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, RenderedBootstrap, render_bootstrap
 from components.config import SpecError, load_spec
-from components.stackfile import StackFileError, load_stack
+from components.stackfile import StackFileError, add_stack_arguments, load_stack
 
 EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health")
 
@@ -30,9 +30,7 @@ def register(subparsers: Any) -> None:
         help="write the node bootstrap (cloud-init user data, scripts, units) of a stack as files",
         description="Render the node bootstrap of a stack and write the user data and every script it carries.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
-    src.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
+    add_stack_arguments(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder to write into (created if missing)")
     p.set_defaults(handler=_run)
 

@@ -7,6 +7,7 @@ and `preflight` see exactly what `pulumi up` would.
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from components.config import NAMESPACE
+from components.config import NAMESPACE, from_engine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STACKS_DIR = REPO_ROOT / "stacks"
@@ -35,11 +36,28 @@ class StackFile:
 
     @property
     def ndfleet_config(self) -> dict[str, Any]:
-        """`ndfleet:*` keys, namespace stripped, structured values decoded."""
-        from components.config import parse_config_value
+        """`ndfleet:*` keys, namespace stripped, as the values the stack file holds (for `load_spec`)."""
+        return from_engine(self.engine_config)
 
-        prefix = NAMESPACE + ":"
-        return {k[len(prefix) :]: parse_config_value(v) for k, v in self.engine_config.items() if k.startswith(prefix)}
+    @classmethod
+    def from_config(cls, name: str, path: Path, config: dict[str, Any]) -> StackFile:
+        """Build the engine form from a stack file's `config` mapping, over the project's defaults, as the
+        Pulumi CLI does: keys without a namespace belong to the project; `secure:` values (encrypted with the
+        stack's key, which an offline tool does not have) become "[secret]"; a key set to null is unset."""
+        merged: dict[str, Any] = project_defaults()
+        secret_keys: list[str] = []
+        for key, value in config.items():
+            full = key if ":" in key else f"{NAMESPACE}:{key}"
+            if isinstance(value, dict) and set(value) == {"secure"}:
+                secret_keys.append(full)
+                value = "[secret]"
+            merged[full] = value
+        return cls(
+            name=name,
+            path=path,
+            engine_config={k: _engine_value(v) for k, v in merged.items() if v is not None},
+            secret_keys=tuple(secret_keys),
+        )
 
 
 def _engine_value(value: Any) -> str:
@@ -102,19 +120,11 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")
-    merged: dict[str, Any] = project_defaults()
-    secret_keys: list[str] = []
-    for key, value in config.items():
-        full = key if ":" in key else f"{NAMESPACE}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            # Secrets are encrypted with the stack's key, which the offline plan does not have.
-            secret_keys.append(full)
-            value = "[secret]"
-        merged[full] = value
-    return StackFile(
-        name=name,
-        path=file,
-        # A key set to null in YAML is unset, as `pulumi config rm` would leave it.
-        engine_config={k: _engine_value(v) for k, v in merged.items() if v is not None},
-        secret_keys=tuple(secret_keys),
-    )
+    return StackFile.from_config(name, file, config)
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--stack NAME` or `--stack-file PATH`, for every command that reads a stack."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
+    group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from components.plan import Plan, PlannedResource, run_plan
-from components.stackfile import STACKS_DIR, StackFile, _engine_value, project_defaults
+from components.stackfile import STACKS_DIR, StackFile
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
@@ -49,15 +49,8 @@ def base_config(**overrides: Any) -> dict[str, Any]:
 
 
 def stack_from(config: dict[str, Any], name: str = "test") -> StackFile:
-    """A StackFile as `load_stack` would build it, from a dict of `ndfleet:*` keys."""
-    merged: dict[str, Any] = project_defaults()
-    merged.update({f"ndfleet:{k}": v for k, v in config.items() if v is not None})
-    return StackFile(
-        name=name,
-        path=Path(f"Pulumi.{name}.yaml"),
-        engine_config={k: _engine_value(v) for k, v in merged.items()},
-        secret_keys=(),
-    )
+    """A StackFile as `load_stack` would build it, from a dict of `ndfleet:*` keys (namespace left out)."""
+    return StackFile.from_config(name, Path(f"Pulumi.{name}.yaml"), config)
 
 
 @functools.lru_cache(maxsize=64)
