@@ -5,11 +5,11 @@ from __future__ import annotations
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from components.config import ClusterSpec
-from components.ib_island import IbIsland, IbIslandArgs
-from components.identity import NodeIdentity, NodeIdentityArgs
-from components.network import Network, NetworkArgs
-from components.storage import Storage, StorageArgs
+from ndfleet.components.ib_island import IbIsland, IbIslandArgs
+from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
+from ndfleet.components.network import Network, NetworkArgs
+from ndfleet.components.storage import Storage, StorageArgs
+from ndfleet.spec.config import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.compute as compute
 
-from components.bootstrap import (
+from ndfleet.bootstrap import (
     HEALTH_PATH,
     TAG_IDENTITY_CLIENT_ID,
     TAG_LUSTRE_MGS,
     TAG_STORAGE_ACCOUNT,
     render_bootstrap,
 )
-from components.config import ClusterSpec, IslandSpec
+from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 TAG_ISLAND = "ndfleet:island"
 

@@ -8,8 +8,8 @@ import pulumi
 import pulumi_azure_native.authorization as authorization
 import pulumi_azure_native.managedidentity as managedidentity
 
-from components.config import ClusterSpec
-from components.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.spec.config import ClusterSpec
+from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_azure_native.network as network
 import pulumi_azure_native.resources as resources
 
-from components.config import ClusterSpec
+from ndfleet.spec.config import ClusterSpec
 
 
 def _inbound_rule(name: str, priority: int, access: str, source: str, destination: str) -> network.SecurityRuleArgs:

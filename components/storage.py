@@ -18,7 +18,7 @@ import pulumi_azure_native.privatedns as privatedns
 import pulumi_azure_native.storage as storage
 import pulumi_azure_native.storagecache as storagecache
 
-from components.config import ClusterSpec
+from ndfleet.spec.config import ClusterSpec
 
 BLOB_PRIVATE_DNS_ZONE = "privatelink.blob.core.windows.net"
 

@@ -1,4 +1,4 @@
-"""ndfleet's CrossGuard policy pack: every rule of components/policy_rules.py as a ResourceValidationPolicy.
+"""ndfleet's CrossGuard policy pack: every rule of ndfleet/policy_rules.py as a ResourceValidationPolicy.
 
 Run it with `pulumi preview --policy-pack policy` from the repository root. The rules are plain functions over
 (resource type, camelCase inputs): the same ones `ndfleet policy PLAN.json` and `ndfleet plan --policies` run.
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-# The pack runs from its own folder and virtualenv; the rules live in the repository's `components` package.
+# The pack runs from its own folder and virtualenv; the rules live in the repository's `ndfleet` package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pulumi_policy import (  # noqa: E402
@@ -21,7 +21,7 @@ from pulumi_policy import (  # noqa: E402
     ResourceValidationPolicy,
 )
 
-from components.policy_rules import MANDATORY, RULES, Rule  # noqa: E402
+from ndfleet.policy_rules import MANDATORY, RULES, Rule  # noqa: E402
 
 PACK_NAME = "ndfleet"
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components.plan import Plan, PlannedResource, run_plan
-from components.stackfile import STACKS_DIR, StackFile
+from ndfleet.plan import Plan, PlannedResource, run_plan
+from ndfleet.spec.stackfile import StackFile
 
 REPO = Path(__file__).resolve().parent.parent
+STACKS_DIR = REPO / "stacks"
 EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

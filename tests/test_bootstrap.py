@@ -14,8 +14,8 @@ import jinja2
 import pytest
 import yaml
 
-from components import bootstrap
-from components.bootstrap import (
+from ndfleet import bootstrap
+from ndfleet.bootstrap import (
     BASH_FILES,
     CUSTOM_DATA_MAX_BYTES,
     HEALTH_PATH,
@@ -24,8 +24,8 @@ from components.bootstrap import (
     render_bootstrap,
     validation_budget_s,
 )
-from components.config import ClusterSpec, load_spec
-from components.stackfile import load_stack
+from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.spec.stackfile import load_stack
 
 EXAMPLE_STACKS = ("dev", "prod", "h200")
 ONE_STACK_PER_VM_SIZE = ("dev", "h200")  # ND H100 v5, ND H200 v5

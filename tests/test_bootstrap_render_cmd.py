@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import gzip
 
-from components.bootstrap import render_bootstrap
-from components.cli import main
-from components.config import load_spec
-from components.stackfile import load_stack
+from ndfleet.bootstrap import render_bootstrap
+from ndfleet.cli import main
+from ndfleet.spec.config import load_spec
+from ndfleet.spec.stackfile import load_stack
 
 SCRIPTS = ("validate-node", "ndfleet-setup", "ndfleet-health")
 UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")

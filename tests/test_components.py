@@ -10,8 +10,8 @@ import base64
 import gzip
 import ipaddress
 
-from components.plan import Plan
-from components.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.plan import Plan
+from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 from tests.conftest import (
     ACCOUNT,
     BASTION,
@@ -343,7 +343,7 @@ def test_slurm_topology_has_one_switch_per_island(zonal_lustre_plan: Plan) -> No
 
 
 def test_health_grace_period_outlasts_setup_and_full_validation(dev_plan: Plan) -> None:
-    from components.bootstrap import validation_budget_s
+    from ndfleet.bootstrap import validation_budget_s
 
     extension = dig(one(dev_plan, VMSS).inputs, "virtualMachineProfile.extensionProfile.extensions.0")
     assert extension["settings"]["gracePeriod"] >= validation_budget_s(dev_plan.spec)
@@ -353,7 +353,7 @@ def test_grace_period_shorter_than_validation_is_refused_before_any_resource() -
     import pulumi
     import pytest
 
-    from components.plan import execute_program
+    from ndfleet.plan import execute_program
     from tests.conftest import stack_from
 
     stack = stack_from(base_config(health={"dcgmLevel": 3, "probeGracePeriodSeconds": 600}))

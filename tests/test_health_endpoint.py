@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from components.bootstrap import HEALTH_PATH, render_bootstrap
-from components.config import load_spec
-from components.stackfile import load_stack
+from ndfleet.bootstrap import HEALTH_PATH, render_bootstrap
+from ndfleet.spec.config import load_spec
+from ndfleet.spec.stackfile import load_stack
 
 START_TIMEOUT_S = 10
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1

@@ -9,11 +9,13 @@ import pulumi
 import pytest
 import yaml
 
-from components.cli import main
-from components.config import StackConfig
-from components.plan import SCHEMA_VERSION, execute_program, run_plan
-from components.stackfile import PROJECT_FILE, load_stack, project_defaults
-from tests.conftest import EXAMPLE_STACKS, VMSS, base_config, of_type, stack_from
+from ndfleet.cli import main
+from ndfleet.plan import SCHEMA_VERSION, execute_program, run_plan
+from ndfleet.spec.config import StackConfig
+from ndfleet.spec.stackfile import load_stack, project_defaults
+from tests.conftest import EXAMPLE_STACKS, REPO, VMSS, base_config, of_type, stack_from
+
+PROJECT_FILE = REPO / "Pulumi.yaml"
 
 
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
@@ -139,7 +141,7 @@ def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[s
 
 
 def test_preflight_setting_never_calls_azure_under_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    import components.preflight as preflight
+    import ndfleet.preflight as preflight
 
     calls: list[object] = []
     monkeypatch.setattr(preflight, "enforce_preflight", lambda spec: calls.append(spec))
@@ -148,9 +150,9 @@ def test_preflight_setting_never_calls_azure_under_the_mock_runtime(monkeypatch:
 
 
 def test_preflight_runs_first_outside_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    import components.preflight as preflight
-    import components.program as program
-    from components.config import load_spec
+    import ndfleet.preflight as preflight
+    import ndfleet.program as program
+    from ndfleet.spec.config import load_spec
 
     def refuse(spec: object) -> None:
         raise preflight.PreflightFailed("quota: 192 vCPUs missing", 1)

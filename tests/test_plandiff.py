@@ -1,4 +1,4 @@
-"""components/plandiff.py over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
+"""ndfleet/plandiff.py over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from components import plandiff
+from ndfleet import plandiff
 
 PLANS = Path(__file__).parent / "data" / "plans"
 VMSS = plandiff.VMSS_TYPE

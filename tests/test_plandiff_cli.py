@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from components import cli, plandiff
+from ndfleet import cli, plandiff
 from tests.test_plandiff import encode_bootstrap, load, vmss_inputs
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components import cli, plandiff, policy_rules
-from components.plan import run_plan
-from components.profiles import PROFILES
-from components.stackfile import STACKS_DIR, load_stack
+from ndfleet import cli, plandiff, policy_rules
+from ndfleet.plan import run_plan
+from ndfleet.spec.profiles import PROFILES
+from ndfleet.spec.stackfile import load_stack
+from tests.conftest import STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
@@ -84,7 +85,7 @@ def test_example_plan_has_the_resources_the_rules_guard() -> None:
 def test_plan_is_byte_identical_in_another_process() -> None:
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     result = subprocess.run(
-        [sys.executable, "-m", "components.cli", "plan", "--stack", "dev", "--format", "json"],
+        [sys.executable, "-m", "ndfleet.cli", "plan", "--stack", "dev", "--format", "json"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 0, result.stderr

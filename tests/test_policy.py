@@ -1,4 +1,4 @@
-"""components/policy_rules.py: every rule fails on a resource that breaks it and passes on one that keeps it,
+"""ndfleet/policy_rules.py: every rule fails on a resource that breaks it and passes on one that keeps it,
 through direct calls and through `ndfleet policy` on a plan file."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from components import cli, policy_rules
-from components.policy_rules import RULES_BY_ID, STORAGE_ACCOUNT_TYPE, SUBNET_TYPE, VMSS_TYPE, VNET_TYPE
+from ndfleet import cli, policy_rules
+from ndfleet.policy_rules import RULES_BY_ID, STORAGE_ACCOUNT_TYPE, SUBNET_TYPE, VMSS_TYPE, VNET_TYPE
 
 PLAN = Path(__file__).parent / "data" / "plans" / "dev-small.json"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.config import SpecError, load_spec, split_islands
+from ndfleet.spec.config import SpecError, load_spec, split_islands
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
@@ -151,7 +151,7 @@ def test_bad_configuration_stops_the_program_before_any_resource(overrides: dict
     """The real program (`__main__.py`, as `pulumi up` runs it) fails with the message and registers nothing."""
     from pulumi.runtime.settings import get_monitor
 
-    from components.plan import execute_program
+    from ndfleet.plan import execute_program
 
     with pytest.raises(pulumi.RunError) as info:
         execute_program(stack_from(base_config(**overrides)))

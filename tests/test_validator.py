@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from components.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_bootstrap
-from components.config import ClusterSpec, load_spec
-from components.stackfile import load_stack
+from ndfleet.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_bootstrap
+from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.spec.stackfile import load_stack
 from tests.fakes.node import Run, run_validator
 
 HUNG_TOOL_TIMEOUT_S = 1

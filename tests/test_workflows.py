@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import cli, plandiff
+from ndfleet import cli, plandiff
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"

@@ -34,7 +34,7 @@ def measure(path: Path) -> tuple[float, float]:
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run(
-        [sys.executable, "-m", "components.cli", "plan", "--stack-file", str(path), "--format", "json"],
+        [sys.executable, "-m", "ndfleet.cli", "plan", "--stack-file", str(path), "--format", "json"],
         cwd=REPO,
         check=True,
         stdout=subprocess.DEVNULL,

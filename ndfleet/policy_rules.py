@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.profiles import DEFAULT_MAX_NODES_PER_ISLAND, HARD_MAX_NODES_PER_ISLAND, RDMA_RESERVED_CIDR
+from ndfleet.spec.profiles import DEFAULT_MAX_NODES_PER_ISLAND, HARD_MAX_NODES_PER_ISLAND, RDMA_RESERVED_CIDR
 
 MANDATORY = "mandatory"
 ADVISORY = "advisory"

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, RenderedBootstrap, render_bootstrap
-from components.config import SpecError, load_spec
-from components.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, RenderedBootstrap, render_bootstrap
+from ndfleet.spec.config import SpecError, load_spec
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import runpy
 import sys
 import uuid
 from dataclasses import dataclass
@@ -24,13 +23,12 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.config import ClusterSpec, SpecError, load_spec
-from components.stackfile import REPO_ROOT, StackFile, StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
 MOCK_TENANT_ID = "11111111-1111-1111-1111-111111111111"
-PROGRAM = REPO_ROOT / "__main__.py"
 
 _PROVIDER_NAMESPACES = {
     "authorization": "Microsoft.Authorization",
@@ -194,7 +192,8 @@ def _resolve(value: Any) -> Any:
 
 
 def run_plan(stack: StackFile) -> Plan:
-    """Validate the stack, then run `__main__.py` under the mock runtime. Raises SpecError before any registration."""
+    """Validate the stack, then run the program (`ndfleet.program.main`, which `__main__.py` calls) under the
+    mock runtime. Raises SpecError before any registration."""
     spec = load_spec(stack.ndfleet_config, stack.name)
     # The run allocates ~10^5 short-lived objects (Outputs, futures) and frees them at the end: the cyclic
     # collector would only rescan them, which costs a quarter of the wall time of a large plan.
@@ -225,7 +224,8 @@ class ProgramRun:
 
 
 def execute_program(stack: StackFile) -> ProgramRun:
-    """Run `__main__.py` under the mock runtime with the stack's config, exactly as `pulumi up` would run it.
+    """Run the program (`ndfleet.program.main`) under the mock runtime with the stack's config, as `pulumi up`
+    would run it.
 
     Errors the program raises (pulumi.RunError for invalid config) propagate; `ProgramRun` is not returned then.
     """
@@ -238,10 +238,9 @@ def execute_program(stack: StackFile) -> ProgramRun:
     pulumi.runtime.set_all_config(stack.engine_config, list(stack.secret_keys))
     run = ProgramRun(mocks=mocks, monitor=monitor, outputs={})
 
-    def program() -> None:
-        runpy.run_path(str(PROGRAM), run_name="__main__")
+    from ndfleet.program import main
 
-    _sync_await(run_pulumi_func(program))
+    _sync_await(run_pulumi_func(main))
     root = pulumi.runtime.get_root_resource()
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
     run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}
@@ -339,7 +338,7 @@ def plan_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:
-        from components.policy_rules import evaluate_plan, format_violations, has_mandatory
+        from ndfleet.policy_rules import evaluate_plan, format_violations, has_mandatory
 
         violations = evaluate_plan(plan.as_json())
         print(format_violations(violations), file=sys.stderr if args.format == "json" else sys.stdout)

@@ -1,6 +1,6 @@
 """Compare two offline plans (`ndfleet plan --format json`) and say what the change does to the cluster.
 
-Pure functions only: no Pulumi, no Azure, no files. `ndfleet diff` (components/diff_cmd.py) reads the plans and
+Pure functions only: no Pulumi, no Azure, no files. `ndfleet diff` (ndfleet/diff_cmd.py) reads the plans and
 prints what `render_markdown` / `render_text` return.
 
 What a diff holds, per stack:
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.profiles import PROFILES
+from ndfleet.spec.profiles import PROFILES
 
 PLAN_SCHEMA_VERSION = 1
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
@@ -367,7 +367,7 @@ BUILTIN_CONSEQUENCES: tuple[tuple[str, str, str, str], ...] = (
     ("lock-removed", "warning", "A management lock is deleted: Azure no longer blocks deleting what it guards",
      "Azure docs: azure-resource-manager/management/lock-resources.md"),
     ("island-added", "info", "A scale set (island) is created: nodes and GPUs added", "the plan's summary / "
-     "components/profiles.py"),
+     "ndfleet/spec/profiles.py"),
     ("island-removed", "danger", "A scale set (island) is deleted: every node of it goes, running jobs die, "
      "local NVMe scratch is lost", "the plan"),
     ("island-replaced", "danger", "A replace rule fired on a scale set: every node of the island is recreated",

@@ -27,7 +27,7 @@ from typing import Any
 
 import jinja2
 
-from components.config import ClusterSpec, IslandSpec
+from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 # Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
 # binary array is 65535 bytes").
@@ -35,7 +35,7 @@ CUSTOM_DATA_MAX_BYTES = 65_535
 # The health endpoint answers here, on spec.health.probe_port (the Application Health extension's requestPath).
 HEALTH_PATH = "/health"
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
 # Where things live on the node.
 STATE_DIR = "/run/ndfleet"  # tmpfs: every boot starts Initializing and validates again

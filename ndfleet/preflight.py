@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from components.config import ClusterSpec, SpecError, load_spec
-from components.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 Status = Literal["pass", "warn", "fail", "skip", "error"]
 
@@ -764,7 +764,7 @@ def check_family_quota(
             f"{'ND ' if nd else ''}families there: {', '.join(shown[:20]) or 'none'}",
             fix=(
                 "if the size is new to the subscription, ask for it in the Azure portal's Quotas page; "
-                "if Azure names the family differently, correct quota_family in components/profiles.py"
+                "if Azure names the family differently, correct quota_family in ndfleet/spec/profiles.py"
             ),
             figures={"quotaName": family, "families": shown},
         )

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 # Module per subcommand, in the order `ndfleet --help` lists them.
 COMMAND_MODULES = (
-    "components.plan",
-    "components.diff_cmd",
-    "components.policy_cmd",
-    "components.render_cmd",
-    "components.preflight",
+    "ndfleet.plan",
+    "ndfleet.diff_cmd",
+    "ndfleet.policy_cmd",
+    "ndfleet.render_cmd",
+    "ndfleet.preflight",
 )
 
 

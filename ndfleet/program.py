@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
-from components.cluster import Cluster
-from components.config import ClusterSpec, load_spec, read_pulumi_config
+from ndfleet.components.cluster import Cluster
+from ndfleet.spec.config import ClusterSpec, load_spec, read_pulumi_config
 
 
 class ProgramError(Exception):
@@ -18,7 +18,7 @@ def spec_from_stack() -> ClusterSpec:
 
 
 def deploy(spec: ClusterSpec) -> Cluster:
-    from components.bootstrap import BootstrapTooLarge, validation_budget_s
+    from ndfleet.bootstrap import BootstrapTooLarge, validation_budget_s
 
     budget = validation_budget_s(spec)
     if spec.health.probe_grace_period_seconds < budget:
@@ -51,7 +51,7 @@ def run_preflight_if_enabled(spec: ClusterSpec) -> None:
     """`ndfleet:preflight: true`: check quota and SKU availability before anything is created."""
     if not spec.preflight or under_mocks():
         return
-    from components.preflight import PreflightFailed, enforce_preflight
+    from ndfleet.preflight import PreflightFailed, enforce_preflight
 
     try:
         enforce_preflight(spec)
@@ -64,4 +64,19 @@ def fail(message: str) -> None:
     raise pulumi.RunError(message)
 
 
-__all__ = ["ProgramError", "deploy", "fail", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
+def main() -> None:
+    """The whole Pulumi program: read the stack config, validate it, check Azure if asked, create the cluster.
+
+    `__main__.py` calls this under `pulumi up`; `ndfleet plan` calls it under the mock runtime.
+    """
+    from ndfleet.spec.config import SpecError
+
+    try:
+        spec = spec_from_stack()
+        run_preflight_if_enabled(spec)
+        deploy(spec)
+    except (SpecError, ProgramError) as error:
+        fail(str(error))
+
+
+__all__ = ["ProgramError", "deploy", "fail", "main", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components import plandiff
+from ndfleet import plandiff
 
 
 class InputError(Exception):

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components import policy_rules
-from components.diff_cmd import InputError, load_plan
+from ndfleet import policy_rules
+from ndfleet.diff_cmd import InputError, load_plan
 
 
 def register(subparsers: Any) -> None:

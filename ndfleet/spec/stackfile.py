@@ -15,11 +15,33 @@ from typing import Any
 
 import yaml
 
-from components.config import NAMESPACE, from_engine
+from ndfleet.spec.config import NAMESPACE, from_engine
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-STACKS_DIR = REPO_ROOT / "stacks"
-PROJECT_FILE = REPO_ROOT / "Pulumi.yaml"
+PROJECT_FILE_NAME = "Pulumi.yaml"
+
+
+def find_project_file(start: Path | None = None) -> Path | None:
+    """The Pulumi project file (`Pulumi.yaml`) of the current directory or the nearest one above it, as the
+    Pulumi CLI finds it; None outside a Pulumi project."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / PROJECT_FILE_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def stacks_dir(project_file: Path | None = None) -> Path:
+    """Where the project keeps its stack files: Pulumi.yaml's `stackConfigDir`, else beside Pulumi.yaml."""
+    project_file = project_file or find_project_file()
+    if project_file is None:
+        return Path.cwd()
+    try:
+        project = yaml.safe_load(project_file.read_text()) or {}
+    except yaml.YAMLError:
+        project = {}
+    configured = project.get("stackConfigDir") if isinstance(project, dict) else None
+    return project_file.parent / configured if isinstance(configured, str) else project_file.parent
 
 
 class StackFileError(Exception):
@@ -70,9 +92,10 @@ def _engine_value(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def project_defaults(project_file: Path = PROJECT_FILE) -> dict[str, Any]:
+def project_defaults(project_file: Path | None = None) -> dict[str, Any]:
     """Defaults of the project-level `config` block of Pulumi.yaml, keyed `ndfleet:<key>`."""
-    if not project_file.exists():
+    project_file = project_file or find_project_file()
+    if project_file is None or not project_file.exists():
         return {}
     project = yaml.safe_load(project_file.read_text()) or {}
     out: dict[str, Any] = {}
@@ -88,7 +111,7 @@ def project_defaults(project_file: Path = PROJECT_FILE) -> dict[str, Any]:
 
 
 def stack_path(name: str) -> Path:
-    return STACKS_DIR / f"Pulumi.{name}.yaml"
+    return stacks_dir() / f"Pulumi.{name}.yaml"
 
 
 def load_stack(name: str | None = None, path: str | Path | None = None) -> StackFile:
@@ -99,7 +122,7 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
         assert name is not None
         file = stack_path(name)
         if not file.exists():
-            known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+            known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in file.parent.glob("Pulumi.*.yaml"))
             raise StackFileError(
                 f"no stack {name!r}: {file} does not exist; known stacks: {', '.join(known) or 'none'}"
             )
