@@ -1,0 +1,36 @@
+"""`ndfleet-node COMMAND ...`: one entry point for everything that runs on a node.
+
+Each subcommand lives in its own module, which exposes `register(subparsers)`; the registered handler returns
+the process exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ndfleet-node", description="ndfleet's program on a cluster node.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"{__package__}.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
