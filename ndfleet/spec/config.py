@@ -110,6 +110,43 @@ class HealthConfig(_Model):
     probe_grace_period_seconds: int = Field(default=2700, ge=600, le=14400, alias="probeGracePeriodSeconds")
 
 
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# Azure Monitor action groups allow at most 1,000 e-mail and 10 webhook receivers (Azure subscription and
+# service limits, "Action groups"); a cluster's alerting needs a handful.
+MAX_ALERT_EMAILS = 20
+MAX_ALERT_WEBHOOKS = 10
+
+
+class MonitoringConfig(_Model):
+    """`ndfleet:monitoring`: Azure Monitor managed Prometheus, Managed Grafana and alerts (docs/monitoring.md)."""
+
+    enabled: bool = False
+    # Who the Action Group notifies: e-mail addresses and HTTPS webhooks (at least one when enabled).
+    emails: list[str] = Field(default_factory=list, max_length=MAX_ALERT_EMAILS)
+    webhooks: list[str] = Field(default_factory=list, max_length=MAX_ALERT_WEBHOOKS)
+    # Alert when fewer than this fraction of an island's nodes report Healthy.
+    island_capacity_alert_fraction: float = Field(default=0.9, gt=0, le=1, alias="islandCapacityAlertFraction")
+    # How often each node's Prometheus agent scrapes its exporters: the main cost driver (docs/monitoring.md).
+    scrape_interval_seconds: int = Field(default=30, ge=10, le=300, alias="scrapeIntervalSeconds")
+
+    @field_validator("emails")
+    @classmethod
+    def _emails(cls, v: list[str]) -> list[str]:
+        bad = [e for e in v if not _EMAIL.match(e)]
+        if bad:
+            raise ValueError(f"not e-mail addresses: {bad}; give addresses such as ops@example.com")
+        return v
+
+    @field_validator("webhooks")
+    @classmethod
+    def _webhooks(cls, v: list[str]) -> list[str]:
+        bad = [i for i, w in enumerate(v) if not re.match(r"^https://[^\s/]+(/\S*)?$", w)]
+        if bad:
+            # Index only: a webhook URL often carries a token, which an error message must not echo.
+            raise ValueError(f"entries {bad} are not https:// URLs; Azure Monitor posts alerts over HTTPS only")
+        return v
+
+
 class StackConfig(_Model):
     """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
 
@@ -137,6 +174,7 @@ class StackConfig(_Model):
     tags: dict[str, str] = Field(default_factory=dict)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     preflight: bool = False
     subscription_id: str | None = Field(
         default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
@@ -281,6 +319,7 @@ class ClusterSpec(_Model):
     network: NetworkSpec
     storage: StorageSpec
     health: HealthConfig
+    monitoring: MonitoringConfig = MonitoringConfig()
     priority: str
     spot_max_price: float
     proximity_placement_group: bool
@@ -387,6 +426,10 @@ def _friendly(err: Mapping[str, Any]) -> str:
     return msg[0].lower() + msg[1:] if msg else msg
 
 
+# Settings whose values may carry a credential (a webhook URL's token): errors name them, never echo them.
+_SECRET_SETTINGS = {("monitoring", "webhooks")}
+
+
 def _show(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -411,7 +454,8 @@ def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
             elif err["type"] == "missing":
                 problems.append(f"{path} is required")
             else:
-                problems.append(f"{path} = {_show(err['input'])}: {_friendly(err)}")
+                shown = "(not shown)" if loc[:2] in _SECRET_SETTINGS else _show(err["input"])
+                problems.append(f"{path} = {shown}: {_friendly(err)}")
         raise SpecError(problems) from None
     return build_spec(config, stack)
 
@@ -568,6 +612,8 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
 
+    problems += monitoring_problems(config.monitoring)
+
     if problems:
         raise SpecError(problems)
     assert network is not None
@@ -590,6 +636,7 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
             account_sku=config.storage.account_sku, soft_delete_days=config.storage.soft_delete_days, lustre=lustre
         ),
         health=config.health,
+        monitoring=config.monitoring,
         priority=config.priority,
         spot_max_price=config.spot_max_price,
         proximity_placement_group=config.proximity_placement_group,
@@ -600,6 +647,16 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
         subscription_id=config.subscription_id,
         warnings=tuple(warnings),
     )
+
+
+def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
+    """Cross-field checks of `ndfleet:monitoring` (the field checks are on MonitoringConfig)."""
+    if monitoring.enabled and not monitoring.emails and not monitoring.webhooks:
+        return [
+            f"{NAMESPACE}:monitoring.emails / {NAMESPACE}:monitoring.webhooks: monitoring is enabled but no one "
+            "would be notified; list at least one e-mail address or https:// webhook"
+        ]
+    return []
 
 
 def _default_prefix(stack: str) -> str:

@@ -45,6 +45,31 @@ class HealthThresholds(BaseModel):
     fabricmanager_wait_s: int = 120  # how long set-up waits for nvidia-fabricmanager to become active
 
 
+class MonitoringThresholds(BaseModel):
+    """When the fleet alerts fire (docs/monitoring.md): how long a condition must hold before someone is paged.
+
+    The hardware limits themselves (fatal Xids, ECC maxima, IB rate, flap count) are the HealthThresholds and
+    profile figures above; these are the alert-side durations and fractions.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    # Fraction of wall time a GPU spends thermally or power throttled (DCGM_FI_DEV_*_VIOLATION, microseconds per
+    # second) that counts as throttled, and for how long before the alert fires: short boosts clip briefly by
+    # design (NVIDIA DCGM field docs), a sustained clip slows every rank of a job.
+    throttle_fraction: float = 0.2
+    throttle_for_minutes: int = 15
+    # An IB port not ACTIVE (sysfs state 4) for this long: a link retrains within seconds.
+    ib_port_down_for_minutes: int = 2
+    # A node that reported Unhealthy / is drained for this long pages someone (a repair normally acts first).
+    node_unhealthy_for_minutes: int = 10
+    node_drained_for_minutes: int = 60
+    # A scrape target down, or a node whose agent went quiet (5 minutes = Prometheus's staleness period).
+    exporter_silent_for_minutes: int = 5
+    # Island capacity below the stack's fraction for this long (a repair replaces a node in ~20-40 minutes).
+    island_capacity_for_minutes: int = 30
+
+
 class VmSizeProfile(BaseModel):
     """The hardware an Azure VM size promises, and how to tell a healthy node of that size."""
 
@@ -76,6 +101,7 @@ class VmSizeProfile(BaseModel):
     # (an empty NCCL_TOPO_FILE fixed a spurious 15 GB/s on H200, azurehpc-health-checks #142/#143).
     nccl_topo_file: str
     thresholds: HealthThresholds
+    monitoring: MonitoringThresholds = MonitoringThresholds()
 
     @property
     def gpus_total_label(self) -> str:
@@ -203,3 +229,8 @@ RDMA_RESERVED_CIDR = "172.16.0.0/16"
 
 # Storage Blob Data Contributor (built-in role id, the same in every Azure cloud).
 STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+
+# Monitoring roles (built-in role ids, the same in every Azure cloud; Azure built-in roles reference):
+# publish metrics to a data collection rule, and read an Azure Monitor workspace's Prometheus data.
+MONITORING_METRICS_PUBLISHER_ROLE_ID = "3913510d-42f4-4e42-8a64-420c390055eb"
+MONITORING_DATA_READER_ROLE_ID = "b0d8363b-8ddd-447d-831f-62ca05bff136"

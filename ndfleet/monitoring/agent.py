@@ -1,0 +1,168 @@
+"""The node side of monitoring: the files cloud-init writes when a stack has monitoring on.
+
+`node_files(spec, island)` renders templates/monitoring/ into (name, path on the node, mode, content); the
+bootstrap adds them to the node's cloud-config and starts `START_UNITS`. Values Azure computes after the plan
+(the data collection endpoint's ingestion URL and the rule's immutable id) reach the node as scale-set tags
+(`TAG_METRICS_ENDPOINT`, `TAG_METRICS_DCR`) read at boot, so customData stays deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ndfleet.monitoring import exporters as ex
+from ndfleet.spec.config import ClusterSpec, IslandSpec
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
+
+TAG_METRICS_ENDPOINT = "ndfleet:metrics-endpoint"
+TAG_METRICS_DCR = "ndfleet:metrics-dcr"
+# Same tag and metadata address the bootstrap uses (ndfleet/bootstrap.py); restated to keep this module apart.
+TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
+IMDS_TAGS_URL = "http://169.254.169.254/metadata/instance/compute/tagsList?api-version=2021-02-01"
+
+# Azure Monitor's remote-write path on a data collection endpoint (Microsoft Learn: "Send Prometheus metrics from
+# virtual machines ... to an Azure Monitor workspace"): <metricsIngestion endpoint>/dataCollectionRules/<immutable
+# id>/streams/Microsoft-PrometheusMetrics/api/v1/write?api-version=2023-04-24.
+INGEST_STREAM = "Microsoft-PrometheusMetrics"
+INGEST_API_VERSION = "2023-04-24"
+AZURE_CLOUD = "AzurePublic"
+
+CONFIG_DIR = "/etc/ndfleet"
+PROMETHEUS_CONFIG = f"{CONFIG_DIR}/prometheus.yml"
+PROMETHEUS_CONFIG_TEMPLATE = f"{CONFIG_DIR}/prometheus.yml.in"
+PROMETHEUS_DATA_DIR = "/var/lib/ndfleet-prometheus"
+DCGM_COUNTERS_PATH = f"{CONFIG_DIR}/dcgm-counters.csv"
+SETUP_PATH = "/usr/local/sbin/ndfleet-monitoring-setup"
+NODE_PROGRAM = "/opt/ndfleet/bin/ndfleet-node"
+REPORT_PATH = "/run/ndfleet/report.json"
+# A scheduler (or an operator) drains a node by writing this file, its reason as the content.
+DRAIN_FILE = "/var/lib/ndfleet/drained"
+METRICS_REFRESH_S = 60
+SETUP_TIMEOUT_S = 900
+TOOL_TIMEOUT_S = 20
+
+START_UNITS = ("ndfleet-monitoring-setup.service",)
+
+
+@dataclass(frozen=True)
+class MonitoringFile:
+    name: str
+    path: str
+    mode: str
+    content: str
+
+
+# (template, name, path on the node, mode)
+_FILES = (
+    ("prometheus.yml.j2", "prometheus.yml.in", PROMETHEUS_CONFIG_TEMPLATE, "0644"),
+    (None, "dcgm-counters.csv", DCGM_COUNTERS_PATH, "0644"),
+    ("ndfleet-monitoring-setup.sh.j2", "ndfleet-monitoring-setup", SETUP_PATH, "0755"),
+    (
+        "ndfleet-monitoring-setup.service.j2",
+        "ndfleet-monitoring-setup.service",
+        "/etc/systemd/system/ndfleet-monitoring-setup.service",
+        "0644",
+    ),
+    ("ndfleet-prometheus.service.j2", "ndfleet-prometheus.service", "/etc/systemd/system/ndfleet-prometheus.service", "0644"),
+    (
+        "ndfleet-dcgm-exporter.service.j2",
+        "ndfleet-dcgm-exporter.service",
+        "/etc/systemd/system/ndfleet-dcgm-exporter.service",
+        "0644",
+    ),
+    ("ndfleet-metrics.service.j2", "ndfleet-metrics.service", "/etc/systemd/system/ndfleet-metrics.service", "0644"),
+    ("ndfleet-metrics.timer.j2", "ndfleet-metrics.timer", "/etc/systemd/system/ndfleet-metrics.timer", "0644"),
+)
+BASH_FILES = ("ndfleet-monitoring-setup",)
+
+
+def _keep_regex(names: tuple[str, ...] | list[str]) -> str:
+    return "|".join(re.escape(n) for n in sorted(names))
+
+
+def node_exporter_args() -> str:
+    collectors = " ".join(f"--collector.{c}" for c in ex.NODE_EXPORTER_COLLECTORS)
+    return (
+        f"--web.listen-address={ex.NODE_EXPORTER_ADDRESS} --collector.disable-defaults {collectors} "
+        f"--collector.textfile.directory={ex.TEXTFILE_DIR}"
+    )
+
+
+def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
+    interval = spec.monitoring.scrape_interval_seconds
+    return {
+        "stack": spec.stack,
+        "island": island.name,
+        "vcpus": spec.profile.vcpus,
+        "scrape_interval_s": interval,
+        "scrape_timeout_s": min(10, interval),
+        "azure_cloud": AZURE_CLOUD,
+        "dcgm_address": ex.DCGM_EXPORTER_ADDRESS,
+        "node_exporter_address": ex.NODE_EXPORTER_ADDRESS,
+        "prometheus_address": ex.PROMETHEUS_AGENT_ADDRESS,
+        "dcgm_keep_regex": _keep_regex([c.field for c in ex.DCGM_COUNTERS]),
+        "node_keep_regex": _keep_regex([*ex.node_exporter_metric_names(), *ex.VALIDATION_METRICS]),
+        "prometheus_version": ex.PROMETHEUS_VERSION,
+        "prometheus_url": ex.PROMETHEUS_URL,
+        "prometheus_sha256sums_url": ex.PROMETHEUS_SHA256SUMS_URL,
+        "prometheus_dir": f"/opt/ndfleet/prometheus-{ex.PROMETHEUS_VERSION}",
+        "prometheus_config": PROMETHEUS_CONFIG,
+        "prometheus_config_template": PROMETHEUS_CONFIG_TEMPLATE,
+        "prometheus_data_dir": PROMETHEUS_DATA_DIR,
+        "node_exporter_package": ex.NODE_EXPORTER_PACKAGE,
+        "node_exporter_version_pin": ex.NODE_EXPORTER_VERSION_PIN,
+        "node_exporter_args": node_exporter_args(),
+        "textfile_dir": ex.TEXTFILE_DIR,
+        "textfile_path": f"{ex.TEXTFILE_DIR}/{ex.TEXTFILE_NAME}",
+        "dcgm_image": ex.DCGM_EXPORTER_IMAGE,
+        "dcgm_counters_path": DCGM_COUNTERS_PATH,
+        "imds_tags_url": IMDS_TAGS_URL,
+        "tag_metrics_endpoint": TAG_METRICS_ENDPOINT,
+        "tag_metrics_dcr": TAG_METRICS_DCR,
+        "tag_identity_client_id": TAG_IDENTITY_CLIENT_ID,
+        "ingest_stream": INGEST_STREAM,
+        "ingest_api_version": INGEST_API_VERSION,
+        "setup_path": SETUP_PATH,
+        "setup_timeout_s": SETUP_TIMEOUT_S,
+        "tool_timeout_s": TOOL_TIMEOUT_S,
+        "node_program": NODE_PROGRAM,
+        "report_path": REPORT_PATH,
+        "drain_file": DRAIN_FILE,
+        "metrics_refresh_s": METRICS_REFRESH_S,
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:
+    """Every monitoring file of one island's nodes; empty when the stack has monitoring off."""
+    if not spec.monitoring.enabled:
+        return []
+    ctx = build_context(spec, island)
+    out = []
+    for template, name, path, mode in _FILES:
+        content = ex.dcgm_counters_csv() if template is None else _environment().get_template(template).render(ctx)
+        out.append(MonitoringFile(name, path, mode, content))
+    return out
