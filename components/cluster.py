@@ -7,8 +7,10 @@ import pulumi_azure_native.authorization as authorization
 
 from ndfleet.components.ib_island import IbIsland, IbIslandArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
+from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.storage import Storage, StorageArgs
+from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.spec.config import ClusterSpec
 
 
@@ -62,6 +64,25 @@ class Cluster(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        monitoring: Monitoring | None = None
+        node_tags: dict[str, pulumi.Input[str]] = {}
+        if spec.monitoring.enabled:
+            monitoring = Monitoring(
+                f"{name}-mon",
+                MonitoringArgs(
+                    spec=spec,
+                    resource_group_name=net.resource_group_name,
+                    vnet_id=net.vnet_id,
+                    private_endpoint_subnet_id=net.storage_subnet_id,
+                    node_principal_id=identity.principal_id,
+                    subscription_id=subscription_id,
+                ),
+                opts=child,
+            )
+            node_tags = {
+                TAG_METRICS_ENDPOINT: monitoring.ingest_endpoint,
+                TAG_METRICS_DCR: monitoring.rule_immutable_id,
+            }
         self.islands = [
             IbIsland(
                 f"{name}-{island.name}",
@@ -74,6 +95,7 @@ class Cluster(pulumi.ComponentResource):
                     identity_client_id=identity.client_id,
                     storage_account_name=store.account_name,
                     lustre_mgs_address=store.lustre_mgs_address,
+                    extra_tags=node_tags,
                 ),
                 opts=child,
             )
@@ -97,4 +119,10 @@ class Cluster(pulumi.ComponentResource):
             "slurmTopology": slurm_topology(spec),
             "summary": spec.summary(),
         }
+        if monitoring is not None:
+            self.outputs["monitoring"] = {
+                "workspaceId": monitoring.workspace_id,
+                "grafanaName": monitoring.grafana_name,
+                "grafanaEndpoint": monitoring.grafana_endpoint,
+            }
         self.register_outputs(self.outputs)

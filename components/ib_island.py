@@ -8,7 +8,8 @@ Application Health extension; automatic repairs replace a node that stays unheal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.compute as compute
@@ -35,6 +36,8 @@ class IbIslandArgs:
     identity_client_id: pulumi.Input[str]
     storage_account_name: pulumi.Input[str]
     lustre_mgs_address: pulumi.Input[str] | None
+    # More values the node reads from its scale set's tags at boot (monitoring: the metrics ingestion endpoint).
+    extra_tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
 class IbIsland(pulumi.ComponentResource):
@@ -56,6 +59,7 @@ class IbIsland(pulumi.ComponentResource):
         }
         if args.lustre_mgs_address is not None:
             tags[TAG_LUSTRE_MGS] = args.lustre_mgs_address
+        tags.update(args.extra_tags)
 
         ppg_ref: compute.SubResourceArgs | None = None
         if spec.proximity_placement_group:

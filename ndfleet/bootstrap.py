@@ -298,8 +298,17 @@ def render_bootstrap(spec: ClusterSpec, island: IslandSpec) -> RenderedBootstrap
     """The island's cloud-init user data and every file it carries; raises BootstrapTooLarge over the limit."""
     ctx = build_context(spec, island)
     node_files = [NodeFile(name, path, mode, _template(tpl).render(ctx)) for tpl, name, path, mode in _NODE_FILES]
+    # Optional parts (monitoring: ndfleet/monitoring/agent.py) add their files and the units to start.
+    from ndfleet.monitoring import agent as monitoring_agent
+
+    node_files += [NodeFile(f.name, f.path, f.mode, f.content) for f in monitoring_agent.node_files(spec, island)]
+    start_units = list(monitoring_agent.START_UNITS) if spec.monitoring.enabled else []
     user_data = _template("cloud-config.yaml.j2").render(
-        {**ctx, "files": [{"path": f.path, "mode": f.mode, "content": f.content} for f in node_files]}
+        {
+            **ctx,
+            "files": [{"path": f.path, "mode": f.mode, "content": f.content} for f in node_files],
+            "start_units": start_units,
+        }
     )
     files = {"user-data": user_data, **{f.name: f.content for f in node_files}}
     rendered = RenderedBootstrap(user_data=user_data, files=files, node_paths={f.name: f.path for f in node_files})

@@ -39,6 +39,8 @@ _PROVIDER_NAMESPACES = {
     "resources": "Microsoft.Resources",
     "storage": "Microsoft.Storage",
     "storagecache": "Microsoft.StorageCache",
+    "monitor": "Microsoft.Insights",
+    "alertsmanagement": "Microsoft.AlertsManagement",
 }
 # The input that carries a resource's own Azure name, where it is not "<lowerCamelType>Name".
 _NAME_INPUTS = {
@@ -47,6 +49,15 @@ _NAME_INPUTS = {
     "azure-native:managedidentity:UserAssignedIdentity": "resourceName",
     "azure-native:authorization:ManagementLockByScope": "lockName",
     "azure-native:network:PrivateDnsZoneGroup": "privateDnsZoneGroupName",
+    "azure-native:dashboard:Grafana": "workspaceName",
+    "azure-native:alertsmanagement:PrometheusRuleGroup": "ruleGroupName",
+    "azure-native:monitor:PrivateLinkScope": "scopeName",
+}
+# Resource types whose ARM path is not "<namespace>/<lowerCamelType>s".
+_RESOURCE_PATHS = {
+    "azure-native:monitor:AzureMonitorWorkspace": "Microsoft.Monitor/accounts",
+    "azure-native:dashboard:Grafana": "Microsoft.Dashboard/grafana",
+    "azure-native:monitor:PrivateLinkScope": "Microsoft.Insights/privateLinkScopes",
 }
 
 
@@ -138,10 +149,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             rid = f"{inputs.get('scope')}/providers/Microsoft.Authorization/roleAssignments/{_fake_uuid(name)}"
         else:
             namespace = _PROVIDER_NAMESPACES.get(module, "Microsoft." + module.capitalize())
-            rid = (
-                f"/subscriptions/{MOCK_SUBSCRIPTION_ID}/resourceGroups/{rg}/providers/{namespace}/"
-                f"{_lower_camel(kind)}s/{physical}"
-            )
+            path = _RESOURCE_PATHS.get(typ, f"{namespace}/{_lower_camel(kind)}s")
+            rid = f"/subscriptions/{MOCK_SUBSCRIPTION_ID}/resourceGroups/{rg}/providers/{path}/{physical}"
         # The SDK fills outputs the mock leaves out from the inputs; only those whose output shape differs
         # from the input's are given here.
         state: dict[str, Any] = {"name": physical, "id": rid}
@@ -155,6 +164,15 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["clientId"] = _fake_uuid(name, "client")
         elif typ == "azure-native:storage:StorageAccount":
             state["primaryEndpoints"] = {"blob": f"https://{physical}.blob.core.windows.net/"}
+        elif typ == "azure-native:monitor:DataCollectionEndpoint":
+            host = f"{physical}-abcd.{inputs.get('location')}-1.metrics.ingest.monitor.azure.com"
+            state["metricsIngestion"] = {"endpoint": f"https://{host}"}
+        elif typ == "azure-native:monitor:DataCollectionRule":
+            state["immutableId"] = "dcr-" + _fake_uuid(name, "dcr").replace("-", "")
+        elif typ == "azure-native:dashboard:Grafana":
+            state["identity"] = {**(inputs.get("identity") or {}), "principalId": _fake_uuid(name, "principal")}
+            endpoint = f"https://{physical}.grafana.azure.com"
+            state["properties"] = {**(inputs.get("properties") or {}), "endpoint": endpoint}
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:

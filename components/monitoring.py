@@ -1,0 +1,289 @@
+"""Fleet monitoring: Azure Monitor managed Prometheus, Managed Grafana, the ingestion path and the alerts.
+
+- An Azure Monitor workspace (managed Prometheus) stores every node's metrics; its public query endpoint is off,
+  Managed Grafana reads it through a managed private endpoint (Microsoft Learn: azure-monitor-workspace-private-
+  endpoint; managed-grafana/how-to-connect-to-data-source-privately).
+- Nodes remote-write through a data collection endpoint + rule. The endpoint's public network access is off: it
+  is in an Azure Monitor Private Link Scope (ingestion PrivateOnly) reached through a private endpoint in the
+  cluster's private-endpoint subnet and the privatelink.monitor.azure.com zone (azure-monitor/logs/private-link-
+  security, private-link-configure).
+- Least privilege: the node identity gets `Monitoring Metrics Publisher` on the rule only; Grafana's system
+  identity gets `Monitoring Data Reader` on the workspace only (not the portal's subscription-wide default).
+- An Action Group (e-mail / webhook receivers from `ndfleet:monitoring`) and one `alertsmanagement`
+  PrometheusRuleGroup per alert group, generated from the same table as the promtool-tested rule file.
+- Managed Grafana's UI keeps public network access (Entra ID sign-in only, API keys off): operators open it in a
+  browser from outside the VNet; docs/monitoring.md says how to make it private.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_azure_native.alertsmanagement as alertsmanagement
+import pulumi_azure_native.authorization as authorization
+import pulumi_azure_native.dashboard as dashboard
+import pulumi_azure_native.monitor as monitor
+import pulumi_azure_native.network as network
+import pulumi_azure_native.privatedns as privatedns
+
+from ndfleet.monitoring.agent import INGEST_STREAM
+from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, RULE_GROUPS, alerts
+from ndfleet.spec.config import ClusterSpec
+from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
+
+MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
+# Alerts that stay true resolve on their own this long after the condition clears.
+ALERT_AUTO_RESOLVE = "PT10M"
+
+
+def role_definition_id(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.Output[str]:
+    return pulumi.Output.from_input(subscription_id).apply(
+        lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role_id}"
+    )
+
+
+def action_group_short_name(stack: str) -> str:
+    """Azure allows 12 characters for an action group's short name (it prefixes SMS and e-mail subjects)."""
+    return f"nd-{stack}"[:12]
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    spec: ClusterSpec
+    resource_group_name: pulumi.Input[str]
+    vnet_id: pulumi.Input[str]
+    private_endpoint_subnet_id: pulumi.Input[str]
+    node_principal_id: pulumi.Input[str]
+    subscription_id: pulumi.Input[str]
+
+
+class Monitoring(pulumi.ComponentResource):
+    workspace_id: pulumi.Output[str]
+    ingest_endpoint: pulumi.Output[str]
+    rule_immutable_id: pulumi.Output[str]
+    grafana_endpoint: pulumi.Output[str]
+    grafana_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("ndfleet:cluster:Monitoring", name, None, opts)
+        spec, rg = args.spec, args.resource_group_name
+        child = pulumi.ResourceOptions(parent=self)
+        tags = spec.tags
+
+        workspace = monitor.AzureMonitorWorkspace(
+            f"{name}-amw",
+            resource_group_name=rg,
+            location=spec.location,
+            public_network_access=monitor.PublicNetworkAccess.DISABLED,
+            tags=tags,
+            opts=child,
+        )
+
+        # --- ingestion: endpoint + rule, reached privately from the VNet ------------------------------------
+        dce = monitor.DataCollectionEndpoint(
+            f"{name}-dce",
+            resource_group_name=rg,
+            location=spec.location,
+            description=f"ndfleet {spec.stack}: Prometheus remote write from the cluster's nodes",
+            network_acls=monitor.DataCollectionEndpointNetworkAclsArgs(
+                public_network_access=monitor.KnownPublicNetworkAccessOptions.DISABLED
+            ),
+            tags=tags,
+            opts=child,
+        )
+        dcr = monitor.DataCollectionRule(
+            f"{name}-dcr",
+            resource_group_name=rg,
+            location=spec.location,
+            description=f"ndfleet {spec.stack}: node metrics -> Azure Monitor workspace",
+            data_collection_endpoint_id=dce.id,
+            data_sources=monitor.DataCollectionRuleDataSourcesArgs(
+                prometheus_forwarder=[
+                    monitor.PrometheusForwarderDataSourceArgs(name="ndfleetNodes", streams=[INGEST_STREAM])
+                ]
+            ),
+            destinations=monitor.DataCollectionRuleDestinationsArgs(
+                monitoring_accounts=[
+                    monitor.MonitoringAccountDestinationArgs(name="ndfleetWorkspace", account_resource_id=workspace.id)
+                ]
+            ),
+            data_flows=[monitor.DataFlowArgs(streams=[INGEST_STREAM], destinations=["ndfleetWorkspace"])],
+            tags=tags,
+            opts=child,
+        )
+        # The node identity may publish metrics through this rule and nothing else.
+        authorization.RoleAssignment(
+            f"{name}-nodes-publish",
+            scope=dcr.id,
+            principal_id=args.node_principal_id,
+            principal_type="ServicePrincipal",
+            role_definition_id=role_definition_id(args.subscription_id, MONITORING_METRICS_PUBLISHER_ROLE_ID),
+            opts=child,
+        )
+
+        scope = monitor.PrivateLinkScope(
+            f"{name}-ampls",
+            resource_group_name=rg,
+            location="global",
+            access_mode_settings=monitor.AccessModeSettingsArgs(
+                ingestion_access_mode=monitor.AccessMode.PRIVATE_ONLY,
+                query_access_mode=monitor.AccessMode.OPEN,
+            ),
+            tags=tags,
+            opts=child,
+        )
+        monitor.PrivateLinkScopedResource(
+            f"{name}-ampls-dce",
+            resource_group_name=rg,
+            scope_name=scope.name,
+            linked_resource_id=dce.id,
+            opts=child,
+        )
+        endpoint = network.PrivateEndpoint(
+            f"{name}-ampls-pe",
+            resource_group_name=rg,
+            location=spec.location,
+            subnet=network.SubnetArgs(id=args.private_endpoint_subnet_id),
+            private_link_service_connections=[
+                network.PrivateLinkServiceConnectionArgs(
+                    name="azuremonitor", private_link_service_id=scope.id, group_ids=["azuremonitor"]
+                )
+            ],
+            tags=tags,
+            opts=child,
+        )
+        zone = privatedns.PrivateZone(
+            f"{name}-monitor-dns",
+            resource_group_name=rg,
+            private_zone_name=MONITOR_PRIVATE_DNS_ZONE,
+            location="Global",
+            tags=tags,
+            opts=child,
+        )
+        privatedns.VirtualNetworkLink(
+            f"{name}-monitor-dns-link",
+            resource_group_name=rg,
+            private_zone_name=zone.name,
+            location="Global",
+            registration_enabled=False,
+            virtual_network=privatedns.SubResourceArgs(id=args.vnet_id),
+            tags=tags,
+            opts=child,
+        )
+        network.PrivateDnsZoneGroup(
+            f"{name}-ampls-dns-group",
+            resource_group_name=rg,
+            private_endpoint_name=endpoint.name,
+            private_dns_zone_group_name="default",
+            private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="monitor", private_dns_zone_id=zone.id)],
+            opts=child,
+        )
+
+        # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
+        grafana = dashboard.Grafana(
+            f"{name}-grafana",
+            resource_group_name=rg,
+            location=spec.location,
+            sku=dashboard.ResourceSkuArgs(name="Standard"),
+            identity=dashboard.ManagedServiceIdentityArgs(type=dashboard.ManagedServiceIdentityType.SYSTEM_ASSIGNED),
+            properties=dashboard.ManagedGrafanaPropertiesArgs(
+                api_key=dashboard.ApiKey.DISABLED,
+                public_network_access=dashboard.PublicNetworkAccess.ENABLED,
+                grafana_integrations=dashboard.GrafanaIntegrationsArgs(
+                    azure_monitor_workspace_integrations=[
+                        dashboard.AzureMonitorWorkspaceIntegrationArgs(azure_monitor_workspace_resource_id=workspace.id)
+                    ]
+                ),
+            ),
+            tags=tags,
+            opts=child,
+        )
+        authorization.RoleAssignment(
+            f"{name}-grafana-read",
+            scope=workspace.id,
+            principal_id=grafana.identity.apply(lambda i: i.principal_id if i else ""),
+            principal_type="ServicePrincipal",
+            role_definition_id=role_definition_id(args.subscription_id, MONITORING_DATA_READER_ROLE_ID),
+            opts=child,
+        )
+        dashboard.ManagedPrivateEndpoint(
+            f"{name}-grafana-amw-pe",
+            resource_group_name=rg,
+            workspace_name=grafana.name,
+            location=spec.location,
+            private_link_resource_id=workspace.id,
+            private_link_resource_region=spec.location,
+            group_ids=["prometheusMetrics"],
+            request_message=f"ndfleet {spec.stack}: Managed Grafana reads the cluster's Azure Monitor workspace",
+            opts=child,
+        )
+
+        # --- alerts --------------------------------------------------------------------------------------------
+        action_group = monitor.ActionGroup(
+            f"{name}-alerts",
+            resource_group_name=rg,
+            location="Global",
+            group_short_name=action_group_short_name(spec.stack),
+            enabled=True,
+            email_receivers=[
+                monitor.MicrosoftCommonEmailReceiverArgs(name=f"email-{i}", email_address=e, use_common_alert_schema=True)
+                for i, e in enumerate(spec.monitoring.emails)
+            ],
+            # A webhook URL often carries a token: sent as a Pulumi secret, so state and plans keep it encrypted.
+            webhook_receivers=[
+                monitor.WebhookReceiverArgs(
+                    name=f"webhook-{i}", service_uri=pulumi.Output.secret(w), use_common_alert_schema=True
+                )
+                for i, w in enumerate(spec.monitoring.webhooks)
+            ],
+            tags=tags,
+            opts=child,
+        )
+        table = alerts(spec)
+        for group in RULE_GROUPS:
+            rules = [a for a in table if a.group == group]
+            if not rules:
+                continue
+            alertsmanagement.PrometheusRuleGroup(
+                f"{name}-rules-{group}",
+                resource_group_name=rg,
+                location=spec.location,
+                description=f"ndfleet {spec.stack}: {group} alerts (ndfleet/monitoring/alerts.py)",
+                scopes=[workspace.id],
+                enabled=True,
+                interval=f"PT{EVALUATION_INTERVAL_MINUTES}M",
+                rules=[
+                    alertsmanagement.PrometheusRuleArgs(
+                        alert=a.name,
+                        expression=a.expr,
+                        for_=a.for_iso8601,
+                        severity=AZURE_SEVERITY[a.severity],
+                        labels=a.all_labels,
+                        annotations=a.annotations,
+                        enabled=True,
+                        actions=[alertsmanagement.PrometheusRuleGroupActionArgs(action_group_id=action_group.id)],
+                        resolve_configuration=alertsmanagement.PrometheusRuleResolveConfigurationArgs(
+                            auto_resolved=True, time_to_resolve=ALERT_AUTO_RESOLVE
+                        ),
+                    )
+                    for a in rules
+                ],
+                tags=tags,
+                opts=child,
+            )
+
+        self.workspace_id = workspace.id
+        self.ingest_endpoint = dce.metrics_ingestion.apply(lambda m: (m.endpoint or "") if m else "")
+        self.rule_immutable_id = dcr.immutable_id.apply(lambda i: i or "")
+        self.grafana_endpoint = grafana.properties.apply(lambda p: (p.endpoint or "") if p else "")
+        self.grafana_name = grafana.name
+        self.register_outputs(
+            {
+                "workspaceId": self.workspace_id,
+                "ingestEndpoint": self.ingest_endpoint,
+                "ruleImmutableId": self.rule_immutable_id,
+                "grafanaEndpoint": self.grafana_endpoint,
+                "grafanaName": self.grafana_name,
+            }
+        )
