@@ -227,7 +227,9 @@ class Monitoring(pulumi.ComponentResource):
             group_short_name=action_group_short_name(spec.stack),
             enabled=True,
             email_receivers=[
-                monitor.MicrosoftCommonEmailReceiverArgs(name=f"email-{i}", email_address=e, use_common_alert_schema=True)
+                monitor.MicrosoftCommonEmailReceiverArgs(
+                    name=f"email-{i}", email_address=e, use_common_alert_schema=True
+                )
                 for i, e in enumerate(spec.monitoring.emails)
             ],
             # A webhook URL often carries a token: sent as a Pulumi secret, so state and plans keep it encrypted.

@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.spec.profiles import DEFAULT_MAX_NODES_PER_ISLAND, HARD_MAX_NODES_PER_ISLAND, RDMA_RESERVED_CIDR
+from ndfleet.spec.profiles import (
+    DEFAULT_MAX_NODES_PER_ISLAND,
+    HARD_MAX_NODES_PER_ISLAND,
+    MONITORING_DATA_READER_ROLE_ID,
+    MONITORING_METRICS_PUBLISHER_ROLE_ID,
+    RDMA_RESERVED_CIDR,
+    STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID,
+)
 
 MANDATORY = "mandatory"
 ADVISORY = "advisory"
@@ -25,6 +32,16 @@ VNET_TYPE = "azure-native:network:VirtualNetwork"
 SUBNET_TYPE = "azure-native:network:Subnet"
 NIC_TYPE = "azure-native:network:NetworkInterface"
 STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
+ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
+
+# The only roles ndfleet grants, each on the one kind of resource it needs (a scope ending in that resource):
+# the node identity reads and writes blobs of its storage account and publishes metrics through the data
+# collection rule; Managed Grafana reads the Azure Monitor workspace.
+LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str]] = {
+    STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID: ("Storage Blob Data Contributor", "Microsoft.Storage/storageAccounts"),
+    MONITORING_METRICS_PUBLISHER_ROLE_ID: ("Monitoring Metrics Publisher", "Microsoft.Insights/dataCollectionRules"),
+    MONITORING_DATA_READER_ROLE_ID: ("Monitoring Data Reader", "Microsoft.Monitor/accounts"),
+}
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
 _ND_SIZE = re.compile(r"^Standard_ND", re.IGNORECASE)
@@ -327,6 +344,23 @@ def check_storage_private(resource_type: str, props: Props) -> list[str]:
             "networkRuleSet.defaultAction: Deny"]
 
 
+def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
+    if resource_type != ROLE_ASSIGNMENT_TYPE:
+        return []
+    role_def, scope = props.get("roleDefinitionId"), props.get("scope")
+    if not isinstance(role_def, str) or not isinstance(scope, str):
+        return []  # not known yet (a preview before the scope exists)
+    role_id = role_def.rstrip("/").rsplit("/", 1)[-1].lower()
+    if role_id not in LEAST_PRIVILEGE_ROLES:
+        return [f"role {role_id} is not one ndfleet grants: the cluster's identities hold only "
+                + ", ".join(name for name, _ in LEAST_PRIVILEGE_ROLES.values())]
+    name, resource = LEAST_PRIVILEGE_ROLES[role_id]
+    if not re.search(rf"/providers/{re.escape(resource)}/[^/]+$", scope, re.IGNORECASE):
+        return [f"{name} is assigned at scope {scope!r}: grant it on one {resource} resource only, never on a "
+                "resource group or subscription"]
+    return []
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The rules
 
@@ -403,6 +437,15 @@ RULES: tuple[Rule, ...] = (
         MANDATORY, (VMSS_TYPE,), "Azure docs: virtual-machine-scale-sets-automatic-instance-repairs.md",
         "set automaticRepairsPolicy: {enabled: true, gracePeriod: PT30M, repairAction: Replace} "
         "(ndfleet:health.repairAction)", check_automatic_repairs,
+    ),
+    Rule(
+        "identity-least-privilege", "A role assignment grants only the role an ndfleet identity needs, on its one "
+        "resource", MANDATORY, (ROLE_ASSIGNMENT_TYPE,), "Azure docs: role-based-access-control/best-practices.md "
+        "(least privilege, narrowest scope); azure-monitor/metrics/prometheus-remote-write-virtual-machines.md "
+        "(Monitoring Metrics Publisher on the data collection rule); managed-grafana/how-to-permissions.md",
+        "grant the node identity Storage Blob Data Contributor on its storage account and Monitoring Metrics "
+        "Publisher on the data collection rule, and Grafana Monitoring Data Reader on the Azure Monitor "
+        "workspace; nothing at resource-group or subscription scope", check_role_least_privilege,
     ),
     # --- advisory
     Rule(

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from ndfleet import cli, policy_rules
-from ndfleet.policy_rules import RULES_BY_ID, STORAGE_ACCOUNT_TYPE, SUBNET_TYPE, VMSS_TYPE, VNET_TYPE
+from ndfleet.policy_rules import (
+    ROLE_ASSIGNMENT_TYPE,
+    RULES_BY_ID,
+    STORAGE_ACCOUNT_TYPE,
+    SUBNET_TYPE,
+    VMSS_TYPE,
+    VNET_TYPE,
+)
 
 PLAN = Path(__file__).parent / "data" / "plans" / "dev-small.json"
 
@@ -102,6 +109,15 @@ def _storage_public(p: dict[str, Any]) -> None:
     p["networkRuleSet"]["defaultAction"] = "Allow"
 
 
+def _owner_role(p: dict[str, Any]) -> None:
+    # Owner (built-in role 8e3af657-...): far beyond what a node needs.
+    p["roleDefinitionId"] = p["roleDefinitionId"].rsplit("/", 1)[0] + "/8e3af657-a8ff-443c-a75c-2fe8c4bcb635"
+
+
+def _group_scope(p: dict[str, Any]) -> None:
+    p["scope"] = p["scope"].split("/providers/")[0]
+
+
 # (rule id, resource type, how to break it, the rules the broken resource violates)
 CASES: list[tuple[str, str, Mutation, set[str]]] = [
     ("nd-single-placement-group", VMSS_TYPE, _set("singlePlacementGroup", False), {"nd-single-placement-group"}),
@@ -129,6 +145,8 @@ CASES: list[tuple[str, str, Mutation, set[str]]] = [
     ("nd-manual-upgrade", VMSS_TYPE, _rolling, {"nd-manual-upgrade"}),
     ("nd-accelerated-networking", VMSS_TYPE, _no_accel, {"nd-accelerated-networking"}),
     ("storage-private-network", STORAGE_ACCOUNT_TYPE, _storage_public, {"storage-private-network"}),
+    ("identity-least-privilege", ROLE_ASSIGNMENT_TYPE, _owner_role, {"identity-least-privilege"}),
+    ("identity-least-privilege", ROLE_ASSIGNMENT_TYPE, _group_scope, {"identity-least-privilege"}),
 ]
 CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 
@@ -243,7 +261,7 @@ def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
 
 def test_policy_command_passes_a_good_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["policy", str(PLAN)]) == 0
-    assert "all 17 rules pass" in capsys.readouterr().out
+    assert f"all {len(policy_rules.RULES)} rules pass" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("rule_id", "rtype", "mutate", "violated"), CASES, ids=CASE_IDS)

@@ -71,7 +71,12 @@ _FILES = (
         "/etc/systemd/system/ndfleet-monitoring-setup.service",
         "0644",
     ),
-    ("ndfleet-prometheus.service.j2", "ndfleet-prometheus.service", "/etc/systemd/system/ndfleet-prometheus.service", "0644"),
+    (
+        "ndfleet-prometheus.service.j2",
+        "ndfleet-prometheus.service",
+        "/etc/systemd/system/ndfleet-prometheus.service",
+        "0644",
+    ),
     (
         "ndfleet-dcgm-exporter.service.j2",
         "ndfleet-dcgm-exporter.service",

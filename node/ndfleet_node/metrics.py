@@ -123,7 +123,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--report", default=DEFAULT_REPORT, help=f"validation report (default {DEFAULT_REPORT})")
     parser.add_argument(
-        "--drain-file", default=DEFAULT_DRAIN_FILE, help=f"drain marker; exists = drained (default {DEFAULT_DRAIN_FILE})"
+        "--drain-file", default=DEFAULT_DRAIN_FILE, help=f"drain marker, present = drained ({DEFAULT_DRAIN_FILE})"
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"textfile to write (default {DEFAULT_OUT})")
     parser.set_defaults(handler=run)
