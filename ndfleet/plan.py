@@ -116,10 +116,19 @@ def _fake_uuid(*parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "ndfleet:" + "/".join(parts)))
 
 
+# How the wire marks a secret value (pulumi.runtime.rpc: _special_sig_key / _special_secret_sig).
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SECRET_PLACEHOLDER = "[secret]"
+
+
 def _plain(value: Any) -> Any:
-    """The wire carries every number as a double; show integral ones as integers (2, not 2.0)."""
+    """The wire carries every number as a double; show integral ones as integers (2, not 2.0). Secrets (a
+    webhook URL with its token) never reach the plan: they show as "[secret]"."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG:
+        return SECRET_PLACEHOLDER
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):

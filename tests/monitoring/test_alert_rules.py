@@ -24,6 +24,7 @@ NODE = {"stack": "test", "island": "a", "node": "test-a-000001", "physical_host"
 GPU = {**NODE, "job": "dcgm", "instance": "127.0.0.1:9400", "gpu": "3", "UUID": "GPU-0003"}
 PORT = {**NODE, "job": "node", "instance": "127.0.0.1:9100", "device": "mlx5_ib3", "port": "1"}
 NODE_JOB = {**NODE, "job": "node", "instance": "127.0.0.1:9100"}
+IB_RATE = "node_infiniband_rate_bytes_per_second"
 
 
 def series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -89,8 +90,8 @@ CASES: list[Case] = [
          [series("node_infiniband_link_downed_total", PORT, "0+1x10 10x110")], 120, PORT),
     Case("IbPortFlapping", "3 link-downs in 2 h",
          [series("node_infiniband_link_downed_total", PORT, "0+1x3 3x117")], 120, None),
-    Case("IbLinkRateLow", "200 Gb/s", [series("node_infiniband_rate_bytes_per_second", PORT, "25000000000x10")], 5, PORT),
-    Case("IbLinkRateLow", "400 Gb/s", [series("node_infiniband_rate_bytes_per_second", PORT, "50000000000x10")], 5, None),
+    Case("IbLinkRateLow", "200 Gb/s", [series(IB_RATE, PORT, "25000000000x10")], 5, PORT),
+    Case("IbLinkRateLow", "400 Gb/s", [series(IB_RATE, PORT, "50000000000x10")], 5, None),
     Case("NodeUnhealthy", "validated, unhealthy for 15 min",
          [series("ndfleet_node_validated", NODE_JOB, "1x20"), series("ndfleet_node_healthy", NODE_JOB, "0x20")],
          15, NODE_JOB),
