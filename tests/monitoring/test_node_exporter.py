@@ -1,0 +1,157 @@
+"""The real node_exporter (Debian's prometheus-node-exporter) with the agent's exact collector flags, over a fake
+sysfs holding two InfiniBand HCAs (one IB port, one Ethernet accelerated-networking port) and the textfile
+`ndfleet-node metrics` writes: every node_exporter and validation metric name the dashboards and alerts rely on
+is really exported, and the IB rate is parsed as the alerts expect.
+
+Debian ships node_exporter 1.5.0, nodes run Ubuntu 22.04's 1.3.1: the collectors used here and their metric
+names are the same in both (node_exporter collector/infiniband_linux.go, meminfo, ...).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ndfleet.monitoring import agent, exporters
+from ndfleet_node import metrics as node_metrics
+from tests.test_health_endpoint import loopback_up
+
+START_TIMEOUT_S = 30
+# node_exporter 1.5 reads interfaces over netlink by default; 1.3.1 (the nodes') reads /proc/net/dev, as this does.
+NETDEV_FROM_PROC = ["--no-collector.netdev.netlink"]
+COUNTERS = (
+    "port_rcv_data", "port_xmit_data", "link_downed", "symbol_error", "port_rcv_errors", "port_rcv_packets",
+    "port_xmit_packets", "link_error_recovery", "port_xmit_wait", "port_rcv_remote_physical_errors",
+    "port_rcv_discards", "port_xmit_discards", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+    "port_rcv_constraint_errors", "port_xmit_constraint_errors", "port_rcv_switch_relay_errors",
+    "unicast_rcv_packets", "unicast_xmit_packets", "multicast_rcv_packets", "multicast_xmit_packets",
+)
+# (device, link layer, sysfs rate line): what an ND H100 v5 shows for one of its 8 IB HCAs and the Ethernet one.
+HCAS = (("mlx5_ib0", "InfiniBand", "400 Gb/sec (4X NDR)"), ("mlx5_an0", "Ethernet", "100 Gb/sec (2X HDR)"))
+
+
+def fake_sysfs(root: Path) -> Path:
+    for device, link_layer, rate in HCAS:
+        base = root / "class" / "infiniband" / device
+        port = base / "ports" / "1"
+        (port / "counters").mkdir(parents=True)
+        (base / "board_id").write_text("MT_0000000838\n")
+        (base / "fw_ver").write_text("28.39.1002\n")
+        (base / "hca_type").write_text("MT4129\n")
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "phys_state").write_text("5: LinkUp\n")
+        (port / "rate").write_text(rate + "\n")
+        (port / "link_layer").write_text(link_layer + "\n")
+        for counter in COUNTERS:
+            (port / "counters" / counter).write_text("7\n")
+    return root
+
+
+# /proc/net/dev of a node: eth0 (accelerated networking) and one IPoIB interface (bytes in fields 1 and 9).
+NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
+  eth0: 5000000    4000    0    0    0     0          0         0  3000000    2000    0    0    0     0       0          0
+   ib0:  700000     500    0    0    0     0          0         0   600000     400    0    0    0     0       0          0
+"""
+
+
+def fake_procfs(root: Path) -> Path:
+    """The machine's own /proc files, except net/dev: the suite's network namespace has only a loopback."""
+    (root / "net").mkdir(parents=True)
+    (root / "1").mkdir()
+    for name in ("stat", "meminfo", "loadavg", "diskstats"):
+        (root / name).symlink_to(f"/proc/{name}")
+    (root / "1" / "mounts").symlink_to("/proc/self/mounts")
+    (root / "net" / "dev").write_text(NET_DEV)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    # Not a skip: .ci/run installs Debian's prometheus-node-exporter.
+    assert binary, "node_exporter not found: apt-get install prometheus-node-exporter"
+    loopback_up()
+    folder = tmp_path_factory.mktemp("node-exporter")
+    sysfs = fake_sysfs(folder / "sys")
+    procfs = fake_procfs(folder / "proc")
+    textfile_dir = folder / "textfile"
+    report = folder / "report.json"
+    report.write_text('{"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}')
+    node_metrics.write_atomically(
+        textfile_dir / exporters.TEXTFILE_NAME, node_metrics.render({"status": "healthy", "checks": [
+            {"id": "gpu.count", "status": "pass"}]}, 1.0, drained=False)
+    )
+    port = free_port()
+    args = [a for a in agent.node_exporter_args().split() if not a.startswith(("--web.listen-address",
+                                                                             "--collector.textfile.directory"))]
+    proc = subprocess.Popen(
+        [binary, *args, f"--web.listen-address=127.0.0.1:{port}", f"--collector.textfile.directory={textfile_dir}",
+         f"--path.sysfs={sysfs}", f"--path.procfs={procfs}", *NETDEV_FROM_PROC],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        body = None
+        while body is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+                    body = resp.read().decode()
+            except OSError:
+                assert proc.poll() is None, f"node_exporter exited: {proc.stderr.read() if proc.stderr else ''}"
+                assert time.monotonic() < deadline, "node_exporter did not answer in time"
+                time.sleep(0.2)
+        yield body
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def names(body: str) -> set[str]:
+    return {line.split("{")[0].split(" ")[0] for line in body.splitlines() if line and not line.startswith("#")}
+
+
+def test_every_node_exporter_metric_we_rely_on_is_exported(scrape: str) -> None:
+    missing = set(exporters.node_exporter_metric_names()) - names(scrape)
+    assert not missing
+
+
+def test_validation_metrics_pass_through_the_textfile_collector(scrape: str) -> None:
+    assert set(exporters.VALIDATION_METRICS) - {"ndfleet_validation_last_run_timestamp_seconds"} <= names(scrape)
+    assert 'ndfleet_validation_check_status{check="gpu.count",status="pass"} 1' in scrape
+    assert "node_textfile_scrape_error 0" in scrape
+
+
+def test_network_bytes_come_per_interface(scrape: str) -> None:
+    assert 'node_network_receive_bytes_total{device="eth0"} 5e+06' in scrape
+
+
+def test_ib_rate_is_bytes_per_second_and_both_hcas_show(scrape: str) -> None:
+    assert 'node_infiniband_rate_bytes_per_second{device="mlx5_ib0",port="1"} 5e+10' in scrape
+    assert 'node_infiniband_state_id{device="mlx5_ib0",port="1"} 4' in scrape
+    # The Ethernet HCA shows up too: the alerts select the profile's IB devices by name.
+    assert 'node_infiniband_rate_bytes_per_second{device="mlx5_an0",port="1"}' in scrape
+
+
+def test_only_the_listed_collectors_run(scrape: str) -> None:
+    collectors = {
+        line.split('collector="')[1].split('"')[0]
+        for line in scrape.splitlines()
+        if line.startswith("node_scrape_collector_success{")
+    }
+    assert collectors == set(exporters.NODE_EXPORTER_COLLECTORS)
+    assert 'node_scrape_collector_success{collector="infiniband"} 1' in scrape
