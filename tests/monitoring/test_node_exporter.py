@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ndfleet_node import metrics as node_metrics
 
 from ndfleet.monitoring import agent, exporters
-from ndfleet_node import metrics as node_metrics
 from tests.test_health_endpoint import loopback_up
 
 START_TIMEOUT_S = 30
@@ -54,13 +54,8 @@ def fake_sysfs(root: Path) -> Path:
     return root
 
 
-# /proc/net/dev of a node: eth0 (accelerated networking) and one IPoIB interface (bytes in fields 1 and 9).
-NET_DEV = """Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-    lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
-  eth0: 5000000    4000    0    0    0     0          0         0  3000000    2000    0    0    0     0       0          0
-   ib0:  700000     500    0    0    0     0          0         0   600000     400    0    0    0     0       0          0
-"""
+# /proc/net/dev of a node: eth0 (accelerated networking) and one IPoIB interface.
+NET_DEV = Path(__file__).resolve().parents[1] / "data" / "monitoring" / "proc-net-dev.txt"
 
 
 def fake_procfs(root: Path) -> Path:
@@ -70,7 +65,7 @@ def fake_procfs(root: Path) -> Path:
     for name in ("stat", "meminfo", "loadavg", "diskstats"):
         (root / name).symlink_to(f"/proc/{name}")
     (root / "1" / "mounts").symlink_to("/proc/self/mounts")
-    (root / "net" / "dev").write_text(NET_DEV)
+    (root / "net" / "dev").write_text(NET_DEV.read_text())
     return root
 
 
