@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet.monitoring.alerts import alerts, rule_file_yaml
+from ndfleet.monitoring.cost import estimate
 from ndfleet.monitoring.dashboards import dashboard_files
 from ndfleet.spec.config import SpecError, load_spec
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
@@ -61,4 +62,9 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     print(f"{out / RULES_FILE}: {len(alerts(spec))} alert rules")
     print(f"{out / 'dashboards'}/: {', '.join(sorted(files))}")
+    cost = estimate(spec)
+    print(
+        f"about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} samples/min for "
+        f"{cost.nodes:,} nodes (docs/monitoring.md, cost drivers)"
+    )
     return 0

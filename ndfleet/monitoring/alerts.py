@@ -215,3 +215,18 @@ def rule_file(spec: ClusterSpec) -> dict[str, Any]:
 
 def rule_file_yaml(spec: ClusterSpec) -> str:
     return yaml.safe_dump(rule_file(spec), sort_keys=False, width=1000)
+
+
+def alerts_table_markdown(spec: ClusterSpec) -> str:
+    """The alert table docs/monitoring.md carries for the prod example (a test keeps the two equal)."""
+    lines = ["| alert | expression | for | severity | what to do |", "|---|---|---|---|---|"]
+    seen: set[str] = set()
+    for a in alerts(spec):
+        if a.name in seen:  # IslandCapacityLow: one rule per island, shown once
+            continue
+        seen.add(a.name)
+        expr = a.expr.replace("|", "\\|")
+        if a.name == "IslandCapacityLow":
+            expr += f" (one rule per island; here island {dict(a.labels)['island']})"
+        lines.append(f"| `{a.name}` | `{expr}` | {a.for_prometheus} | {a.severity} | {a.action} |")
+    return "\n".join(lines)

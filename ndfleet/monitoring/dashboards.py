@@ -235,3 +235,12 @@ def queries(model: dict[str, Any]) -> list[str]:
             match = re.fullmatch(r"label_values\((.*),\s*\w+\)", var["definition"])
             out.append(match.group(1) if match else var["definition"])
     return out
+
+
+def panels_markdown(spec: ClusterSpec) -> str:
+    """Each dashboard's panels, for docs/monitoring.md (a test keeps the two equal)."""
+    lines = []
+    for name, model in dashboards(spec).items():
+        lines += ["", f"**{model['title']}** (`{name}`):", ""]
+        lines += [f"- {p['title']}" for p in model["panels"]]
+    return "\n".join(lines).strip("\n")

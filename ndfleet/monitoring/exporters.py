@@ -101,7 +101,7 @@ def dcgm_counters_csv() -> str:
 # --- what node_exporter exports ----------------------------------------------------------------------------
 
 # node_exporter runs with --collector.disable-defaults and these collectors only: a default node_exporter on a
-# 96-vCPU VM exports over 2,000 series (cpu alone: 96 CPUs x 8 modes), the main cost driver. Metric names per
+# 96-vCPU VM exports well over 1,500 series (cpu alone: 96 CPUs x 8 modes), the main cost driver. Metric names per
 # collector as node_exporter v1.3.1 defines them (collector/<name>_linux.go); `cpu` is filtered to mode="idle"
 # by the agent (templates/monitoring/prometheus.yml.j2).
 NODE_EXPORTER_COLLECTORS: dict[str, tuple[str, ...]] = {
@@ -156,3 +156,15 @@ def exported_metric_names() -> frozenset[str]:
     return frozenset(
         (*(c.field for c in DCGM_COUNTERS), *node_exporter_metric_names(), *VALIDATION_METRICS, *AGENT_METRICS)
     )
+
+
+def exported_markdown() -> str:
+    """The exported metric names by source, for docs/monitoring.md (a test keeps the two equal)."""
+    lines = [
+        "- dcgm-exporter (per GPU, label `gpu`): " + ", ".join(f"`{c.field}`" for c in DCGM_COUNTERS),
+    ]
+    for collector, names in NODE_EXPORTER_COLLECTORS.items():
+        lines.append(f"- node_exporter `{collector}`: " + ", ".join(f"`{n}`" for n in names))
+    lines.append("- `ndfleet-node metrics` (textfile): " + ", ".join(f"`{n}`" for n in VALIDATION_METRICS))
+    lines.append("- the agent, per scrape target (`job` dcgm / node): " + ", ".join(f"`{n}`" for n in AGENT_METRICS))
+    return "\n".join(lines)
