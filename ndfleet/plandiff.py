@@ -46,7 +46,9 @@ AML_FILESYSTEM_TYPE = "azure-native:storagecache:AmlFilesystem"
 VNET_TYPE = "azure-native:network:VirtualNetwork"
 SUBNET_TYPE = "azure-native:network:Subnet"
 # Resources whose deletion or replacement loses data.
-DATA_HOLDING_TYPES = (STORAGE_ACCOUNT_TYPE, BLOB_CONTAINER_TYPE, AML_FILESYSTEM_TYPE)
+# The Azure Monitor workspace holds the fleet's metrics history (18 months): deleting it loses that history.
+MONITOR_WORKSPACE_TYPE = "azure-native:monitor:AzureMonitorWorkspace"
+DATA_HOLDING_TYPES = (STORAGE_ACCOUNT_TYPE, BLOB_CONTAINER_TYPE, AML_FILESYSTEM_TYPE, MONITOR_WORKSPACE_TYPE)
 # Management locks (CanNotDelete on what holds data): removing one is worth a warning.
 LOCK_TYPES = (
     "azure-native:authorization:ManagementLockByScope",

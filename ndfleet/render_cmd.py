@@ -21,7 +21,7 @@ from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, Rendered
 from ndfleet.spec.config import SpecError, load_spec
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
-EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health")
+EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health", "ndfleet-monitoring-setup")
 
 
 def register(subparsers: Any) -> None:

@@ -166,3 +166,19 @@ def test_a_webhook_url_stays_out_of_the_plan() -> None:
     receivers = one(plan, ACTION_GROUP).inputs["webhookReceivers"]
     assert receivers == "[secret]"
     assert "SECRETTOKEN" not in str([r.inputs for r in plan.resources])
+
+
+def test_turning_monitoring_off_is_flagged_as_losing_the_metrics_history(prod_plan: Plan) -> None:
+    from ndfleet import plandiff
+
+    config = prod_config()
+    config["monitoring"] = {**config["monitoring"], "enabled": False}
+    off = plan_of(config, "prod")
+
+    def as_json(plan: Plan) -> dict[str, Any]:
+        return {"resources": [{"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect,
+                               "inputs": r.inputs} for r in plan.resources]}
+
+    diff = plandiff.diff_plans(as_json(prod_plan), as_json(off), "prod")
+    flagged = {(c.rule, c.resource_type) for c in diff.consequences}
+    assert ("data-deleted", AMW) in flagged
