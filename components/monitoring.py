@@ -10,7 +10,9 @@
 - Least privilege: the node identity gets `Monitoring Metrics Publisher` on the rule only; Grafana's system
   identity gets `Monitoring Data Reader` on the workspace only (not the portal's subscription-wide default).
 - An Action Group (e-mail / webhook receivers from `ndfleet:monitoring`) and one `alertsmanagement`
-  PrometheusRuleGroup per alert group, generated from the same table as the promtool-tested rule file.
+  PrometheusRuleGroup per alert group, generated from the same table as the promtool-tested rule file (Azure
+  rule groups take the open-source rule's name, expression, `for`, labels and templated annotations:
+  azure-monitor/metrics/prometheus-rule-groups; the PrometheusRule REST reference).
 - Managed Grafana's UI keeps public network access (Entra ID sign-in only, API keys off): operators open it in a
   browser from outside the VNet; docs/monitoring.md says how to make it private.
 """
@@ -259,7 +261,8 @@ class Monitoring(pulumi.ComponentResource):
                     alertsmanagement.PrometheusRuleArgs(
                         alert=a.name,
                         expression=a.expr,
-                        for_=a.for_iso8601,
+                        # No `for` when the alert fires at once (Prometheus's default of 0).
+                        for_=a.for_iso8601 if a.for_minutes else None,
                         severity=AZURE_SEVERITY[a.severity],
                         labels=a.all_labels,
                         annotations=a.annotations,

@@ -130,3 +130,20 @@ def test_dashboards_cover_fleet_fabric_and_node(mon_spec: ClusterSpec) -> None:
     node = d["node-drilldown.json"]
     assert [v["name"] for v in node["templating"]["list"]] == ["datasource", "island", "node"]
     assert all('node="$node"' in q for q in queries(node) if "label_values" not in q and "$node" in q)
+
+
+def test_promtool_parses_every_dashboard_query(promtool: str, mon_spec: ClusterSpec, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each query, with Grafana's variables filled in, as a recording rule: `promtool check rules` parses its PromQL."""
+    import yaml
+
+    from tests.monitoring.conftest import run_promtool
+
+    rules = []
+    for model in dashboards(mon_spec).values():
+        for expr in queries(model):
+            filled = expr.replace("$island", "a").replace("$node", "test-a-000001")
+            rules.append({"record": f"ndfleet:dashboard_query_{len(rules)}", "expr": filled})
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    rc, out = run_promtool(promtool, "check", "rules", str(tmp_path / "queries.yml"))
+    assert rc == 0, out
+    assert f"SUCCESS: {len(rules)} rules found" in out
