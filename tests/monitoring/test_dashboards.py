@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from ndfleet_node import metrics as node_metrics
 
 from ndfleet.monitoring import exporters
 from ndfleet.monitoring.alerts import alerts
 from ndfleet.monitoring.dashboards import dashboard_files, dashboards, queries
 from ndfleet.spec.config import ClusterSpec
+from tests.monitoring.conftest import run_promtool
 
 # PromQL words that are not metric names.
 _KEYWORDS = {
@@ -132,12 +135,8 @@ def test_dashboards_cover_fleet_fabric_and_node(mon_spec: ClusterSpec) -> None:
     assert all('node="$node"' in q for q in queries(node) if "label_values" not in q and "$node" in q)
 
 
-def test_promtool_parses_every_dashboard_query(promtool: str, mon_spec: ClusterSpec, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_promtool_parses_every_dashboard_query(promtool: str, mon_spec: ClusterSpec, tmp_path: Path) -> None:
     """Each query, with Grafana's variables filled in, as a recording rule: `promtool check rules` parses its PromQL."""
-    import yaml
-
-    from tests.monitoring.conftest import run_promtool
-
     rules = []
     for model in dashboards(mon_spec).values():
         for expr in queries(model):

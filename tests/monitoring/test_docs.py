@@ -3,6 +3,7 @@ the prod example, so the page cannot drift from the code."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def prod_spec() -> ClusterSpec:
 
 
 @pytest.mark.parametrize("section", [alerts_table_markdown, panels_markdown, cost_markdown])
-def test_doc_carries_the_generated_section(prod_spec: ClusterSpec, section) -> None:  # type: ignore[no-untyped-def]
+def test_doc_carries_the_generated_section(prod_spec: ClusterSpec, section: Callable[[ClusterSpec], str]) -> None:
     assert section(prod_spec) in DOC.read_text()
 
 
