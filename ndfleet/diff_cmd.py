@@ -11,12 +11,11 @@ shows as all-added or all-removed. Exit 0 with the diff; exit 2 when an input is
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet import plandiff
+from ndfleet import plandiff, plandoc
 
 
 class InputError(Exception):
@@ -43,21 +42,11 @@ def register(subparsers: Any) -> None:
 
 
 def load_plan(path: Path) -> dict[str, Any]:
+    """A plan file, read within bounds and checked against the plan schema (ndfleet.plandoc) once."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError(f"plan file not found: {path}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read plan file {path}: {e}") from e
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg}); expected the output "
-                         "of `ndfleet plan --format json`") from e
-    try:
-        return plandiff.validate_plan(obj, str(path))
-    except plandiff.PlanFormatError as e:
-        raise InputError(str(e)) from e
+        return plandoc.read_plan(path)
+    except plandoc.PlanFormatError as e:
+        raise InputError(str(e)) from None
 
 
 def load_plan_dir(folder: Path) -> dict[str, dict[str, Any]]:

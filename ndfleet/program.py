@@ -93,4 +93,13 @@ def main() -> None:
         fail(str(error))
 
 
-__all__ = ["ProgramError", "deploy", "fail", "main", "refuse_example_key", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
+__all__ = [
+    "ProgramError",
+    "deploy",
+    "fail",
+    "main",
+    "refuse_example_key",
+    "run_preflight_if_enabled",
+    "spec_from_stack",
+    "under_mocks",
+]

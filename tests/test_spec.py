@@ -171,7 +171,7 @@ BAD_CONFIGS = [
     ),
     ({"sshPublicKey": "ssh-dss AAAAB3NzaC1kc3M= me"}, "DSA keys (ssh-dss) are not accepted by Azure"),
     (
-        {"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY-----"},
+        {"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY"},
         "ndfleet:sshPublicKey (value not shown): this is a PRIVATE key: give the public key",
     ),
     ({"sshPublicKey": f"{dev_ssh_key()}\n{dev_ssh_key()}"}, "holds 2 lines: give exactly one public key"),
@@ -188,8 +188,14 @@ BAD_CONFIGS = [
     # Typos and display names.
     ({"node": 2}, "ndfleet:node is not a known setting; did you mean 'ndfleet:nodes'?"),
     ({"VMSize": "x"}, "ndfleet:VMSize is not a known setting; did you mean 'ndfleet:vmSize'?"),
-    ({"health": {"dcgmlevel": 2}}, "ndfleet:health.dcgmlevel is not a known setting; did you mean 'ndfleet:health.dcgmLevel'?"),
-    ({"location": "West Europe"}, "ndfleet:location = 'West Europe': write the region's name, not its display name: 'westeurope'"),
+    (
+        {"health": {"dcgmlevel": 2}},
+        "ndfleet:health.dcgmlevel is not a known setting; did you mean 'ndfleet:health.dcgmLevel'?",
+    ),
+    (
+        {"location": "West Europe"},
+        "ndfleet:location = 'West Europe': write the region's name, not its display name: 'westeurope'",
+    ),
     ({"location": "east us 2"}, "'eastus2'"),
     ({"location": "eu/west!"}, "ndfleet:location = 'eu/west!': must be an Azure region's name"),
 ]
