@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet import plandiff, plandoc
+from ndfleet.spec.names import stack_name_problem
 
 
 class InputError(Exception):
@@ -55,7 +56,13 @@ def load_plan_dir(folder: Path) -> dict[str, dict[str, Any]]:
         return {}
     if not folder.is_dir():
         raise InputError(f"{folder} is not a folder of <stack>.json plans")
-    return {p.stem: load_plan(p) for p in sorted(folder.glob("*.json"))}
+    plans = {}
+    for path in sorted(folder.glob("*.json")):
+        problem = stack_name_problem(path.stem)
+        if problem is not None:  # the name goes into the diff (and a pull-request comment) as it is
+            raise InputError(f"{path}: the stack's name is taken from the file name <stack>.json and {problem}")
+        plans[path.stem] = load_plan(path)
+    return plans
 
 
 def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
@@ -70,6 +77,8 @@ def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
         if not bases and not heads:
             raise InputError(f"no <stack>.json plans in {args.base_dir} or {args.head_dir}")
         return plandiff.diff_stacks(bases, heads)
+    if args.stack is not None and stack_name_problem(args.stack) is not None:
+        raise InputError(f"--stack: {stack_name_problem(args.stack)}")
     if args.base is None or args.head is None:
         raise InputError("give two plan files (BASE.json HEAD.json), or --base-dir and --head-dir")
     base, head = load_plan(Path(args.base)), load_plan(Path(args.head))

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ndfleet.spec.names import stack_name_problem
+
 PLAN_SCHEMA_VERSION = 1
 # A 1,280-node plan is about 1 MB; a plan file larger than this is not one of ours.
 MAX_PLAN_BYTES = 64 << 20
@@ -205,6 +207,9 @@ def validate_plan(doc: Any, source: str = "plan") -> dict[str, Any]:
                               f"this ndfleet reads schemaVersion {PLAN_SCHEMA_VERSION}")
     errors: list[str] = []
     _check_object(doc, PLAN, "", errors)
+    stack = doc.get("stack")
+    if isinstance(stack, str) and stack_name_problem(stack) is not None:
+        errors.append(f"stack: {stack_name_problem(stack)}")
     if not errors:
         seen: dict[tuple[str, str], int] = {}
         for i, res in enumerate(doc["resources"]):

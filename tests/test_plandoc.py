@@ -77,6 +77,7 @@ BAD_PLANS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("schemaVersion a string", _set("schemaVersion", "1"), 'schemaVersion is "1"'),
     ("schemaVersion true", _set("schemaVersion", True), "schemaVersion is true"),
     ("outputs a list", _set("outputs", []), "outputs: must be an object, got a list"),
+    ("stack name with a newline", _set("stack", "dev\n## injected"), "stack: stack name of 15 characters is not valid"),
 ]
 
 
@@ -160,3 +161,12 @@ def test_the_schema_types_match_what_plan_writes(dev_plan: Any) -> None:
 
 def test_vmss_index_is_found() -> None:
     assert load()["resources"][_vmss_index()]["type"] == VMSS
+
+
+def test_plan_folders_with_a_bad_stack_file_name_are_refused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    for side in ("base", "head"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "dev x.json").write_text(json.dumps(load()))
+    assert cli.main(["diff", "--base-dir", str(tmp_path / "base"), "--head-dir", str(tmp_path / "head")]) == 2
+    assert "the stack's name is taken from the file name" in capsys.readouterr().err
