@@ -128,3 +128,10 @@ def test_a_huge_stack_file_is_not_read(tmp_path: Path, capsys: pytest.CaptureFix
     path.write_text("config:\n  ndfleet:tags:\n" + "".join(f"    t{i}: {'x' * 60}\n" for i in range(20_000)))
     assert main(["plan", "--stack-file", str(path)]) == 1
     assert "is larger than 1024 KiB: not a stack file" in capsys.readouterr().err
+
+
+def test_a_key_with_and_without_its_namespace_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = stack_file(tmp_path)
+    path.write_text(path.read_text() + "  nodes: 4\n")
+    assert main(["plan", "--stack-file", str(path)]) == 1
+    assert "'ndfleet:nodes' and 'nodes' are the same setting (ndfleet:nodes); keep one" in capsys.readouterr().err

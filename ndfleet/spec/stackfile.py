@@ -23,6 +23,10 @@ PROJECT_FILE_NAME = "Pulumi.yaml"
 MAX_STACK_FILE_BYTES = 1 << 20
 
 
+class StackFileError(Exception):
+    """The stack file is missing or not in Pulumi's stack-file format."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, but a key written twice in one mapping is an error (Pulumi refuses such a stack file;
     PyYAML would silently keep the last value)."""
@@ -91,10 +95,6 @@ def stacks_dir(project_file: Path | None = None) -> Path:
     return project_file.parent / configured if isinstance(configured, str) else project_file.parent
 
 
-class StackFileError(Exception):
-    """The stack file is missing or not in Pulumi's stack-file format."""
-
-
 @dataclass(frozen=True)
 class StackFile:
     name: str
@@ -115,8 +115,12 @@ class StackFile:
         stack's key, which an offline tool does not have) become "[secret]"; a key set to null is unset."""
         merged: dict[str, Any] = project_defaults()
         secret_keys: list[str] = []
+        seen: dict[str, str] = {}
         for key, value in config.items():
             full = key if ":" in key else f"{NAMESPACE}:{key}"
+            if full in seen:
+                raise StackFileError(f"{path}: {seen[full]!r} and {key!r} are the same setting ({full}); keep one")
+            seen[full] = str(key)
             if isinstance(value, dict) and set(value) == {"secure"}:
                 secret_keys.append(full)
                 value = "[secret]"
