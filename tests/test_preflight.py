@@ -152,6 +152,9 @@ SKUS_PAGE2 = r"/providers/Microsoft\.Compute/skus\?.*skiptoken"
 SKUS = r"/providers/Microsoft\.Compute/skus\?"
 USAGES = r"/providers/Microsoft\.Compute/locations/[^/]+/usages\?"
 LUSTRE = r"/providers/Microsoft\.StorageCache/skus\?"
+PERMISSIONS_PAGE2 = r"/providers/Microsoft\.Authorization/permissions\?.*skiptoken"
+PERMISSIONS = r"/providers/Microsoft\.Authorization/permissions\?"
+FEATURE = r"/providers/Microsoft\.Features/providers/Microsoft\.Compute/features/TrustedLaunchByDefaultPreview\?"
 
 
 def ok(file: str) -> list[Reply]:
@@ -166,9 +169,21 @@ def arm(**override: list[Reply]) -> ReplayTransport:
         "skus": ok("compute-skus-eastus-page1.json"),
         "usages": ok("usages-eastus.json"),
         "lustre": ok("storagecache-skus.json"),
+        "permissions_page2": ok("authorization-permissions-contributor-uaa-page2.json"),
+        "permissions": ok("authorization-permissions-owner.json"),
+        "feature": ok("feature-trusted-launch-default-not-registered.json"),
     }
     routes.update(override)
-    patterns = {"locations": LOCATIONS, "skus_page2": SKUS_PAGE2, "skus": SKUS, "usages": USAGES, "lustre": LUSTRE}
+    patterns = {
+        "locations": LOCATIONS,
+        "skus_page2": SKUS_PAGE2,
+        "skus": SKUS,
+        "usages": USAGES,
+        "lustre": LUSTRE,
+        "permissions_page2": PERMISSIONS_PAGE2,
+        "permissions": PERMISSIONS,
+        "feature": FEATURE,
+    }
     return ReplayTransport([(patterns[k], v) for k, v in routes.items()])
 
 
@@ -246,6 +261,8 @@ def test_everything_available_passes(tmp_path: Path, capsys: pytest.CaptureFixtu
         "quota-family": "pass",
         "quota-regional": "pass",
         "lustre-sku": "skip",
+        "permissions": "pass",
+        "trusted-launch-default": "pass",
     }
 
 
