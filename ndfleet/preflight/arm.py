@@ -145,12 +145,20 @@ class ArmReader:
             request = HttpRequest("GET", next_link)
 
     def _send(self, request: Any) -> dict[str, Any]:
-        from azure.core.exceptions import DecodeError, HttpResponseError, map_error
+        from azure.core.exceptions import (
+            ClientAuthenticationError,
+            DecodeError,
+            HttpResponseError,
+            ResourceNotFoundError,
+            map_error,
+        )
         from azure.mgmt.core.exceptions import ARMErrorFormat
 
         response = self._client.send_request(request)
         if response.status_code != 200:
-            map_error(status_code=response.status_code, response=response, error_map={})
+            # The error types the generated SDK clients raise for these codes.
+            error_map = {401: ClientAuthenticationError, 404: ResourceNotFoundError}
+            map_error(status_code=response.status_code, response=response, error_map=error_map)
             raise HttpResponseError(response=response, error_format=ARMErrorFormat)
         try:
             doc = response.json()
