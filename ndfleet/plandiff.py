@@ -706,6 +706,10 @@ def _plan_locks(plan: Mapping[str, Any] | None) -> list[_Lock]:
     return locks
 
 
+def _lock_type(plan: Mapping[str, Any] | None, name: str) -> str:
+    return next((t for (t, n) in _index(plan) if n == name and t in LOCK_TYPES), "")
+
+
 def _ids_touched(rtype: str, inputs: Mapping[str, Any]) -> list[str]:
     """Resource ids (or id suffixes, starting with '/') whose deletion a delete of this resource implies."""
     ids: list[str] = []
@@ -734,8 +738,11 @@ def _under(resource_id: str, scope: str) -> bool:
 def _locked_consequences(
     changes: Sequence[ResourceChange], replaced: set[tuple[str, str]], base: Mapping[str, Any] | None
 ) -> list[Consequence]:
-    """A delete or replace that a lock of the base plan blocks: say so, and how to proceed."""
-    locks = _plan_locks(base)
+    """A delete or replace that a lock of the base plan blocks: say so, and how to proceed. A lock that the same
+    change deletes is left out: Pulumi deletes it before what it guards (it depends on it), and `lock-removed`
+    already says so."""
+    deleted = {ch.key for ch in changes if ch.op == "delete"}
+    locks = [lk for lk in _plan_locks(base) if (_lock_type(base, lk.name), lk.name) not in deleted]
     if not locks:
         return []
     old_idx = _index(base)

@@ -141,3 +141,10 @@ def test_the_lock_consequence_is_in_the_markdown(base: dict[str, Any], head: dic
     resource(head, plandiff.PRIVATE_ENDPOINT_TYPE)["inputs"]["privateEndpointName"] = "dev-data-blob-pe2"
     text = plandiff.render_markdown([plandiff.diff_plans(base, head, "dev")])
     assert "`locked-replace`" in text and ":stop_sign: danger" in text
+
+
+def test_a_lock_deleted_in_the_same_change_does_not_block(base: dict[str, Any]) -> None:
+    empty = {"schemaVersion": 1, "stack": "dev", "resources": []}
+    rules = by_rule(plandiff.diff_plans(base, empty))
+    assert "locked-replace" not in rules
+    assert {"lock-removed", "data-deleted", "island-removed"} <= set(rules)
