@@ -693,6 +693,7 @@ def test_reader_lacks_every_write_the_stack_needs(tmp_path: Path, capsys: pytest
     assert missing[0] == "Microsoft.Resources/subscriptions/resourceGroups/write"
     assert {"Microsoft.Network/bastionHosts/write", "Microsoft.StorageCache/amlFilesystems/write"} <= set(missing)
     assert not [a for a in missing if a.endswith("/read")]
+    assert "half-way" not in check["detail"]  # nothing would be created at all
 
 
 def test_permissions_follow_next_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -38,8 +38,8 @@ def check_trusted_launch_default(feature: FeatureRegistration | Unavailable | No
         title,
         "warn",
         f"{namespace}/{name} is {feature.state} for the subscription: new Gen2 scale sets that do not set "
-        "securityProfile get Trusted Launch with Secure Boot, and the HPC image's GPU and InfiniBand kernel "
-        "modules (built for the image, not signed with a key the firmware trusts) will not load: nodes fail "
+        "securityProfile get Trusted Launch with Secure Boot, under which the HPC image's GPU and InfiniBand "
+        "kernel modules load only if signed with a key the firmware trusts; if they do not load, nodes fail "
         "validation and automatic repairs replace them in a loop",
         fix=(
             f"unregister it before `pulumi up`: az feature unregister --namespace {namespace} --name {name} && "

@@ -204,7 +204,7 @@ def check_permissions(
     half_way = (
         " Without them `pulumi up` creates the network, storage and islands and then stops half-way at the role "
         "assignment or the lock (see README, First deployment, for recovering from that)."
-        if any(n.role in (ROLE_WRITER, LOCK_WRITER) for n in verdict.missing)
+        if not any(n.role == CONTRIBUTOR for n in verdict.missing)
         else ""
     )
     detail = f"missing {missing_roles} for pulumi up: {listed}.{half_way}"
