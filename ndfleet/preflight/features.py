@@ -4,11 +4,11 @@ Trusted Launch as default: with the Microsoft.Compute feature `TrustedLaunchByDe
 Gen2 VM or scale set whose deployment does not set `securityProfile` gets Trusted Launch, i.e. Secure Boot and
 vTPM on (Microsoft Learn, "Trusted Launch for Azure virtual machines", section "Trusted Launch as default";
 docs/sources.md). ndfleet's scale sets set no `securityProfile`. Under Secure Boot every kernel module must be
-signed by a key the firmware trusts; the HPC images' GPU and InfiniBand drivers are built for the image (DKMS)
-and Microsoft Learn says the CUDA driver on Secure Boot Linux VMs needs extra steps or Secure Boot disabled
-("Install NVIDIA GPU drivers on N-series VMs running Linux"). Nodes would then boot without working GPUs, fail
-validation, and automatic repairs would replace them over and over. A warning, because an explicit
-`securityType: Standard` or an image with signed modules avoids it.
+signed by a key the firmware trusts, and Microsoft Learn says the CUDA driver on Secure Boot Linux VMs needs
+extra steps or Secure Boot disabled ("Install NVIDIA GPU drivers on N-series VMs running Linux"). If the HPC
+image's GPU or InfiniBand modules do not load, nodes fail validation and automatic repairs replace them over and
+over. A warning, not a failure: an explicit `securityType: Standard`, an older compute API version or an image
+with signed modules avoids it, and only a real deployment shows which applies.
 """
 
 from __future__ import annotations
