@@ -685,7 +685,7 @@ def test_rbac_administrator_gives_role_assignments_but_not_locks(
 
 def test_reader_lacks_every_write_the_stack_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lustre = {"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}}
-    path = stack_file(tmp_path, bastion=True, storage=lustre)
+    path = stack_file(tmp_path, zone="2", bastion=True, storage=lustre)
     check = preflight_run(capsys, path, arm(permissions=ok("authorization-permissions-reader.json"))).check(
         "permissions"
     )
