@@ -45,6 +45,12 @@ def role_definition_id(subscription_id: pulumi.Input[str], role_id: str) -> pulu
     )
 
 
+def grafana_name(name_prefix: str) -> str:
+    """Managed Grafana names are short (the portal allows 2-23 letters, digits and hyphens, starting with a letter
+    and ending with a letter or digit); Pulumi's auto-name (name + random suffix) could run over, so name it."""
+    return f"{name_prefix[:14].rstrip('-')}-grafana"
+
+
 def action_group_short_name(stack: str) -> str:
     """Azure allows 12 characters for an action group's short name (it prefixes SMS and e-mail subjects)."""
     return f"nd-{stack}"[:12]
@@ -185,6 +191,7 @@ class Monitoring(pulumi.ComponentResource):
         # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
         grafana = dashboard.Grafana(
             f"{name}-grafana",
+            workspace_name=grafana_name(spec.name_prefix),
             resource_group_name=rg,
             location=spec.location,
             sku=dashboard.ResourceSkuArgs(name="Standard"),
@@ -213,6 +220,7 @@ class Monitoring(pulumi.ComponentResource):
             f"{name}-grafana-amw-pe",
             resource_group_name=rg,
             workspace_name=grafana.name,
+            managed_private_endpoint_name="amw-query",
             location=spec.location,
             private_link_resource_id=workspace.id,
             private_link_resource_region=spec.location,

@@ -183,3 +183,13 @@ def test_turning_monitoring_off_is_flagged_as_losing_the_metrics_history(prod_pl
     diff = plandiff.diff_plans(as_json(prod_plan), as_json(off), "prod")
     flagged = {(c.rule, c.resource_type) for c in diff.consequences}
     assert ("data-deleted", AMW) in flagged
+
+
+@pytest.mark.parametrize("prefix", ["prod", "a" * 20, "abcdefghijklmn-xyz"])
+def test_grafana_name_fits_azure(prefix: str) -> None:
+    import re
+
+    from ndfleet.components.monitoring import grafana_name
+
+    name = grafana_name(prefix)
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,21}[a-z0-9]", name), name
