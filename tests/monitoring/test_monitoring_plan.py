@@ -158,7 +158,8 @@ def test_monitoring_off_creates_none_of_it() -> None:
 
 def test_outputs_name_grafana(prod_plan: Plan) -> None:
     assert prod_plan.outputs["monitoring"]["grafanaEndpoint"].startswith("https://")
-    assert prod_plan.outputs["monitoring"]["grafanaName"] == one(prod_plan, GRAFANA).name
+    grafana = one(prod_plan, GRAFANA)
+    assert prod_plan.outputs["monitoring"]["grafanaName"] == grafana.inputs["workspaceName"] == "prod-grafana"
 
 
 def test_a_webhook_url_stays_out_of_the_plan() -> None:
