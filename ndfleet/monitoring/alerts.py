@@ -147,7 +147,7 @@ def alerts(spec: ClusterSpec) -> list[Alert]:
         ),
         Alert(
             "NodeUnhealthy", "node", "ndfleet_node_validated == 1 and ndfleet_node_healthy == 0",
-            m.node_unhealthy_for_minutes, "critical",
+            m.node_unhealthy_for_minutes, "warning",
             f"{_NODE} failed validation and is still in the scale set",
             "Read /run/ndfleet/report.json on the node (failed checks are on the node dashboard). Automatic "
             "repairs should replace it; if not, check the scale set's repair state or repair it by hand.",

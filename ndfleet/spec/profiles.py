@@ -66,8 +66,9 @@ class MonitoringThresholds(BaseModel):
     node_drained_for_minutes: int = 60
     # A scrape target down, or a node whose agent went quiet (5 minutes = Prometheus's staleness period).
     exporter_silent_for_minutes: int = 5
-    # Island capacity below the stack's fraction for this long (a repair replaces a node in ~20-40 minutes).
-    island_capacity_for_minutes: int = 30
+    # Island capacity below the stack's fraction for this long: longer than a new node's set-up and validation
+    # (the health grace period, 45 minutes by default) so a first deployment or a repair in progress does not page.
+    island_capacity_for_minutes: int = 60
 
 
 class VmSizeProfile(BaseModel):

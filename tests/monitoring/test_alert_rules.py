@@ -38,7 +38,7 @@ def gpu_temps(n: int) -> list[dict[str, str]]:
 
 def healthy(island: str, values: list[int]) -> list[dict[str, str]]:
     return [
-        series("ndfleet_node_healthy", {**NODE, "island": island, "node": f"test-{island}-{i:06d}"}, f"{v}x60")
+        series("ndfleet_node_healthy", {**NODE, "island": island, "node": f"test-{island}-{i:06d}"}, f"{v}x90")
         for i, v in enumerate(values)
     ]
 
@@ -112,11 +112,13 @@ CASES: list[Case] = [
     Case("NodeMetricsSilent", "the agent went quiet 20 min ago", [series("up", NODE_JOB, "1x20 _x40")], 40, NODE_JOB),
     Case("NodeMetricsSilent", "the agent keeps sending", [series("up", NODE_JOB, "1x60")], 40, None),
     Case("IslandCapacityLow", "2 of 4 nodes healthy in island a",
-         [*healthy("a", [1, 1, 0, 0]), *healthy("b", [1, 1])], 40, {"island": "a", "stack": "test"}),
+         [*healthy("a", [1, 1, 0, 0]), *healthy("b", [1, 1])], 70, {"island": "a", "stack": "test"}),
     Case("IslandCapacityLow", "no node of island b reports",
-         healthy("a", [1, 1, 1, 1]), 40, {"island": "b", "stack": "test"}),
+         healthy("a", [1, 1, 1, 1]), 70, {"island": "b", "stack": "test"}),
     Case("IslandCapacityLow", "3 of 4 and 2 of 2 healthy",
-         [*healthy("a", [1, 1, 1, 0]), *healthy("b", [1, 1])], 40, None),
+         [*healthy("a", [1, 1, 1, 0]), *healthy("b", [1, 1])], 70, None),
+    Case("IslandCapacityLow", "2 of 4 healthy for 40 min only (a deployment still validating)",
+         [*healthy("a", [1, 1, 0, 0]), *healthy("b", [1, 1])], 40, None),
 ]
 
 
