@@ -11,6 +11,7 @@ from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.storage import Storage, StorageArgs
 from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
+from ndfleet.monitoring.alerts import alerts
 from ndfleet.spec.config import ClusterSpec
 
 
@@ -70,12 +71,18 @@ class Cluster(pulumi.ComponentResource):
             monitoring = Monitoring(
                 f"{name}-mon",
                 MonitoringArgs(
-                    spec=spec,
                     resource_group_name=net.resource_group_name,
+                    location=spec.location,
+                    stack=spec.stack,
+                    name_prefix=spec.name_prefix,
                     vnet_id=net.vnet_id,
                     private_endpoint_subnet_id=net.storage_subnet_id,
                     node_principal_id=identity.principal_id,
                     subscription_id=subscription_id,
+                    alerts=alerts(spec),
+                    emails=spec.monitoring.emails,
+                    webhooks=spec.monitoring.webhooks,
+                    tags=spec.tags,
                 ),
                 opts=child,
             )

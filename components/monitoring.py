@@ -19,7 +19,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.alertsmanagement as alertsmanagement
@@ -30,8 +31,7 @@ import pulumi_azure_native.network as network
 import pulumi_azure_native.privatedns as privatedns
 
 from ndfleet.monitoring.agent import INGEST_STREAM
-from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, RULE_GROUPS, alerts
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, RULE_GROUPS, Alert
 from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
@@ -58,12 +58,21 @@ def action_group_short_name(stack: str) -> str:
 
 @dataclass(frozen=True)
 class MonitoringArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
+    location: str
+    stack: str  # names descriptions and the action group's short name
+    name_prefix: str  # the Grafana instance's name
     vnet_id: pulumi.Input[str]
+    # Where the Azure Monitor private endpoint goes (the cluster's private-endpoint subnet).
     private_endpoint_subnet_id: pulumi.Input[str]
+    # The node identity: publishes metrics through the data collection rule, nothing else.
     node_principal_id: pulumi.Input[str]
     subscription_id: pulumi.Input[str]
+    # The alert table (ndfleet.monitoring.alerts.alerts), deployed as one rule group per Alert.group.
+    alerts: Sequence[Alert]
+    emails: Sequence[str] = ()
+    webhooks: Sequence[str] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -75,14 +84,14 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Monitoring", name, None, opts)
-        spec, rg = args.spec, args.resource_group_name
+        rg, location, stack = args.resource_group_name, args.location, args.stack
         child = pulumi.ResourceOptions(parent=self)
-        tags = spec.tags
+        tags = dict(args.tags)
 
         workspace = monitor.AzureMonitorWorkspace(
             f"{name}-amw",
             resource_group_name=rg,
-            location=spec.location,
+            location=location,
             public_network_access=monitor.PublicNetworkAccess.DISABLED,
             tags=tags,
             opts=child,
@@ -92,8 +101,8 @@ class Monitoring(pulumi.ComponentResource):
         dce = monitor.DataCollectionEndpoint(
             f"{name}-dce",
             resource_group_name=rg,
-            location=spec.location,
-            description=f"ndfleet {spec.stack}: Prometheus remote write from the cluster's nodes",
+            location=location,
+            description=f"ndfleet {stack}: Prometheus remote write from the cluster's nodes",
             network_acls=monitor.DataCollectionEndpointNetworkAclsArgs(
                 public_network_access=monitor.KnownPublicNetworkAccessOptions.DISABLED
             ),
@@ -103,8 +112,8 @@ class Monitoring(pulumi.ComponentResource):
         dcr = monitor.DataCollectionRule(
             f"{name}-dcr",
             resource_group_name=rg,
-            location=spec.location,
-            description=f"ndfleet {spec.stack}: node metrics -> Azure Monitor workspace",
+            location=location,
+            description=f"ndfleet {stack}: node metrics -> Azure Monitor workspace",
             data_collection_endpoint_id=dce.id,
             data_sources=monitor.DataCollectionRuleDataSourcesArgs(
                 prometheus_forwarder=[
@@ -151,7 +160,7 @@ class Monitoring(pulumi.ComponentResource):
         endpoint = network.PrivateEndpoint(
             f"{name}-ampls-pe",
             resource_group_name=rg,
-            location=spec.location,
+            location=location,
             subnet=network.SubnetArgs(id=args.private_endpoint_subnet_id),
             private_link_service_connections=[
                 network.PrivateLinkServiceConnectionArgs(
@@ -191,9 +200,9 @@ class Monitoring(pulumi.ComponentResource):
         # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
         grafana = dashboard.Grafana(
             f"{name}-grafana",
-            workspace_name=grafana_name(spec.name_prefix),
+            workspace_name=grafana_name(args.name_prefix),
             resource_group_name=rg,
-            location=spec.location,
+            location=location,
             sku=dashboard.ResourceSkuArgs(name="Standard"),
             identity=dashboard.ManagedServiceIdentityArgs(type=dashboard.ManagedServiceIdentityType.SYSTEM_ASSIGNED),
             properties=dashboard.ManagedGrafanaPropertiesArgs(
@@ -221,11 +230,11 @@ class Monitoring(pulumi.ComponentResource):
             resource_group_name=rg,
             workspace_name=grafana.name,
             managed_private_endpoint_name="amw-query",
-            location=spec.location,
+            location=location,
             private_link_resource_id=workspace.id,
-            private_link_resource_region=spec.location,
+            private_link_resource_region=location,
             group_ids=["prometheusMetrics"],
-            request_message=f"ndfleet {spec.stack}: Managed Grafana reads the cluster's Azure Monitor workspace",
+            request_message=f"ndfleet {stack}: Managed Grafana reads the cluster's Azure Monitor workspace",
             opts=child,
         )
 
@@ -234,34 +243,33 @@ class Monitoring(pulumi.ComponentResource):
             f"{name}-alerts",
             resource_group_name=rg,
             location="Global",
-            group_short_name=action_group_short_name(spec.stack),
+            group_short_name=action_group_short_name(stack),
             enabled=True,
             email_receivers=[
                 monitor.MicrosoftCommonEmailReceiverArgs(
                     name=f"email-{i}", email_address=e, use_common_alert_schema=True
                 )
-                for i, e in enumerate(spec.monitoring.emails)
+                for i, e in enumerate(args.emails)
             ],
             # A webhook URL often carries a token: sent as a Pulumi secret, so state and plans keep it encrypted.
             webhook_receivers=[
                 monitor.WebhookReceiverArgs(
                     name=f"webhook-{i}", service_uri=pulumi.Output.secret(w), use_common_alert_schema=True
                 )
-                for i, w in enumerate(spec.monitoring.webhooks)
+                for i, w in enumerate(args.webhooks)
             ],
             tags=tags,
             opts=child,
         )
-        table = alerts(spec)
         for group in RULE_GROUPS:
-            rules = [a for a in table if a.group == group]
+            rules = [a for a in args.alerts if a.group == group]
             if not rules:
                 continue
             alertsmanagement.PrometheusRuleGroup(
                 f"{name}-rules-{group}",
                 resource_group_name=rg,
-                location=spec.location,
-                description=f"ndfleet {spec.stack}: {group} alerts (ndfleet/monitoring/alerts.py)",
+                location=location,
+                description=f"ndfleet {stack}: {group} alerts (ndfleet/monitoring/alerts.py)",
                 scopes=[workspace.id],
                 enabled=True,
                 interval=f"PT{EVALUATION_INTERVAL_MINUTES}M",
