@@ -60,7 +60,9 @@ class DcgmCounter:
 
 
 # The counters file (dcgm-exporter `-f`): use, memory, temperature and power, plus every error signal the alerts
-# read. Field names from NVIDIA's DCGM field list (dcgm_fields.h) and dcgm-exporter's etc/default-counters.csv.
+# read. Field names from NVIDIA's DCGM field list (dcgm_fields.h) and dcgm-exporter's etc/default-counters.csv;
+# dcgm-exporter refuses a name it does not know, and every name here is in the field map of the go-dcgm commit
+# the pinned dcgm-exporter builds with (NVIDIA/go-dcgm 7c92211, dcgm-exporter 4.2.3-4.1.3's go.mod).
 DCGM_COUNTERS: tuple[DcgmCounter, ...] = (
     DcgmCounter("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     DcgmCounter("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),

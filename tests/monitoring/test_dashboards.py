@@ -59,6 +59,7 @@ def test_dcgm_counters_file_lists_exactly_the_exported_gpu_metrics() -> None:
     lines = [ln for ln in exporters.dcgm_counters_csv().splitlines() if ln and not ln.startswith("#")]
     fields = [ln.split(",")[0].strip() for ln in lines]
     assert fields == [c.field for c in exporters.DCGM_COUNTERS]
+    assert all(len(ln.split(",")) == 3 for ln in lines)  # dcgm-exporter reads exactly: field, type, help
     assert all(ln.split(",")[1].strip() in ("gauge", "counter") for ln in lines)
     assert all(f.startswith("DCGM_FI_") for f in fields)
 
