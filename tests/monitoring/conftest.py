@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +53,40 @@ def run_promtool(promtool: str, *args: str, cwd: Path | None = None, stdin: str 
         timeout=PROMTOOL_TIMEOUT_S,
     )
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 (loopback only)
+        body: bytes = resp.read()
+    return body.decode()
+
+
+@contextmanager
+def running(argv: Sequence[str], ready_url: str, timeout_s: float = 60) -> Iterator[subprocess.Popen[str]]:
+    """Start a daemon bound to 127.0.0.1, wait until `ready_url` answers (or fail with its log), stop it after."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                http_get(ready_url)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{argv[0]} exited: {proc.stderr.read() if proc.stderr else ''}") from None
+                assert time.monotonic() < deadline, f"{argv[0]} did not answer {ready_url} in {timeout_s} s"
+                time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

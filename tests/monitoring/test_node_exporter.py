@@ -10,17 +10,15 @@ names are the same in both (node_exporter collector/infiniband_linux.go, meminfo
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from ndfleet_node import metrics as node_metrics
 
 from ndfleet.monitoring import agent, exporters
+from tests.monitoring.conftest import free_port, http_get, running
 from tests.test_health_endpoint import loopback_up
 
 START_TIMEOUT_S = 30
@@ -69,51 +67,33 @@ def fake_procfs(root: Path) -> Path:
     return root
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def node_exporter_running(folder: Path) -> Iterator[int]:
+    """The real node_exporter with the agent's collector flags over a fake node; yields its loopback port."""
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     # Not a skip: .ci/run installs Debian's prometheus-node-exporter.
     assert binary, "node_exporter not found: apt-get install prometheus-node-exporter"
     loopback_up()
-    folder = tmp_path_factory.mktemp("node-exporter")
     sysfs = fake_sysfs(folder / "sys")
     procfs = fake_procfs(folder / "proc")
     textfile_dir = folder / "textfile"
-    report = folder / "report.json"
-    report.write_text('{"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}')
+    report = {"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}
     node_metrics.write_atomically(
-        textfile_dir / exporters.TEXTFILE_NAME, node_metrics.render({"status": "healthy", "checks": [
-            {"id": "gpu.count", "status": "pass"}]}, 1.0, drained=False)
+        textfile_dir / exporters.TEXTFILE_NAME, node_metrics.render(report, 1.0, drained=False)
     )
     port = free_port()
-    args = [a for a in agent.node_exporter_args().split() if not a.startswith(("--web.listen-address",
-                                                                             "--collector.textfile.directory"))]
-    proc = subprocess.Popen(
-        [binary, *args, f"--web.listen-address=127.0.0.1:{port}", f"--collector.textfile.directory={textfile_dir}",
-         f"--path.sysfs={sysfs}", f"--path.procfs={procfs}", *NETDEV_FROM_PROC],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        body = None
-        while body is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
-                    body = resp.read().decode()
-            except OSError:
-                assert proc.poll() is None, f"node_exporter exited: {proc.stderr.read() if proc.stderr else ''}"
-                assert time.monotonic() < deadline, "node_exporter did not answer in time"
-                time.sleep(0.2)
-        yield body
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    own = ("--web.listen-address", "--collector.textfile.directory")
+    args = [a for a in agent.node_exporter_args().split() if not a.startswith(own)]
+    argv = [binary, *args, f"--web.listen-address=127.0.0.1:{port}", f"--collector.textfile.directory={textfile_dir}",
+            f"--path.sysfs={sysfs}", f"--path.procfs={procfs}", *NETDEV_FROM_PROC]
+    with running(argv, f"http://127.0.0.1:{port}/metrics", START_TIMEOUT_S):
+        yield port
+
+
+@pytest.fixture(scope="module")
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with node_exporter_running(tmp_path_factory.mktemp("node-exporter")) as port:
+        yield http_get(f"http://127.0.0.1:{port}/metrics")
 
 
 def names(body: str) -> set[str]:
