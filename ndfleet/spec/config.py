@@ -163,6 +163,8 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # service limits, "Action groups"); a cluster's alerting needs a handful.
 MAX_ALERT_EMAILS = 20
 MAX_ALERT_WEBHOOKS = 10
+# An encrypted webhook URL as an offline plan sees it (the stack's key decrypts it only under the Pulumi CLI).
+SECRET_WEBHOOK = "[secret]"
 
 
 class MonitoringConfig(_Settings):
@@ -185,10 +187,19 @@ class MonitoringConfig(_Settings):
             raise ValueError(f"not e-mail addresses: {bad}; give addresses such as ops@example.com")
         return v
 
+    @field_validator("webhooks", mode="before")
+    @classmethod
+    def _encrypted_webhooks(cls, v: Any) -> Any:
+        # `pulumi config set --secret --path 'ndfleet:monitoring.webhooks[0]' URL` stores {"secure": ...}; the
+        # Pulumi CLI decrypts it for the program, an offline plan cannot, and sees the placeholder instead.
+        if isinstance(v, list):
+            return [SECRET_WEBHOOK if isinstance(w, dict) and set(w) == {"secure"} else w for w in v]
+        return v
+
     @field_validator("webhooks")
     @classmethod
     def _webhooks(cls, v: list[str]) -> list[str]:
-        bad = [i for i, w in enumerate(v) if not re.match(r"^https://[^\s/]+(/\S*)?$", w)]
+        bad = [i for i, w in enumerate(v) if w != SECRET_WEBHOOK and not re.match(r"^https://[^\s/]+(/\S*)?$", w)]
         if bad:
             # Index only: a webhook URL often carries a token, which an error message must not echo.
             raise ValueError(f"entries {bad} are not https:// URLs; Azure Monitor posts alerts over HTTPS only")

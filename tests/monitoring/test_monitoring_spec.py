@@ -61,3 +61,13 @@ def test_unknown_monitoring_key_lists_the_known_ones() -> None:
     (problem,) = problems(monitoring_config(emial=["a@b.c"]))
     assert problem.startswith("ndfleet:monitoring.emial is not a known setting")
     assert "emails" in problem and "islandCapacityAlertFraction" in problem
+
+
+def test_an_encrypted_webhook_plans_offline_as_a_secret() -> None:
+    from tests.conftest import one, plan_of
+
+    config = monitoring_config(emails=[], webhooks=[{"secure": "v1:AAAAencryptedAAAA"}])
+    spec = load_spec(config, "test")
+    assert spec.monitoring.webhooks == ["[secret]"]
+    plan = plan_of(config)
+    assert one(plan, "azure-native:monitor:ActionGroup").inputs["webhookReceivers"] == "[secret]"
