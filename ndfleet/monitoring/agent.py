@@ -49,6 +49,8 @@ METRICS_REFRESH_S = 60
 SETUP_TIMEOUT_S = 900
 TOOL_TIMEOUT_S = 20
 
+# Enabled so it runs again at every boot (it re-reads the scale set's tags), and started at first boot.
+ENABLE_UNITS = ("ndfleet-monitoring-setup.service",)
 START_UNITS = ("ndfleet-monitoring-setup.service",)
 
 
@@ -171,3 +173,8 @@ def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:
         content = ex.dcgm_counters_csv() if template is None else _environment().get_template(template).render(ctx)
         out.append(MonitoringFile(name, path, mode, content))
     return out
+
+
+def bootstrap_files(spec: ClusterSpec, island: IslandSpec) -> list[dict[str, str]]:
+    """The node files as cloud-init write_files entries ({path, permissions, content}); empty when off."""
+    return [{"path": f.path, "permissions": f.mode, "content": f.content} for f in node_files(spec, island)]
