@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.prepare import PrepareError, prepare_config
+from ndfleet.spec.config import ClusterSpec, SpecError, load_spec  # noqa: F401 (load_spec: kept for callers)
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 Status = Literal["pass", "warn", "fail", "skip", "error"]
@@ -1069,8 +1070,9 @@ def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
     if "ndfleet:sshPublicKey" in stack.secret_keys:
         raw["sshPublicKey"] = _placeholder_ssh_key()
     try:
-        spec = load_spec(raw, stack.name)
-    except SpecError as exc:
+        # The same prepare step as plan, render and `pulumi up`: a stack they refuse is not checked either.
+        spec = prepare_config(raw, stack.name, stack.engine_config).spec
+    except (SpecError, PrepareError) as exc:
         raise CannotCheck(f"could not check: {exc}") from None
     prefix = "azure-native:"
     provider = {k[len(prefix) :]: v for k, v in stack.engine_config.items() if k.startswith(prefix)}
