@@ -13,6 +13,7 @@ import gc
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,24 +247,28 @@ class ProgramRun:
         ]
 
 
-def execute_program(stack: StackFile) -> ProgramRun:
-    """Run the program (`ndfleet.program.main`) under the mock runtime with the stack's config, as `pulumi up`
-    would run it.
+def execute_program(
+    stack: StackFile, program: Callable[[], None] | None = None, project: str = "ndfleet"
+) -> ProgramRun:
+    """Run the program (`ndfleet.program.main`, or any other Pulumi Python program's function: the examples)
+    under the mock runtime with the stack's config, as `pulumi up` would run it.
 
     Errors the program raises (pulumi.RunError for invalid config) propagate; `ProgramRun` is not returned then.
     """
     mocks = RecordingMocks()
     monitor = RecordingMonitor(mocks)
     ROOT.set(None)
-    pulumi.runtime.set_mocks(mocks, project="ndfleet", stack=stack.name, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack.name, preview=False, monitor=monitor)
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     pulumi.runtime.set_all_config(stack.engine_config, list(stack.secret_keys))
     run = ProgramRun(mocks=mocks, monitor=monitor, outputs={})
 
-    from ndfleet.program import main
+    if program is None:
+        from ndfleet.program import main
 
-    _sync_await(run_pulumi_func(main))
+        program = main
+    _sync_await(run_pulumi_func(program))
     root = pulumi.runtime.get_root_resource()
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
     run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}
