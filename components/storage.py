@@ -9,6 +9,10 @@ Writes to one storage account are serialised: Azure answers a second concurrent 
 CanNotDelete lock is on (`ScopeLocked`). So everything that writes to the account runs in one explicit order
 (`depends_on`): blob service properties -> containers (one after another) -> private endpoint -> its DNS zone
 group -> the role assignment -> the lock, last.
+Sources: the error as reported against a private endpoint created beside other account writes
+(Azure/bicep-registry-modules#6001, hashicorp/terraform-provider-azurerm#28112: "An operation is currently
+performing on this storage account that requires exclusive access"); a CanNotDelete lock blocks deleting the
+resource and its children (Microsoft Learn, "Lock your Azure resources to protect your infrastructure").
 
 Usable from any Pulumi Python program: `StorageArgs` takes plain values (an account name, a subnet id, a VNet
 id, a principal to grant data access) and no ndfleet stack spec.
