@@ -56,7 +56,9 @@ class HealthArgs:
     """Application Health extension (rich health states) and automatic repairs."""
 
     probe_port: int = 18300
-    # Let the node's set-up and validation finish before its health counts; ndfleet.prepare derives it.
+    # Let the node's set-up and validation finish before its health counts. ndfleet.prepare derives it from the
+    # stack (PreparedCluster.probe_grace_period_s); 2,400 s is what it derives for ND H100 v5 at the default
+    # full validation with DCGM level 1 (a test keeps the two equal).
     probe_grace_period_seconds: int = 2400
     repair_action: Literal["Replace", "Reimage", "Restart"] = "Replace"
     repair_grace_period_minutes: int = 30

@@ -57,3 +57,13 @@ def test_island_args_defaults_are_an_h100_island() -> None:
     _check(args)
     assert args.vm_size == "Standard_ND96isr_H100_v5" and args.proximity_placement_group
     assert args.image.offer == "ubuntu-hpc" and args.health.repair_action == "Replace"
+
+
+def test_health_args_default_grace_is_what_prepare_derives_for_the_default_stack() -> None:
+    from ndfleet.components.ib_island import HealthArgs
+    from ndfleet.prepare import prepare
+    from ndfleet.spec.config import load_spec
+    from tests.conftest import base_config
+
+    prepared = prepare(load_spec(base_config(), "t"))
+    assert HealthArgs().probe_grace_period_seconds == prepared.probe_grace_period_s
