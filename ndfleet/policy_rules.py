@@ -350,7 +350,8 @@ RULES: tuple[Rule, ...] = (
         "An ND-series scale set has platformFaultDomainCount: 1 when regional, 5 when zonal",
         MANDATORY, (VMSS_TYPE,), "Azure CycleCloud (FaultDomainCount=1 on every regional IB scale set); Microsoft "
         "Learn: virtual-machine-scale-sets-manage-fault-domains (zonal Uniform: 1 or 5), "
-        "virtual-machine-scale-sets-use-availability-zones (max spreading needs multiple placement groups)",
+        "virtual-machine-scale-sets-use-availability-zones (max spreading needs multiple placement groups); "
+        "docs/sources.md",
         "set platformFaultDomainCount: 1 without zones, 5 with a zone", check_fault_domain_count,
     ),
     Rule(

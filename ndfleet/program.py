@@ -63,6 +63,18 @@ def run_preflight_if_enabled(spec: ClusterSpec) -> None:
         raise ProgramError(str(error)) from None
 
 
+def refuse_example_key(spec: ClusterSpec) -> None:
+    """`pulumi up` with the example key of stacks/*.yaml would make a cluster nobody can log into; the offline
+    plan (mock runtime) only warns (spec.warnings)."""
+    from ndfleet.spec.sshkeys import is_example_key
+
+    if is_example_key(spec.ssh_public_key) and not under_mocks():
+        raise ProgramError(
+            "ndfleet:sshPublicKey is the example key of ndfleet's stacks/*.yaml, whose private key nobody has: "
+            "set your own (`pulumi config set ndfleet:sshPublicKey \"$(cat ~/.ssh/id_ed25519.pub)\"`)"
+        )
+
+
 def fail(message: str) -> None:
     """Stop `pulumi up` with a plain message: RunError ends the program without a Python traceback."""
     raise pulumi.RunError(message)
@@ -77,6 +89,7 @@ def main() -> None:
 
     try:
         prepared = prepare_from_stack()
+        refuse_example_key(prepared.spec)
         run_preflight_if_enabled(prepared.spec)
         deploy(prepared)
     except (SpecError, PrepareError, ProgramError) as error:
@@ -89,6 +102,7 @@ __all__ = [
     "fail",
     "main",
     "prepare_from_stack",
+    "refuse_example_key",
     "run_preflight_if_enabled",
     "spec_from_stack",
     "under_mocks",
