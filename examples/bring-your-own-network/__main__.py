@@ -21,6 +21,7 @@ from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.storage import Storage, StorageArgs, storage_account_name
 from ndfleet.prepare import PrepareError, prepare
+from ndfleet.program import ProgramError, refuse_example_key
 from ndfleet.spec.config import DEFAULT_VM_SIZE, SpecError, load_spec
 
 
@@ -47,7 +48,8 @@ def main() -> None:
             stack,
         )
         prepared = prepare(spec, cloud)
-    except (SpecError, PrepareError, UnknownCloud) as error:
+        refuse_example_key(spec)  # `pulumi up` only: nobody has the private key of the placeholder key
+    except (SpecError, PrepareError, UnknownCloud, ProgramError) as error:
         # The settings are read under the byon: namespace here.
         raise pulumi.RunError(str(error).replace("ndfleet:", "byon:")) from None
     island = prepared.islands[0]

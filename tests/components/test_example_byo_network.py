@@ -119,3 +119,11 @@ def test_bad_example_config_is_refused_before_any_resource() -> None:
     from pulumi.runtime.settings import get_monitor
 
     assert get_monitor().order == []  # type: ignore[attr-defined]
+
+
+def test_example_refuses_the_placeholder_key_outside_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ndfleet.program as program
+
+    monkeypatch.setattr(program, "under_mocks", lambda: False)
+    with pytest.raises(pulumi.RunError, match="example key"):
+        _run(_config())
