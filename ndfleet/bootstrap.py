@@ -35,6 +35,9 @@ CUSTOM_DATA_MAX_BYTES = 65_535
 # The health endpoint answers here, on spec.health.probe_port (the Application Health extension's requestPath).
 HEALTH_PATH = "/health"
 
+# Azure public's blob endpoint suffix; other clouds' come from ndfleet.clouds.
+PUBLIC_BLOB_ENDPOINT_SUFFIX = "blob.core.windows.net"
+
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
 # Where things live on the node.
@@ -146,8 +149,12 @@ def _validate_budget_s(spec: ClusterSpec) -> int:
     return quick + t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s + dcgm
 
 
-def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
-    """The plain template context: every value the templates place, derived here and nowhere else."""
+def build_context(
+    spec: ClusterSpec, island: IslandSpec, *, blob_endpoint_suffix: str = PUBLIC_BLOB_ENDPOINT_SUFFIX
+) -> dict[str, Any]:
+    """The plain template context: every value the templates place, derived here and nowhere else.
+
+    `blob_endpoint_suffix` is the cloud's (ndfleet.clouds): BlobFuse2 reaches https://<account>.<suffix>."""
     p = spec.profile
     t = p.thresholds
     blob_mounts = [
@@ -190,6 +197,7 @@ def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
         "tag_identity_client_id": TAG_IDENTITY_CLIENT_ID,
         "tag_lustre_mgs": TAG_LUSTRE_MGS,
         "blob_mounts": blob_mounts,
+        "blob_endpoint_suffix": blob_endpoint_suffix,
         "lustre_enabled": spec.storage.lustre is not None,
         "lustre_mount": LUSTRE_MOUNT,
         "lustre_fs_name": LUSTRE_FS_NAME,
@@ -294,9 +302,11 @@ def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
 
 
-def render_bootstrap(spec: ClusterSpec, island: IslandSpec) -> RenderedBootstrap:
+def render_bootstrap(
+    spec: ClusterSpec, island: IslandSpec, *, blob_endpoint_suffix: str = PUBLIC_BLOB_ENDPOINT_SUFFIX
+) -> RenderedBootstrap:
     """The island's cloud-init user data and every file it carries; raises BootstrapTooLarge over the limit."""
-    ctx = build_context(spec, island)
+    ctx = build_context(spec, island, blob_endpoint_suffix=blob_endpoint_suffix)
     node_files = [NodeFile(name, path, mode, _template(tpl).render(ctx)) for tpl, name, path, mode in _NODE_FILES]
     # Optional parts (monitoring: ndfleet/monitoring/agent.py) add their files and the units to start.
     from ndfleet.monitoring import agent as monitoring_agent

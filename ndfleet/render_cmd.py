@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, RenderedBootstrap, render_bootstrap
-from ndfleet.spec.config import SpecError, load_spec
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, RenderedBootstrap
+from ndfleet.prepare import PrepareError, prepare_config
+from ndfleet.spec.config import SpecError
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health", "ndfleet-monitoring-setup")
@@ -109,9 +110,10 @@ def _stage(staged: _Staged, folder_fd: int, rendered: RenderedBootstrap) -> list
 def _run(args: argparse.Namespace) -> int:
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
-        spec = load_spec(stack.ndfleet_config, stack.name)
-        rendered = {island.name: render_bootstrap(spec, island) for island in spec.islands}
-    except (StackFileError, SpecError, BootstrapTooLarge) as e:
+        # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.
+        prepared = prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
+        rendered = {p.island.name: p.bootstrap for p in prepared.islands}
+    except (StackFileError, SpecError, PrepareError) as e:
         print(f"ndfleet render: {e}", file=sys.stderr)
         return 1
     out = Path(args.out)
