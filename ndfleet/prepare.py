@@ -95,6 +95,12 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             f"{default_probe_grace_period_s(budget)} s"
         )
     grace = explicit if explicit is not None else default_probe_grace_period_s(budget)
+    if spec.monitoring.enabled and cloud != PUBLIC_CLOUD:
+        # The node agent's Azure AD cloud and the Azure Monitor private DNS zone are those of Azure public.
+        problems.append(
+            f"{NAMESPACE}:monitoring.enabled = true: monitoring supports Azure public cloud only, and this stack "
+            f"deploys to {cloud.name}; set monitoring.enabled: false"
+        )
 
     islands: list[PreparedIsland] = []
     for island in spec.islands:

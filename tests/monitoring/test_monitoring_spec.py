@@ -71,3 +71,14 @@ def test_an_encrypted_webhook_plans_offline_as_a_secret() -> None:
     assert spec.monitoring.webhooks == ["[secret]"]
     plan = plan_of(config)
     assert one(plan, "azure-native:monitor:ActionGroup").inputs["webhookReceivers"] == "[secret]"
+
+
+def test_monitoring_outside_azure_public_is_refused_before_anything_exists() -> None:
+    from ndfleet.clouds import STORAGE_CLOUDS
+    from ndfleet.prepare import PrepareError, prepare
+
+    spec = load_spec(monitoring_config(), "test")
+    prepare(spec, STORAGE_CLOUDS["AzureCloud"])
+    with pytest.raises(PrepareError) as err:
+        prepare(spec, STORAGE_CLOUDS["AzureUSGovernment"])
+    assert err.value.problems[0].startswith("ndfleet:monitoring.enabled = true: monitoring supports Azure public")
