@@ -46,6 +46,9 @@ REPORT_PATH = "/run/ndfleet/report.json"
 # A scheduler (or an operator) drains a node by writing this file, its reason as the content.
 DRAIN_FILE = "/var/lib/ndfleet/drained"
 METRICS_REFRESH_S = 60
+# The set-up re-reads the scale set's tags this often: a replaced data collection rule (new immutable id) reaches
+# running nodes within this time, without a reimage.
+SETUP_REFRESH_MIN = 15
 SETUP_TIMEOUT_S = 900
 TOOL_TIMEOUT_S = 20
 
@@ -83,6 +86,12 @@ _FILES = (
         "ndfleet-dcgm-exporter.service.j2",
         "ndfleet-dcgm-exporter.service",
         "/etc/systemd/system/ndfleet-dcgm-exporter.service",
+        "0644",
+    ),
+    (
+        "ndfleet-monitoring-setup.timer.j2",
+        "ndfleet-monitoring-setup.timer",
+        "/etc/systemd/system/ndfleet-monitoring-setup.timer",
         "0644",
     ),
     ("ndfleet-metrics.service.j2", "ndfleet-metrics.service", "/etc/systemd/system/ndfleet-metrics.service", "0644"),
@@ -144,6 +153,7 @@ def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
         "report_path": REPORT_PATH,
         "drain_file": DRAIN_FILE,
         "metrics_refresh_s": METRICS_REFRESH_S,
+        "setup_refresh_min": SETUP_REFRESH_MIN,
     }
 
 
