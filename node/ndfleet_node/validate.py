@@ -1,0 +1,135 @@
+"""`ndfleet-node validate --level quick|full --report PATH` (also installed as `validate-node`).
+
+Exit 0 healthy, 1 unhealthy, 2 could not run (bad arguments, report path unusable, node JSON unreadable).
+Read-only checks run concurrently; the bandwidth checks one after another. Tools come from PATH, /sys and
+/proc are read under $NDFLEET_SYSROOT (empty on a node). One line per check goes to stdout (the journal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ndfleet_node import config as node_config
+from ndfleet_node.checks import Check, Context, Result, load_all, sysroot
+from ndfleet_node.parsers import ParseError
+from ndfleet_node.report import entry, to_json, write_atomic
+from ndfleet_node.runner import Runner
+
+LEVELS = ("quick", "full")
+WORKERS = 8
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("validate", help="validate this node (validate-node)", description=__doc__)
+    add_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--level", default="", help="quick or full")
+    p.add_argument("--report", default="", metavar="PATH", help="where to write the JSON report")
+    p.add_argument("--config", default=None, metavar="PATH", help=f"node JSON (default {node_config.DEFAULT_PATH})")
+
+
+def cannot_run(message: str) -> int:
+    print(f"validate-node: {message}", file=sys.stderr)
+    print("usage: validate-node --level quick|full --report PATH", file=sys.stderr)
+    return 2
+
+
+def run_one(c: Check, ctx: Context) -> Result:
+    """A check's result; whatever it raises becomes its failure (the run never stops on one check)."""
+    try:
+        return c.fn(ctx)
+    except ParseError as e:
+        return Result("fail", "", "", str(e))
+    except Exception as e:  # noqa: BLE001 (a bug in one check must not cost the others their verdict)
+        return Result("fail", "", "", f"internal error in {c.id}: {type(e).__name__}: {e}")
+
+
+def run_checks(ids: list[str], ctx: Context) -> list[tuple[str, Result]]:
+    registry = load_all()
+    results: dict[str, Result] = {}
+    unknown = [i for i in ids if i not in registry]
+    for i in unknown:
+        results[i] = Result("fail", "", "", f"unknown check {i}: this program does not have it")
+    known = [registry[i] for i in ids if i in registry]
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {c.id: pool.submit(run_one, c, ctx) for c in known if c.concurrent}
+        for cid, fut in futures.items():
+            results[cid] = fut.result()
+    for c in known:
+        if not c.concurrent:
+            results[c.id] = run_one(c, ctx)
+    return [(i, results[i]) for i in ids]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.level not in LEVELS:
+        return cannot_run(f"--level must be quick or full, got '{args.level}'")
+    if not args.report:
+        return cannot_run("--report PATH is required")
+    report_path = args.report
+    if os.path.isdir(report_path):
+        return cannot_run(f"--report {report_path} is a directory, expected a file path")
+    folder = os.path.dirname(os.path.abspath(report_path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        return cannot_run(f"cannot create {folder}: {e.strerror}")
+    if not os.access(folder, os.W_OK):
+        return cannot_run(f"cannot write to {folder}")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t0 = time.monotonic()
+    try:
+        cfg = node_config.load(args.config)
+        ids = cfg.levels()[args.level]
+    except (node_config.ConfigError, KeyError) as e:
+        why = str(e) if isinstance(e, node_config.ConfigError) else f"the node JSON has no level {args.level}"
+        report = {"status": "error", "level": args.level, "started": started, "error": why, "checks": []}
+        try:
+            write_atomic(report_path, to_json(report))
+        except OSError:
+            pass
+        return cannot_run(why)
+    print(f"validate-node: {cfg.vm_size}, level {args.level}, {len(ids)} checks", flush=True)
+    ctx = Context(cfg, Runner(), sysroot())
+    results = run_checks(ids, ctx)
+    checks = [entry(cid, r.status, r.value, r.expected, r.message) for cid, r in results]
+    failed = [c["id"] for c in checks if c["status"] == "fail"]
+    for c in checks:
+        print(f"{c['status'].upper():<4} {c['id']}: {c['message']}")
+    status = "unhealthy" if failed else "healthy"
+    duration = round(time.monotonic() - t0, 2)
+    report = {
+        "status": status,
+        "vm_size": cfg.vm_size,
+        "level": args.level,
+        "started": started,
+        "duration_s": float(duration),
+        "stack": cfg.stack,
+        "island": cfg.island,
+        "host": socket.gethostname(),
+        "checks": checks,
+    }
+    try:
+        write_atomic(report_path, to_json(report))
+    except OSError as e:
+        return cannot_run(f"cannot write the report to {report_path}: {e.strerror or e}")
+    summary = f" ({' '.join(failed)})" if failed else ""
+    print(f"validate-node: {status}: {len(checks)} checks, {len(failed)} failed{summary}, {duration} s; "
+          f"report {report_path}", flush=True)  # fmt: skip
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`validate-node ...` as users and systemd call it."""
+    p = argparse.ArgumentParser(prog="validate-node", description=__doc__)
+    add_arguments(p)
+    return run(p.parse_args(argv))
