@@ -42,13 +42,20 @@ from typing import Any
 import jinja2
 
 from ndfleet import nodeapp
-from ndfleet.nodeconfig import (
+from ndfleet.nodeconfig import (  # re-exported: components and other modules import them from here
+    BLOB_MOUNT_ROOT,
     CONFIG_DIR,
     FAILED_MARKER,
     HEALTH_PATH,
+    IMDS_TAGS_URL,
+    LUSTRE_MOUNT,
     NODE_CONFIG_PATH,
+    NVME_MOUNT,
     REPORT_PATH,
     STATE_DIR,
+    TAG_IDENTITY_CLIENT_ID,
+    TAG_LUSTRE_MGS,
+    TAG_STORAGE_ACCOUNT,
     node_config,
 )
 from ndfleet.nodeconfig import to_json as node_config_json
@@ -57,6 +64,13 @@ from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
 
 __all__ = [
+    "BLOB_MOUNT_ROOT",
+    "IMDS_TAGS_URL",
+    "LUSTRE_MOUNT",
+    "NVME_MOUNT",
+    "TAG_IDENTITY_CLIENT_ID",
+    "TAG_LUSTRE_MGS",
+    "TAG_STORAGE_ACCOUNT",
     "BootstrapExtensions",
     "BootstrapTooLarge",
     "CUSTOM_DATA_MAX_BYTES",

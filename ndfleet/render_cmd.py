@@ -4,8 +4,8 @@
   ndfleet render --stack-file PATH --out DIR   (any Pulumi stack file)
 
 Writes the cloud-init user data (`user-data`), its gzip+base64 form as the scale set receives it
-(`custom-data.b64`) and every script and unit it carries, under their names (`validate-node`,
-`ndfleet-setup`, `ndfleet-health`, `nccl.conf`, `*.service`, `*.target`). When islands render differently
+(`custom-data.b64`) and every file it carries, under their names (`validate-node`, the `ndfleet-node` zipapp,
+`node.json`, `nccl.conf`, `*.service`, `*.target`). When islands render differently
 (each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
 configuration's message when the stack is invalid.
 """
@@ -21,7 +21,6 @@ from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, Rendered
 from ndfleet.spec.config import SpecError, load_spec
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
-EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health")
 
 
 def register(subparsers: Any) -> None:
@@ -38,14 +37,11 @@ def register(subparsers: Any) -> None:
 def _write(folder: Path, rendered: RenderedBootstrap) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, content in sorted(rendered.files.items()):
+    for name, (data, mode) in sorted(rendered.output_files().items()):
         path = folder / name
-        path.write_text(content)
-        path.chmod(0o755 if name in EXECUTABLE else 0o644)
+        path.write_bytes(data)
+        path.chmod(mode)
         written.append(path)
-    b64 = folder / "custom-data.b64"
-    b64.write_text(rendered.custom_data + "\n")
-    written.append(b64)
     return written
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ FAKE_BIN = FAKES / "bin"
 
 # What the validator itself needs from the base system (everything else must come from the fakes).
 SYSTEM_TOOLS = (
-    "bash", "env", "timeout", "awk", "grep", "head", "readlink", "hostname", "mktemp", "date", "dirname",
-    "mkdir", "rm", "mv", "sleep", "cat", "sed", "seq", "tr", "wc",
+    "sh", "bash", "env", "awk", "grep", "head", "readlink", "dirname", "mkdir", "rm", "sleep", "cat", "sed", "tr",
+    "touch", "ls",
 )  # fmt: skip
 
 # Faults the fake tools inject (environment) and the ones the fake tree carries (sysroot).
@@ -100,8 +101,10 @@ def hermetic_path(bindir: Path, missing: Iterable[str] = ()) -> str:
     for name in SYSTEM_TOOLS:
         found = shutil.which(name)
         assert found, f"base tool {name} is not installed"
-        if name not in missing:
+        if name not in missing and not (bindir / name).exists():
             (bindir / name).symlink_to(found)
+    # The node's python3 (the zipapp's interpreter): the one running the tests.
+    (bindir / "python3").symlink_to(sys.executable)
     return str(bindir)
 
 
@@ -123,8 +126,17 @@ class Run:
         return next(c for c in self.report["checks"] if c["id"] == check_id)
 
 
+def write_bundle(folder: Path, files: dict[str, tuple[bytes, int]]) -> Path:
+    """`ndfleet render`'s output for one island (render_output_files) as files: validate-node, ndfleet-node, ..."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (data, mode) in files.items():
+        (folder / name).write_bytes(data)
+        (folder / name).chmod(mode)
+    return folder
+
+
 def run_validator(
-    script: Path,
+    bundle: Path,
     workdir: Path,
     level: str = "quick",
     faults: Iterable[str] = (),
@@ -140,16 +152,16 @@ def run_validator(
     report = workdir / "out" / "report.json"
     environ = {
         "PATH": path,
+        "NDFLEET_NODE_CONFIG": str(bundle / "node.json"),
         "NDFLEET_SYSROOT": str(sysroot),
         "NDFLEET_FAKES": str(FAKES),
         "NDFLEET_FAKE_FAULTS": ",".join(faults),
         **(env or {}),
     }
-    bash = shutil.which("bash")
-    assert bash
-    argv = [bash, str(script), *(args if args is not None else ["--level", level, "--report", str(report)])]
+    # As systemd runs it: the validate-node wrapper, which runs the ndfleet-node zipapp with python3.
+    argv = [str(bundle / "validate-node"), *(args if args is not None else ["--level", level, "--report", str(report)])]
     t0 = time.monotonic()
     proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout, check=False)
     seconds = time.monotonic() - t0
-    data = json.loads(report.read_text()) if report.exists() else None
+    data = json.loads(report.read_bytes().decode("utf-8")) if report.is_file() else None
     return Run(proc.returncode, proc.stdout, proc.stderr, seconds, data)
