@@ -8,6 +8,7 @@ Read-only checks run concurrently; the bandwidth checks one after another. Tools
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -23,6 +24,14 @@ from ndfleet_node.runner import Runner
 
 LEVELS = ("quick", "full")
 WORKERS = 8
+# A failed set-up step explains the failure of these checks: their message names the step and why.
+SETUP_STEP_CHECKS = {
+    "nvme": "host.mounts",
+    "blob": "host.mounts",
+    "lustre": "host.mounts",
+    "fabricmanager": "gpu.fabricmanager",
+    "peermem": "ib.peermem",
+}
 
 
 def register(subparsers: Any) -> None:
@@ -70,6 +79,33 @@ def run_checks(ids: list[str], ctx: Context) -> list[tuple[str, Result]]:
     return [(i, results[i]) for i in ids]
 
 
+def setup_results(cfg: node_config.NodeConfig, root: str) -> list[dict[str, str]]:
+    """The steps of this boot's set-up (<state_dir>/setup.json), [] when there is none or it is unreadable."""
+    path = root + os.path.join(str(cfg.paths.get("state_dir", "/run/ndfleet")), "setup.json")
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1024 * 1024).decode("utf-8", "replace"))
+        steps = data.get("steps", []) if isinstance(data, dict) else []
+        return [{k: str(v) for k, v in s.items()} for s in steps if isinstance(s, dict)]
+    except (OSError, ValueError):
+        return []
+
+
+def explain(results: list[tuple[str, Result]], steps: list[dict[str, str]]) -> list[tuple[str, Result]]:
+    """Append the failed set-up step behind a failed check to its message."""
+    why: dict[str, list[str]] = {}
+    for s in steps:
+        check_id = SETUP_STEP_CHECKS.get(s.get("step", ""))
+        if s.get("status") == "failed" and check_id:
+            why.setdefault(check_id, []).append(f"set-up step {s['step']} failed: {s.get('message', '')}")
+    out = []
+    for cid, r in results:
+        if r.status == "fail" and cid in why:
+            r = Result(r.status, r.value, r.expected, f"{r.message}; {'; '.join(why[cid])}")
+        out.append((cid, r))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.level not in LEVELS:
         return cannot_run(f"--level must be quick or full, got '{args.level}'")
@@ -100,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         return cannot_run(why)
     print(f"validate-node: {cfg.vm_size}, level {args.level}, {len(ids)} checks", flush=True)
     ctx = Context(cfg, Runner(), sysroot())
-    results = run_checks(ids, ctx)
+    steps = setup_results(cfg, ctx.sysroot)
+    results = explain(run_checks(ids, ctx), steps)
     checks = [entry(cid, r.status, r.value, r.expected, r.message) for cid, r in results]
     failed = [c["id"] for c in checks if c["status"] == "fail"]
     for c in checks:
@@ -118,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         "host": socket.gethostname(),
         "checks": checks,
     }
+    if steps:
+        report["setup"] = steps
     try:
         write_atomic(report_path, to_json(report))
     except OSError as e:

@@ -47,3 +47,27 @@ LOG
     done
   fi
 }
+
+# Set-up fakes keep the node's state under the sysroot: what survives a reboot in var/fake (the NVMe disks'
+# RAID superblock and file system), what does not in dev/md, run and proc (rebuilt by tests/fakes/node.py).
+SR="${NDFLEET_SYSROOT:-}"
+FAKE_STATE="$SR/var/fake"
+
+# called ARGS...: log this call (tests assert what set-up did, and that a second boot redid nothing).
+called() {
+  mkdir -p "$FAKE_STATE"
+  printf "%s %s\n" "${0##*/}" "$*" >>"$FAKE_STATE/calls.log"
+}
+
+# mounted SOURCE MOUNTPOINT TYPE OPTIONS: add a line to the fake /proc/mounts.
+mounted() {
+  printf '%s %s %s %s 0 0\n' "$1" "$2" "$3" "$4" >>"$SR/proc/mounts"
+}
+
+# flaky NAME: true while the fault NAME still fails (the first two calls), false from the third on.
+flaky() {
+  local n=0 f="$FAKE_STATE/flaky.$1"
+  [[ -r $f ]] && n=$(<"$f")
+  echo $((n + 1)) >"$f"
+  ((n < 2))
+}
