@@ -91,9 +91,9 @@ def parse_ibv_devinfo(text: str) -> dict[tuple[str, int], DevinfoPort]:
         if key == "hca_id" and sep:
             close()
             hca, port, attrs = value.strip(), None, {}
-        elif key.startswith("port") and key[4:].strip().isdigit() and hca:
+        elif key == "port" and value.strip().isdigit() and hca:
             close()
-            port, attrs = int(key[4:]), {}
+            port, attrs = int(value.strip()), {}
         elif sep and port is not None:
             attrs[key] = value.strip()
     close()
