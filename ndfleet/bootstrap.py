@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
+from ndfleet_node.config import NodeConfig
 
 from ndfleet import nodeapp
 from ndfleet.nodeconfig import (  # re-exported: components and other modules import them from here
@@ -60,8 +62,6 @@ from ndfleet.nodeconfig import (  # re-exported: components and other modules im
 )
 from ndfleet.nodeconfig import to_json as node_config_json
 from ndfleet.spec.config import ClusterSpec, IslandSpec
-from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
-from ndfleet_node.config import NodeConfig
 
 __all__ = [
     "BLOB_MOUNT_ROOT",
@@ -185,7 +185,9 @@ def validation_budget_s(spec: ClusterSpec) -> int:
     return spec.profile.thresholds.setup_timeout_s + _validate_budget_s(spec)
 
 
-def build_context(spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None) -> dict[str, Any]:
+def build_context(
+    spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None
+) -> dict[str, Any]:
     """The plain template context: every value the templates place, derived here and nowhere else."""
     ext = extensions or BootstrapExtensions()
     cfg = node_config(spec, island, ext.node_sections)

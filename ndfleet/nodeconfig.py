@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ndfleet.spec.config import ClusterSpec, IslandSpec
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS
+
+from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 SCHEMA = 1
 HEALTH_PATH = "/health"

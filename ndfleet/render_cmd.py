@@ -22,7 +22,6 @@ from ndfleet.spec.config import SpecError, load_spec
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "render",

@@ -290,7 +290,9 @@ def test_cloud_init_starts_validation_and_the_health_endpoint():
 
 def test_islands_render_their_own_name():
     spec = spec_of("prod")
-    first, last = (json.loads(render_bootstrap(spec, i).files["node.json"]) for i in (spec.islands[0], spec.islands[-1]))
+    first, last = (
+        json.loads(render_bootstrap(spec, i).files["node.json"]) for i in (spec.islands[0], spec.islands[-1])
+    )
     assert first["island"] == "ib00" and last["island"] == "ib02"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -115,7 +116,7 @@ class HealthServer:
             pass
         finally:
             self.open.pop(key, None)
-            writer.transport.abort() if writer.transport.is_closing() else writer.close()
+            writer.transport.abort()
 
     @staticmethod
     async def _read_head(reader: asyncio.StreamReader) -> None:
@@ -182,8 +183,6 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is None:
             setattr(args, name, type(DEFAULTS[key])(cfg_health.get(key, DEFAULTS[key])))
     raise_nofile()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args))
-    except KeyboardInterrupt:
-        pass
     return 0

@@ -18,6 +18,7 @@ Contract (burn-in and the Slurm health check reuse it):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from ndfleet_node.text import decode, first_line
 
@@ -58,16 +60,14 @@ class ToolResult:
         return os.path.basename(self.argv[0]) if self.argv else "?"
 
 
-def _read(f: tempfile._TemporaryFileWrapper[bytes] | object, limit: int) -> bytes:
-    f.seek(0)  # type: ignore[attr-defined]
-    return f.read(limit)  # type: ignore[attr-defined, no-any-return]
+def _read(f: IO[bytes], limit: int) -> bytes:
+    f.seek(0)
+    return f.read(limit)
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_tool(

@@ -8,6 +8,7 @@ Read-only checks run concurrently; the bandwidth checks one after another. Tools
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -129,10 +130,8 @@ def run(args: argparse.Namespace) -> int:
     except (node_config.ConfigError, KeyError) as e:
         why = str(e) if isinstance(e, node_config.ConfigError) else f"the node JSON has no level {args.level}"
         report = {"status": "error", "level": args.level, "started": started, "error": why, "checks": []}
-        try:
+        with contextlib.suppress(OSError):
             write_atomic(report_path, to_json(report))
-        except OSError:
-            pass
         return cannot_run(why)
     print(f"validate-node: {cfg.vm_size}, level {args.level}, {len(ids)} checks", flush=True)
     ctx = Context(cfg, Runner(), sysroot())

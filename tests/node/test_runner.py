@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ndfleet_node.runner import Runner, run_tool
 
 SLOW = 60  # what the misbehaving tools would take if we waited for them

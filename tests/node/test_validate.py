@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
-
-from ndfleet.bootstrap import render_output_files, validation_budget_s
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
 from ndfleet_node.checks import budget_s, load_all
 from ndfleet_node.config import ConfigError, parse
 from ndfleet_node.health import health_state
 from ndfleet_node.report import write_atomic
+
+from ndfleet.bootstrap import render_output_files, validation_budget_s
+from ndfleet.spec.config import load_spec
+from ndfleet.spec.stackfile import load_stack
 from tests.fakes.node import hermetic_path, run_validator, write_bundle
 
 DEV_MOUNTS = ["/mnt/resource_nvme", "/mnt/blob/datasets", "/mnt/blob/checkpoints"]
@@ -38,7 +38,8 @@ def replace_tool(bindir: Path, name: str, script: str) -> None:
 def test_whatever_a_tool_prints_the_report_is_utf8_json(tmp_path, bundle):
     bindir = Path(hermetic_path(tmp_path / "bin"))
     # bytes >= 0x80, NUL, an escape sequence and a 2 MB line
-    replace_tool(bindir, "nvidia-smi", r"""printf '\xff\xfe\x80 GPU \x00\x1b[31m\n'; head -c 2097152 /dev/zero | tr '\0' 'A'; echo""")
+    garbage = r"""printf '\xff\xfe\x80 GPU \x00\x1b[31m\n'; head -c 2097152 /dev/zero | tr '\0' 'A'; echo"""
+    replace_tool(bindir, "nvidia-smi", garbage)
     r = run_validator(bundle, tmp_path, "quick", mounts=DEV_MOUNTS, bindir=bindir)
     raw = (tmp_path / "out" / "report.json").read_bytes()
     raw.decode("utf-8")  # valid UTF-8
@@ -78,7 +79,8 @@ def test_read_only_checks_run_concurrently(tmp_path, bundle):
     log = tmp_path / "times"
     for name in ("ibstat", "lspci"):
         real = os.readlink(bindir / name)
-        replace_tool(bindir, name, f'echo "start {name}" >> {log}; sleep 1; echo "end {name}" >> {log}; exec {real} "$@"\n')
+        script = f'echo "start {name}" >> {log}; sleep 1; echo "end {name}" >> {log}; exec {real} "$@"\n'
+        replace_tool(bindir, name, script)
     r = run_validator(bundle, tmp_path, "quick", mounts=DEV_MOUNTS, bindir=bindir)
     assert r.rc == 0, r.stdout + r.stderr
     events = log.read_text().split("\n")

@@ -98,7 +98,8 @@ class Context:
         with lock:
             if key not in self._facts:
                 self._facts[key] = compute()
-            return self._facts[key]  # type: ignore[no-any-return]
+            value: T = self._facts[key]
+            return value
 
     def host_path(self, path: str) -> str:
         """A /proc or /sys path under $NDFLEET_SYSROOT."""

@@ -8,8 +8,8 @@ from ndfleet_node.checks import Context, Result, check, failed, failed_list, pas
 from ndfleet_node.checks.gpu import journal
 from ndfleet_node.parsers import ParseError
 from ndfleet_node.parsers.infiniband import IbPort, parse_ibstat
-from ndfleet_node.parsers.lspci import parse_lnksta
 from ndfleet_node.parsers.logs import lost_carrier_counts
+from ndfleet_node.parsers.lspci import parse_lnksta
 from ndfleet_node.parsers.procfs import loaded_modules
 
 

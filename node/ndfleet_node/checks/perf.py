@@ -71,7 +71,7 @@ def perf_ib_write_bw(ctx: Context) -> Result:
     with ThreadPoolExecutor(max_workers=len(devices) or 1) as pool:
         clients = list(pool.map(lambda a: _ib_write_bw_pair(ctx, a[0], a[1], env), enumerate(devices)))
     bad, results = [], []
-    for i, (device, r) in enumerate(zip(devices, clients)):
+    for i, (device, r) in enumerate(zip(devices, clients, strict=True)):
         try:
             bw: float | None = parse_ib_write_bw(r.text, size)
         except ParseError:

@@ -21,7 +21,7 @@ def parse_query_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
         values = [v.strip() for v in line.split(",")]
         if len(values) != len(fields):
             raise fail("nvidia-smi --query-gpu", line, f"{len(values)} fields where {len(fields)} were asked")
-        rows.append(dict(zip(fields, values)))
+        rows.append(dict(zip(fields, values, strict=True)))
     if not rows:
         raise fail("nvidia-smi --query-gpu", text, "no GPU line")
     return rows

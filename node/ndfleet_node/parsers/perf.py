@@ -86,7 +86,7 @@ def parse_nvbandwidth(text: str) -> dict[str, NvbMatrix]:
         if not fields[0].isdigit():
             continue
         row = int(fields[0])
-        for col, cell in zip(columns, fields[1:]):
+        for col, cell in zip(columns, fields[1:], strict=False):
             value = to_float(cell)
             if value is not None:
                 results[test][(row, col)] = value

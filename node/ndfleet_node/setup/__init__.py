@@ -63,7 +63,8 @@ class SetupContext:
             return ""
 
     def mounted(self, mountpoint: str) -> bool:
-        return any(len(f) >= 2 and f[1] == mountpoint for f in (ln.split() for ln in self.read("/proc/mounts").splitlines()))
+        lines = self.read("/proc/mounts").splitlines()
+        return any(len(f) >= 2 and f[1] == mountpoint for f in (ln.split() for ln in lines))
 
     def mount_deadline(self) -> float:
         """One deadline for every storage mount's retries, counted from the first mount attempt."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.error
 import urllib.request
 
@@ -17,9 +16,9 @@ IMDS_TRIES = 5
 
 def imds_tags(ctx: SetupContext) -> dict[str, str]:
     """The scale set's tags (name -> value); {} when IMDS does not answer after a few tries."""
-    cached = getattr(ctx, "_tags", None)
+    cached: dict[str, str] | None = getattr(ctx, "_tags", None)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     url = str(ctx.config.section("imds").get("tags_url", ""))
     tags: dict[str, str] = {}
     for attempt in range(IMDS_TRIES):
@@ -72,6 +71,14 @@ def blobfuse2_config(account: str, container: str, cache_dir: str, client_id: st
     return "\n".join(lines) + "\n"
 
 
+def _mount_blob(ctx: SetupContext, container: str, mnt: str, cfg_path: str) -> str:
+    return ctx.retry(
+        f"blob container {container} mounted at {mnt}",
+        lambda: ctx.run("blobfuse2", "mount", mnt, f"--config-file={cfg_path}"),
+        lambda: ctx.mounted(mnt),
+    )
+
+
 def setup_blob(ctx: SetupContext) -> str:
     containers = list(ctx.config.mounts.get("blob", []))
     if not containers:
@@ -99,11 +106,7 @@ def setup_blob(ctx: SetupContext) -> str:
         finally:
             os.umask(old)
         try:
-            done.append(ctx.retry(
-                f"blob container {c['container']} mounted at {mnt}",
-                lambda mnt=mnt, cfg_path=cfg_path: ctx.run("blobfuse2", "mount", mnt, f"--config-file={cfg_path}"),
-                lambda mnt=mnt: ctx.mounted(mnt),
-            ))  # fmt: skip
+            done.append(_mount_blob(ctx, str(c["container"]), mnt, cfg_path))
         except StepFailed as e:
             failed.append(str(e))
     if failed:
@@ -132,5 +135,3 @@ def setup_lustre(ctx: SetupContext) -> str:
         lambda: ctx.mounted(mnt),
     )
 
-
-__all__ = ["setup_blob", "setup_lustre", "imds_tags", "blobfuse2_config", "time"]

@@ -63,7 +63,9 @@ def setup_nccl(ctx: SetupContext) -> str:
     content = ctx.read(source)
     if not content:
         raise StepFailed(f"{source} is missing")
-    return "/etc/nccl.conf written" if _write_if_changed(ctx, "/etc/nccl.conf", content) else "/etc/nccl.conf is up to date"
+    if _write_if_changed(ctx, "/etc/nccl.conf", content):
+        return "/etc/nccl.conf written"
+    return "/etc/nccl.conf is up to date"
 
 
 def setup_fabricmanager(ctx: SetupContext) -> str:
