@@ -241,3 +241,24 @@ def test_sovereign_cloud_blob_suffix_comes_from_the_node_json():
     assert parse(json.dumps({**base, "mounts": {}})).blob_endpoint_suffix == "blob.core.windows.net"
     sovereign = {**base, "mounts": {"blob_endpoint_suffix": "blob.core.chinacloudapi.cn"}}
     assert parse(json.dumps(sovereign)).blob_endpoint_suffix == "blob.core.chinacloudapi.cn"
+
+
+def test_mount_retries_end_before_the_set_up_unit_is_killed(bundle):
+    from ndfleet_node.runner import Runner
+    from ndfleet_node.setup import SETUP_MARGIN_S, SetupContext
+
+    data = json.loads((bundle / "node.json").read_text())
+    data["timeouts"].update({"mount_retry": 240, "setup": 600})
+    ctx = SetupContext(parse(json.dumps(data)), Runner())
+    assert ctx.mount_deadline() <= ctx.started + 600 - SETUP_MARGIN_S
+    ctx2 = SetupContext(parse(json.dumps(data)), Runner())
+    ctx2.started -= 500  # set-up already ran 500 s: the retries get what is left, not 240 s
+    assert ctx2.mount_deadline() <= ctx2.started + 600 - SETUP_MARGIN_S
+
+
+def test_the_retry_window_fits_the_set_up_budget_of_every_vm_size():
+    from ndfleet.spec.profiles import PROFILES
+
+    for profile in PROFILES.values():
+        t = profile.thresholds
+        assert t.mount_retry_s + t.fabricmanager_wait_s <= t.setup_timeout_s, profile.name

@@ -27,6 +27,7 @@ from ndfleet_node.report import write_atomic
 from ndfleet_node.runner import Runner, ToolResult
 
 SETUP_RESULTS = "setup.json"
+SETUP_MARGIN_S = 30  # set-up stops retrying this long before its unit's TimeoutStartSec
 
 
 class StepFailed(Exception):
@@ -67,9 +68,12 @@ class SetupContext:
         return any(len(f) >= 2 and f[1] == mountpoint for f in (ln.split() for ln in lines))
 
     def mount_deadline(self) -> float:
-        """One deadline for every storage mount's retries, counted from the first mount attempt."""
+        """One deadline for every storage mount's retries: `mount_retry` seconds from the first mount attempt, and
+        never later than the set-up unit's own timeout allows (set-up reports its failure instead of being killed)."""
         if self._mount_deadline is None:
-            self._mount_deadline = time.monotonic() + float(self.config.timeouts.get("mount_retry", 240))
+            retry = time.monotonic() + float(self.config.timeouts.get("mount_retry", 240))
+            unit = self.started + float(self.config.timeouts.get("setup", 600)) - SETUP_MARGIN_S
+            self._mount_deadline = min(retry, unit)
         return self._mount_deadline
 
     def retry(self, what: str, attempt: Callable[[], ToolResult], done: Callable[[], bool]) -> str:

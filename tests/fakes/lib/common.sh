@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the fake node tools: the node they pretend to be and the faults they can inject.
 # NDFLEET_FAKE_FAULTS is a comma-separated list of fault names (see tests/fakes/node.py: FAULTS).
 
@@ -40,8 +41,7 @@ LOG
     echo "kernel: NVRM: Xid (PCI:0008:00:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
   fi
   if fault ib_flap; then
-    local i
-    for i in 1 2 3 4 5 6 7 8; do
+    for _ in 1 2 3 4 5 6 7 8; do
       echo "kernel: mlx5_core 0104:00:00.0 ib3: lost carrier"
       echo "kernel: mlx5_core 0104:00:00.0 ib3: carrier on"
     done
