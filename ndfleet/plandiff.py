@@ -16,10 +16,7 @@ What a diff holds, per stack:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
-import gzip
 import hashlib
 import json
 import re
@@ -27,9 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# The plan document's schema and reader live in ndfleet.plandoc; these names stay importable from here.
+from ndfleet.plandoc import PLAN_SCHEMA_VERSION as PLAN_SCHEMA_VERSION
+from ndfleet.plandoc import PlanFormatError as PlanFormatError
+from ndfleet.plandoc import TooLarge, decode_custom_data
+from ndfleet.plandoc import validate_plan as validate_plan
 from ndfleet.spec.profiles import PROFILES
 
-PLAN_SCHEMA_VERSION = 1
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
 LONG_VALUE_CHARS = 200
 HASH_PREFIX_CHARS = 12
@@ -58,10 +59,6 @@ CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
 
 SEVERITIES = ("danger", "warning", "info")
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
-
-
-class PlanFormatError(ValueError):
-    """A plan file that is not an `ndfleet plan --format json` document."""
 
 
 class _Missing:
@@ -394,36 +391,6 @@ def rules_table_markdown() -> str:
 # Reading plans
 
 
-def validate_plan(obj: Any, source: str = "plan") -> dict[str, Any]:
-    """Check that `obj` is an ndfleet plan document; return it. Raises PlanFormatError naming what is wrong."""
-    if not isinstance(obj, dict):
-        raise PlanFormatError(f"{source}: expected a JSON object from `ndfleet plan --format json`, got "
-                              f"{type(obj).__name__}")
-    version = obj.get("schemaVersion")
-    if version != PLAN_SCHEMA_VERSION:
-        raise PlanFormatError(f"{source}: schemaVersion is {version!r}; this ndfleet reads schemaVersion "
-                              f"{PLAN_SCHEMA_VERSION}")
-    resources = obj.get("resources")
-    if not isinstance(resources, list):
-        raise PlanFormatError(f"{source}: 'resources' must be a list of {{type, name, inputs}} objects")
-    seen: set[tuple[str, str]] = set()
-    for i, res in enumerate(resources):
-        if not isinstance(res, dict):
-            raise PlanFormatError(f"{source}: resources[{i}] must be an object")
-        rtype, name = res.get("type"), res.get("name")
-        if not isinstance(rtype, str) or not isinstance(name, str):
-            raise PlanFormatError(f"{source}: resources[{i}] needs string 'type' and 'name'")
-        if not isinstance(res.get("inputs", {}), dict):
-            raise PlanFormatError(f"{source}: resources[{i}] ({rtype} {name}): 'inputs' must be an object")
-        if (rtype, name) in seen:
-            raise PlanFormatError(f"{source}: resource {rtype} {name} appears twice")
-        seen.add((rtype, name))
-    for key in ("outputs", "summary"):
-        if key in obj and not isinstance(obj[key], dict):
-            raise PlanFormatError(f"{source}: '{key}' must be an object")
-    return obj
-
-
 def _index(plan: Mapping[str, Any] | None) -> dict[tuple[str, str], Mapping[str, Any]]:
     if plan is None:
         return {}
@@ -494,14 +461,12 @@ def decode_bootstrap(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
+        # Bounded: a plan's customData never decompresses past 1 MiB here (plandoc refuses such plans on reading).
+        raw = decode_custom_data(value)
+    except TooLarge:
         return None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError):
-            return None
+    if raw is None:
+        return None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

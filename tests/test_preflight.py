@@ -279,7 +279,7 @@ def test_table_output_lists_each_check(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_lustre_sku_offered_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    path = stack_file(tmp_path, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
     run = preflight_run(capsys, path, arm())
     assert run.code == 0
     assert run.check("lustre-sku")["status"] == "pass"
@@ -399,7 +399,7 @@ def test_family_name_is_matched_case_insensitively(tmp_path: Path, capsys: pytes
 
 
 def test_lustre_sku_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    path = stack_file(tmp_path, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
     run = preflight_run(capsys, path, arm(lustre=ok("storagecache-skus-no-250-in-eastus.json")))
     check = run.check("lustre-sku")
     assert run.code == 1
