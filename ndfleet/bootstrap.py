@@ -5,6 +5,8 @@ Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable
   render_bootstrap(spec, island, extensions=None) -> RenderedBootstrap
       One island's user data; `.custom_data` is what the scale set receives (base64 of deterministic gzip),
       `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over Azure's limit.
+  custom_data(spec, island, extensions=None) -> str
+      Shorthand for render_bootstrap(...).custom_data: the scale set's customData for one island.
   render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
       The files `ndfleet render` writes for one island (user-data, custom-data.b64, every file the user data
       carries), with their permissions.
@@ -79,6 +81,7 @@ __all__ = [
     "QUICK_CHECKS",
     "RenderedBootstrap",
     "build_context",
+    "custom_data",
     "render_bootstrap",
     "render_output_files",
     "validation_budget_s",
@@ -280,6 +283,11 @@ def render_bootstrap(
             "bytes; shrink the node program or the templates, or move content to an image"
         )
     return rendered
+
+
+def custom_data(spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None) -> str:
+    """The island's customData (base64 of the gzip-compressed user data); raises BootstrapTooLarge."""
+    return render_bootstrap(spec, island, extensions).custom_data
 
 
 def render_output_files(

@@ -315,3 +315,8 @@ def test_full_validation_budget_covers_the_perf_checks():
     t = full.profile.thresholds
     extra = t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s + t.dcgm_diag_timeout_s[2]
     assert validation_budget_s(full) - validation_budget_s(quick) == extra
+
+
+def test_custom_data_shorthand_is_the_rendered_custom_data():
+    spec = spec_of("prod")
+    assert bootstrap.custom_data(spec, spec.islands[1]) == render_bootstrap(spec, spec.islands[1]).custom_data

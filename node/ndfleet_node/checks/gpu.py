@@ -129,7 +129,7 @@ def journal(ctx: Context, *args: str) -> tuple[str, str]:
     return (r.text, "") if r.ok else ("", r.error)
 
 
-@check("gpu.xid", calls=(("tool", 2),))
+@check("gpu.xid", calls=(("tool", 2),))  # journalctl, or dmesg where there is none
 def gpu_xid(ctx: Context) -> Result:
     codes = [int(c) for c in ctx.th["xid_fail_codes"]]
     expected = f"none of Xid {' '.join(map(str, codes))} since boot"

@@ -82,7 +82,7 @@ def ib_rate(ctx: Context) -> Result:
     return passed(f"{shown} Gb/s", expected, f"every active InfiniBand port at {shown} Gb/s")
 
 
-@check("ib.flap", calls=(("tool", 1),))
+@check("ib.flap", calls=(("tool", 2),))  # journalctl, or dmesg where there is none
 def ib_flap(ctx: Context) -> Result:
     devices, port = list(ctx.hw["ib_devices"]), int(ctx.hw["ib_port"])
     limit, hours = int(ctx.th["ib_link_down_max"]), int(ctx.th["ib_flap_window_hours"])

@@ -42,6 +42,7 @@ class SetupContext:
     log: Callable[[str], None] = print
     sleep: Callable[[float], None] = time.sleep
     started: float = field(default_factory=time.monotonic)
+    tags: dict[str, str] | None = None  # the scale set's tags, read once from the instance metadata
     _mount_deadline: float | None = None
 
     def path(self, p: str) -> str:

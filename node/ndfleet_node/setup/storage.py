@@ -16,9 +16,8 @@ IMDS_TRIES = 5
 
 def imds_tags(ctx: SetupContext) -> dict[str, str]:
     """The scale set's tags (name -> value); {} when IMDS does not answer after a few tries."""
-    cached: dict[str, str] | None = getattr(ctx, "_tags", None)
-    if cached is not None:
-        return cached
+    if ctx.tags is not None:
+        return ctx.tags
     url = str(ctx.config.section("imds").get("tags_url", ""))
     tags: dict[str, str] = {}
     for attempt in range(IMDS_TRIES):
@@ -31,7 +30,7 @@ def imds_tags(ctx: SetupContext) -> dict[str, str]:
             break
         except (OSError, ValueError, urllib.error.URLError):
             ctx.sleep(attempt + 1)
-    object.__setattr__(ctx, "_tags", tags)
+    ctx.tags = tags
     return tags
 
 
