@@ -10,19 +10,32 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, Protocol
 
 from ndfleet_node.text import clip, decode
 
 MESSAGE_MAX = 2000  # characters of a check's message or value kept in the report
 
 
-def entry(check_id: str, status: str, value: str, expected: str, message: str) -> dict[str, str]:
+class CheckResult(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def expected(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def entry(check_id: str, r: CheckResult) -> dict[str, str]:
+    """A check's report entry: one-line strings, at most MESSAGE_MAX characters each."""
+
     def field(s: object) -> str:
         return clip(decode(str(s)).replace("\n", "; ").replace("\t", " "), MESSAGE_MAX)
 
-    return {"id": check_id, "status": status, "value": field(value), "expected": field(expected),
-            "message": field(message)}  # fmt: skip
+    return {"id": check_id, "status": r.status, "value": field(r.value), "expected": field(r.expected),
+            "message": field(r.message)}  # fmt: skip
 
 
 def to_json(report: dict[str, Any]) -> str:

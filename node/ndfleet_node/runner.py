@@ -104,6 +104,9 @@ def run_tool(
         except subprocess.TimeoutExpired:
             timed_out = True
             rc = None
+        except BaseException:
+            _kill_group(proc.pid)  # interrupted (Ctrl-C): the tool must not outlive us in its own session
+            raise
         _kill_group(proc.pid)
         proc.wait()
         duration = time.monotonic() - t0

@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -63,20 +64,36 @@ def run_one(c: Check, ctx: Context) -> Result:
         return Result("fail", "", "", f"internal error in {c.id}: {type(e).__name__}: {e}")
 
 
-def run_checks(ids: list[str], ctx: Context) -> list[tuple[str, Result]]:
+def run_checks(
+    ids: list[str], ctx: Context, on_result: Callable[[str, Result], None] | None = None
+) -> list[tuple[str, Result]]:
+    """Every check of `ids`: the concurrent ones in a pool, then the others one by one. `on_result` is called in
+    the order of `ids` as soon as each result and all before it are known (the journal shows progress)."""
     registry = load_all()
     results: dict[str, Result] = {}
-    unknown = [i for i in ids if i not in registry]
-    for i in unknown:
-        results[i] = Result("fail", "", "", f"unknown check {i}: this program does not have it")
+    emitted = 0
+
+    def emit() -> None:
+        nonlocal emitted
+        while emitted < len(ids) and ids[emitted] in results:
+            if on_result:
+                on_result(ids[emitted], results[ids[emitted]])
+            emitted += 1
+
+    for i in ids:
+        if i not in registry:
+            results[i] = Result("fail", "", "", f"unknown check {i}: this program does not have it")
     known = [registry[i] for i in ids if i in registry]
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         futures = {c.id: pool.submit(run_one, c, ctx) for c in known if c.concurrent}
         for cid, fut in futures.items():
             results[cid] = fut.result()
+    emit()
     for c in known:
         if not c.concurrent:
             results[c.id] = run_one(c, ctx)
+            emit()
+    emit()
     return [(i, results[i]) for i in ids]
 
 
@@ -92,19 +109,16 @@ def setup_results(cfg: node_config.NodeConfig, root: str) -> list[dict[str, str]
         return []
 
 
-def explain(results: list[tuple[str, Result]], steps: list[dict[str, str]]) -> list[tuple[str, Result]]:
-    """Append the failed set-up step behind a failed check to its message."""
-    why: dict[str, list[str]] = {}
-    for s in steps:
-        check_id = SETUP_STEP_CHECKS.get(s.get("step", ""))
-        if s.get("status") == "failed" and check_id:
-            why.setdefault(check_id, []).append(f"set-up step {s['step']} failed: {s.get('message', '')}")
-    out = []
-    for cid, r in results:
-        if r.status == "fail" and cid in why:
-            r = Result(r.status, r.value, r.expected, f"{r.message}; {'; '.join(why[cid])}")
-        out.append((cid, r))
-    return out
+def explain(check_id: str, r: Result, steps: list[dict[str, str]]) -> Result:
+    """The result, with the failed set-up step behind a failed check appended to its message."""
+    why = [
+        f"set-up step {s['step']} failed: {s.get('message', '')}"
+        for s in steps
+        if s.get("status") == "failed" and SETUP_STEP_CHECKS.get(s.get("step", "")) == check_id
+    ]
+    if r.status != "fail" or not why:
+        return r
+    return Result(r.status, r.value, r.expected, f"{r.message}; {'; '.join(why)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,11 +150,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"validate-node: {cfg.vm_size}, level {args.level}, {len(ids)} checks", flush=True)
     ctx = Context(cfg, Runner(), sysroot())
     steps = setup_results(cfg, ctx.sysroot)
-    results = explain(run_checks(ids, ctx), steps)
-    checks = [entry(cid, r.status, r.value, r.expected, r.message) for cid, r in results]
+    checks: list[dict[str, str]] = []
+
+    def record(cid: str, r: Result) -> None:
+        c = entry(cid, explain(cid, r, steps))
+        checks.append(c)
+        print(f"{c['status'].upper():<4} {c['id']}: {c['message']}", flush=True)
+
+    run_checks(ids, ctx, record)
     failed = [c["id"] for c in checks if c["status"] == "fail"]
-    for c in checks:
-        print(f"{c['status'].upper():<4} {c['id']}: {c['message']}")
     status = "unhealthy" if failed else "healthy"
     duration = round(time.monotonic() - t0, 2)
     report = {
