@@ -57,6 +57,8 @@ def strip(source: str) -> str:
     for expr, alone in _docstring_nodes(ast.parse(source)):
         first, last = expr.lineno - 1, (expr.end_lineno or expr.lineno) - 1
         indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        if lines[first][: expr.col_offset].strip() or lines[last][expr.end_col_offset or 0 :].strip(" ;"):
+            continue  # shares a line with other code (`class E(Exception): """..."""`): left as it is
         lines[first] = f"{indent}pass" if alone else ""
         for i in range(first + 1, last + 1):
             lines[i] = ""

@@ -47,6 +47,8 @@ def test_strip_removes_only_comments_docstrings_and_blank_lines():
     )
     stripped = nodeapp.strip(source)
     assert stripped == 'def f():\n    x = """a\n\nb"""\n    return x\nclass E(Exception):\n    pass\n'
+    one_line = 'class E(Exception): """Kept: it shares its line."""\nx = 1  # gone\n'
+    assert nodeapp.strip(one_line) == 'class E(Exception): """Kept: it shares its line."""\nx = 1\n'
     namespace: dict[str, object] = {}
     exec(compile(stripped, "stripped", "exec"), namespace)  # noqa: S102 (our own source)
     assert namespace["f"]() == "a\n\nb"  # type: ignore[operator]
