@@ -79,7 +79,10 @@ def test_read_only_checks_run_concurrently(tmp_path, bundle):
     log = tmp_path / "times"
     for name in ("ibstat", "lspci"):
         real = os.readlink(bindir / name)
-        script = f'echo "start {name}" >> {log}; sleep 1; echo "end {name}" >> {log}; exec {real} "$@"\n'
+        # the first call of each takes a second (ib.pcie calls lspci once per HCA: only the first one waits)
+        first = f"{log}.{name}"
+        script = (f'echo "start {name}" >> {log}; [ -e {first} ] || {{ touch {first}; sleep 1; }}; '
+                  f'echo "end {name}" >> {log}; exec {real} "$@"\n')  # fmt: skip
         replace_tool(bindir, name, script)
     r = run_validator(bundle, tmp_path, "quick", mounts=DEV_MOUNTS, bindir=bindir)
     assert r.rc == 0, r.stdout + r.stderr
