@@ -81,7 +81,7 @@ def test_storage_dns_names_follow_the_cloud(
     assert one(plan, PRIVATE_ZONE).inputs["privateZoneName"] == zone
     custom_data = dig(one(plan, VMSS).inputs, "virtualMachineProfile.osProfile.customData")
     user_data = gzip.decompress(base64.b64decode(custom_data)).decode()
-    assert f"endpoint: https://$account.{suffix}" in user_data
+    assert f'"blob_endpoint_suffix": "{suffix}"' in user_data  # the node JSON: BlobFuse2 reaches https://<account>.<suffix>
     for other in {c.blob_endpoint_suffix for c in STORAGE_CLOUDS.values()} - {suffix}:
         assert other not in user_data
 

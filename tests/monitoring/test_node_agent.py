@@ -148,7 +148,9 @@ def test_bootstrap_carries_monitoring_when_on(mon_spec: ClusterSpec) -> None:
     user_data = yaml.safe_load(_user_data(mon_spec))
     paths = {f["path"] for f in user_data["write_files"]}
     assert {f.path for f in agent.node_files(mon_spec, mon_spec.islands[0])} <= paths
-    assert ["systemctl", "enable", "--now", "--no-block", "ndfleet-monitoring-setup.service"] in user_data["runcmd"]
+    runcmd = user_data["runcmd"]
+    assert ["systemctl", "enable", "ndfleet-monitoring-setup.service"] in runcmd  # again at every boot
+    assert ["systemctl", "start", "--no-block", "ndfleet-monitoring-setup.service"] in runcmd  # now, not waited for
 
 
 def test_bootstrap_has_no_monitoring_when_off() -> None:
