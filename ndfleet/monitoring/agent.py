@@ -17,16 +17,15 @@ from typing import Any
 
 import jinja2
 
+from ndfleet.bootstrap import NODE_APP_PATH
 from ndfleet.monitoring import exporters as ex
+from ndfleet.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 
 TAG_METRICS_ENDPOINT = "ndfleet:metrics-endpoint"
 TAG_METRICS_DCR = "ndfleet:metrics-dcr"
-# Same tag and metadata address the bootstrap uses (ndfleet/bootstrap.py); restated to keep this module apart.
-TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
-IMDS_TAGS_URL = "http://169.254.169.254/metadata/instance/compute/tagsList?api-version=2021-02-01"
 
 # Azure Monitor's remote-write path on a data collection endpoint (Microsoft Learn: "Send Prometheus metrics from
 # virtual machines ... to an Azure Monitor workspace"): <metricsIngestion endpoint>/dataCollectionRules/<immutable
@@ -41,8 +40,6 @@ PROMETHEUS_CONFIG_TEMPLATE = f"{CONFIG_DIR}/prometheus.yml.in"
 PROMETHEUS_DATA_DIR = "/var/lib/ndfleet-prometheus"
 DCGM_COUNTERS_PATH = f"{CONFIG_DIR}/dcgm-counters.csv"
 SETUP_PATH = "/usr/local/sbin/ndfleet-monitoring-setup"
-NODE_PROGRAM = "/opt/ndfleet/bin/ndfleet-node"
-REPORT_PATH = "/run/ndfleet/report.json"
 # A scheduler (or an operator) drains a node by writing this file, its reason as the content.
 DRAIN_FILE = "/var/lib/ndfleet/drained"
 METRICS_REFRESH_S = 60
@@ -149,7 +146,7 @@ def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
         "setup_path": SETUP_PATH,
         "setup_timeout_s": SETUP_TIMEOUT_S,
         "tool_timeout_s": TOOL_TIMEOUT_S,
-        "node_program": NODE_PROGRAM,
+        "node_program": NODE_APP_PATH,
         "report_path": REPORT_PATH,
         "drain_file": DRAIN_FILE,
         "metrics_refresh_s": METRICS_REFRESH_S,
