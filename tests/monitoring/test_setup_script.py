@@ -116,8 +116,12 @@ def test_prometheus_is_installed_only_when_its_checksum_matches(
     (served / "sha256sums.txt").write_text(f"{'0' * 64}  other.tar.gz\n{digest}  {tarball.name}\n")
     bin_dir = tmp_path / "bin"
     # curl -sfL --max-time N -o OUT URL: copy the served file named like the URL's last part.
-    fake_tool(bin_dir, "curl", f'out=""; for a in "$@"; do [ "$prev" = -o ] && out=$a; prev=$a; done\n'
-                               f'cp "{served}/${{@: -1}}" "$out" 2>/dev/null || cp "{served}/$(basename "${{@: -1}}")" "$out"\n')
+    fake_tool(
+        bin_dir,
+        "curl",
+        f'out=""; prev=""; for a in "$@"; do [ "$prev" = -o ] && out=$a; prev=$a; done\n'
+        f'cp "{served}/$(basename "${{@: -1}}")" "$out"\n',
+    )
     prom_dir = tmp_path / "opt" / "prometheus"
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "NDFLEET_PROM_DIR": str(prom_dir)}
     result = call(script(mon_spec, tmp_path), "install_prometheus", env=env)
