@@ -49,9 +49,10 @@ SETUP_REFRESH_MIN = 15
 SETUP_TIMEOUT_S = 900
 TOOL_TIMEOUT_S = 20
 
-# Enabled so it runs again at every boot (it re-reads the scale set's tags), and started at first boot.
-ENABLE_UNITS = ("ndfleet-monitoring-setup.service",)
-START_UNITS = ("ndfleet-monitoring-setup.service",)
+# The set-up runs from its timer: 30 s after the timer starts (at first boot cloud-init starts it; at later boots
+# timers.target does), then every SETUP_REFRESH_MIN; boot and validation never wait for it.
+ENABLE_UNITS = ("ndfleet-monitoring-setup.timer",)
+START_UNITS = ("ndfleet-monitoring-setup.timer",)
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,9 @@ def test_bootstrap_carries_monitoring_when_on(mon_spec: ClusterSpec) -> None:
     paths = {f["path"] for f in user_data["write_files"]}
     assert {f.path for f in agent.node_files(mon_spec, mon_spec.islands[0])} <= paths
     runcmd = user_data["runcmd"]
-    assert ["systemctl", "enable", "ndfleet-monitoring-setup.service"] in runcmd  # again at every boot
-    assert ["systemctl", "start", "--no-block", "ndfleet-monitoring-setup.service"] in runcmd  # now, not waited for
+    assert ["systemctl", "enable", "ndfleet-monitoring-setup.timer"] in runcmd  # again at every boot
+    assert ["systemctl", "start", "--no-block", "ndfleet-monitoring-setup.timer"] in runcmd  # now, not waited for
+    assert "[Install]" not in files_of(mon_spec)["ndfleet-monitoring-setup.service"].content  # boot never waits
 
 
 def test_bootstrap_has_no_monitoring_when_off() -> None:
@@ -166,3 +167,12 @@ def test_bad_capacity_fraction_names_the_setting(fraction: float) -> None:
     with pytest.raises(SpecError) as err:
         load_spec(monitoring_config(islandCapacityAlertFraction=fraction), "test")
     assert "ndfleet:monitoring.islandCapacityAlertFraction" in str(err.value)
+
+
+def test_timers_can_re_run_their_oneshot_services(mon_spec: ClusterSpec) -> None:
+    """A oneshot unit with RemainAfterExit stays active, and a timer cannot start it again."""
+    files = files_of(mon_spec)
+    for service in ("ndfleet-monitoring-setup.service", "ndfleet-metrics.service"):
+        text = files[service].content
+        assert "Type=oneshot" in text and "RemainAfterExit" not in text, service
+        assert service.replace(".service", ".timer") in files
