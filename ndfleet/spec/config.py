@@ -108,6 +108,10 @@ class HealthConfig(_Model):
     # The Application Health extension waits this long before a node's health counts: node set-up, a full
     # validation (5-8 min) and DCGM level 2 (up to 10 min) fit; the extension allows at most 14,400 s.
     probe_grace_period_seconds: int = Field(default=2700, ge=600, le=14400, alias="probeGracePeriodSeconds")
+    # Guest Health Reporting: a node that finds a hardware fault files an impact report with its managed identity
+    # (Microsoft.Impact/workloadImpacts) so Azure takes the host out of service. Needs the subscription onboarded
+    # (docs/burnin.md); off, the node only logs the report it would have sent.
+    impact_reporting: bool = Field(default=False, alias="impactReporting")
 
 
 class StackConfig(_Model):

@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "burnin",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
