@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from ndfleet_node.__main__ import main
+
 from tests.fakes.fleet import FakeFleet, host_names
 
 HANG_TIMEOUT_S = 10  # a hung test is killed after this; healthy fake tests finish in well under a second
@@ -35,7 +35,9 @@ SCENARIOS = [
     Scenario("a host that hangs", 8, hang=(5,), reasons={5: "hang"}),
     Scenario("a host with wrong results", 8, wrong=(1,), reasons={1: "wrong-results"}),
     # With 8 hosts the first round pairs host i with host i + 4: hosts 0 and 4 share a pair.
-    Scenario("two bad hosts in the same pair", 8, bad_hca=(0, 4), reasons={0: "busbw-below-floor", 4: "busbw-below-floor"}),
+    Scenario(
+        "two bad hosts in the same pair", 8, bad_hca=(0, 4), reasons={0: "busbw-below-floor", 4: "busbw-below-floor"}
+    ),
     Scenario("odd host out is the bad one", 9, bad_hca=(8,), reasons={8: "busbw-below-floor"}),
     Scenario("unreachable host", 6, down=(3,), reasons={3: "launch-error"}),
     Scenario(

@@ -47,6 +47,8 @@ REASONS: dict[Outcome, str] = {
 class TestSpec:
     """One all_reduce_perf run over `hosts` (a pair, or the whole island)."""
 
+    __test__ = False  # not a pytest test class
+
     id: str
     round: int
     phase: Phase
@@ -56,6 +58,8 @@ class TestSpec:
 
 @dataclass(frozen=True)
 class TestResult:
+    __test__ = False  # not a pytest test class
+
     test: TestSpec
     outcome: Outcome
     busbw_gbps: float | None = None

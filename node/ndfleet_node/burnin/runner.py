@@ -23,7 +23,7 @@ from ndfleet_node.burnin.planner import TestResult, TestSpec
 from ndfleet_node.burnin.settings import BurninSettings
 
 
-def test_env(settings: BurninSettings, test: TestSpec) -> dict[str, str]:
+def env_for(settings: BurninSettings, test: TestSpec) -> dict[str, str]:
     env = dict(settings.nccl_env)
     env.update(settings.island_env if test.phase == "island" else settings.pair_env)
     return env
@@ -48,7 +48,7 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
         "numa",
         *settings.mpirun_args,
     ]
-    for name, value in sorted(test_env(settings, test).items()):
+    for name, value in sorted(env_for(settings, test).items()):
         cmd += ["-x", f"{name}={value}"]
     size = str(settings.message_bytes)
     cmd += [
@@ -59,7 +59,7 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
     return cmd
 
 
-def test_timeout_s(settings: BurninSettings, test: TestSpec, level: str) -> int:
+def timeout_for(settings: BurninSettings, test: TestSpec, level: str) -> int:
     return (settings.island_timeout_s if test.phase == "island" else settings.pair_timeout_s)[level]
 
 
@@ -138,7 +138,7 @@ def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunT
     """A function that runs one test for real (mpirun) and judges it."""
 
     def run(test: TestSpec) -> TestResult:
-        timeout = test_timeout_s(settings, test, level)
+        timeout = timeout_for(settings, test, level)
         proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir)
         return judge(test, proc, timeout)
 
