@@ -1,0 +1,275 @@
+"""`ndfleet impact list|show`: the Guest Health Reporting impacts filed for a stack's nodes, and Azure's insights.
+
+    ndfleet impact list --stack prod [--format table|json]
+    ndfleet impact show NAME --stack prod [--format table|json]
+
+`list` reads the subscription's workload impacts (GET .../providers/Microsoft.Impact/workloadImpacts, paged) and
+keeps those whose impacted resource is a VM of one of the stack's scale sets (`<namePrefix>-<island>-vmss...`),
+then each one's insights (GET .../workloadImpacts/{name}/insights): what Azure did with the report, e.g.
+AcknowledgedUnhealthy, UpdatingNodeHealthState, NodeRemovedFromService (Microsoft Learn, "View impact reports
+and insights"). `show` prints one impact with all its insights. Reading needs the Impact Reader role (or
+Impact Reporter) on the subscription.
+
+Requests go through azure-core's pipeline (bearer token, retries honouring Retry-After), with the same cloud,
+subscription and credential resolution as `ndfleet preflight`. Exit 0 listed, 2 could not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ndfleet.preflight import (
+    CannotCheck,
+    CloudSettings,
+    RetrySettings,
+    build_credential,
+    resolve_cloud,
+    resolve_subscription,
+)
+from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+
+# Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,
+# preview/2024-05-01-preview; the version pulumi-azure-native's impact module uses).
+READ_API_VERSION = "2024-05-01-preview"
+
+EXIT_OK = 0
+EXIT_CANNOT_READ = 2
+
+
+@dataclass
+class Impact:
+    name: str
+    category: str
+    description: str
+    resource_id: str
+    reported: str
+    physical_host: str
+    insights: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def vm(self) -> str:
+        """`scaleset/instance` of the impacted VM."""
+        parts = self.resource_id.split("/")
+        lower = [p.lower() for p in parts]
+        if "virtualmachinescalesets" in lower:
+            i = lower.index("virtualmachinescalesets")
+            return "/".join(parts[i + 1 : i + 4 : 2])
+        return parts[-1] if parts else ""
+
+    @property
+    def state(self) -> str:
+        """The latest insight's category, or `filed` while Azure has said nothing yet."""
+        if not self.insights:
+            return "filed"
+        latest = max(self.insights, key=lambda i: i.get("properties", {}).get("eventTime", ""))
+        return str(latest.get("properties", {}).get("category", "?"))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "category": self.category, "description": self.description,
+            "impactedResourceId": self.resource_id, "vm": self.vm, "reported": self.reported,
+            "physicalHostName": self.physical_host, "state": self.state,
+            "insights": [
+                {k: i.get("properties", {}).get(k) for k in ("category", "status", "eventTime")}
+                | {"title": i.get("properties", {}).get("content", {}).get("title", "")}
+                for i in self.insights
+            ],
+        }  # fmt: skip
+
+
+def impact_from(doc: Mapping[str, Any]) -> Impact:
+    props = doc.get("properties", {}) or {}
+    extra = props.get("additionalProperties", {}) or {}
+    return Impact(
+        name=str(doc.get("name", "")),
+        category=str(props.get("impactCategory", "")),
+        description=str(props.get("impactDescription", "")),
+        resource_id=str(props.get("impactedResourceId", "")),
+        reported=str(props.get("reportedTimeUtc") or props.get("startDateTime") or ""),
+        physical_host=str(extra.get("PhysicalHostName", "")),
+    )
+
+
+def belongs_to_stack(resource_id: str, spec: ClusterSpec) -> bool:
+    """A VM of one of the stack's scale sets (Pulumi auto-names them `<prefix>-<island>-vmss<suffix>`)."""
+    parts = resource_id.lower().split("/")
+    if "virtualmachinescalesets" not in parts:
+        return False
+    i = parts.index("virtualmachinescalesets")
+    scale_set = parts[i + 1] if i + 1 < len(parts) else ""
+    return any(scale_set.startswith(f"{spec.name_prefix}-{island.name}-vmss".lower()) for island in spec.islands)
+
+
+class Reader:
+    """GETs against Resource Manager through an azure-core pipeline."""
+
+    def __init__(self, cloud: CloudSettings, credential: Any, retry: RetrySettings, transport: Any = None):
+        from azure.core import PipelineClient
+        from azure.core.pipeline.policies import (
+            BearerTokenCredentialPolicy,
+            HeadersPolicy,
+            RetryPolicy,
+            UserAgentPolicy,
+        )
+
+        policies = [
+            HeadersPolicy({"Accept": "application/json"}),
+            UserAgentPolicy("ndfleet-impact"),
+            RetryPolicy(retry_total=retry.total, retry_backoff_factor=retry.backoff_factor,
+                        retry_backoff_max=retry.backoff_max, timeout=retry.timeout_s),
+            BearerTokenCredentialPolicy(credential, cloud.credential_scope),
+        ]  # fmt: skip
+        kwargs: dict[str, Any] = {"policies": policies}
+        if transport is not None:
+            kwargs["transport"] = transport
+        self.cloud = cloud
+        self.client = PipelineClient(cloud.resource_manager, **kwargs)
+
+    def get(self, url: str, what: str) -> dict[str, Any]:
+        from azure.core.exceptions import AzureError
+        from azure.core.rest import HttpRequest
+
+        try:
+            response = self.client.send_request(HttpRequest("GET", url))
+        except AzureError as exc:
+            raise CannotCheck(f"could not read {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        if response.status_code != 200:
+            try:
+                error = response.json().get("error", {})
+            except ValueError:
+                error = {}
+            said = f"{error.get('code', '')}: {error.get('message', '')}".strip(": ")
+            hint = {
+                403: "; reading impacts needs the Impact Reader (or Impact Reporter) role on the subscription",
+                404: "; no such impact (or Microsoft.Impact is not registered for the subscription)",
+                429: "; throttled after the retries: wait a minute and try again",
+            }.get(response.status_code, "")
+            raise CannotCheck(f"could not read {what}: HTTP {response.status_code} {said}{hint}")
+        body: dict[str, Any] = response.json()
+        return body
+
+    def get_all(self, url: str, what: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        next_url: str | None = url
+        while next_url:
+            page = self.get(next_url, what)
+            items += page.get("value", [])
+            next_url = page.get("nextLink")
+        return items
+
+
+def _impacts_url(cloud: CloudSettings, subscription_id: str, name: str = "") -> str:
+    base = f"{cloud.resource_manager}/subscriptions/{subscription_id}/providers/Microsoft.Impact/workloadImpacts"
+    return f"{base}/{name}" if name else base
+
+
+def list_impacts(reader: Reader, spec: ClusterSpec, subscription_id: str) -> list[Impact]:
+    url = f"{_impacts_url(reader.cloud, subscription_id)}?api-version={READ_API_VERSION}"
+    impacts = [impact_from(d) for d in reader.get_all(url, "the subscription's workload impacts")]
+    mine = [i for i in impacts if belongs_to_stack(i.resource_id, spec)]
+    for impact in mine:
+        impact.insights = insights(reader, subscription_id, impact.name)
+    return sorted(mine, key=lambda i: i.reported, reverse=True)
+
+
+def insights(reader: Reader, subscription_id: str, name: str) -> list[dict[str, Any]]:
+    url = f"{_impacts_url(reader.cloud, subscription_id, name)}/insights?api-version={READ_API_VERSION}"
+    return reader.get_all(url, f"the insights of impact {name}")
+
+
+def show_impact(reader: Reader, subscription_id: str, name: str) -> Impact:
+    url = f"{_impacts_url(reader.cloud, subscription_id, name)}?api-version={READ_API_VERSION}"
+    impact = impact_from(reader.get(url, f"impact {name}"))
+    impact.insights = insights(reader, subscription_id, name)
+    return impact
+
+
+def render_list(impacts: list[Impact], stack: str) -> str:
+    if not impacts:
+        return f"no impacts filed for the nodes of stack {stack}"
+    rows = [("reported", "vm", "physical host", "category", "state", "name")]
+    rows += [(i.reported, i.vm, i.physical_host, i.category.removeprefix("Resource.Hpc.Unhealthy."), i.state, i.name)
+             for i in impacts]  # fmt: skip
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def render_show(impact: Impact) -> str:
+    lines = [
+        f"impact {impact.name}",
+        f"  category      {impact.category}",
+        f"  vm            {impact.vm}  ({impact.resource_id})",
+        f"  physical host {impact.physical_host or '-'}",
+        f"  reported      {impact.reported}",
+        f"  description   {impact.description}",
+        f"  state         {impact.state}",
+    ]
+    for i in sorted(impact.insights, key=lambda i: i.get("properties", {}).get("eventTime", "")):
+        p = i.get("properties", {})
+        lines.append(f"    {p.get('eventTime', '')}  {p.get('category', '')}: {p.get('content', {}).get('title', '')}")
+    return "\n".join(lines)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("impact", help="impacts (Guest Health Reporting) filed for a stack's nodes")
+    sub = p.add_subparsers(dest="impact_command", metavar="ACTION", required=True)
+    for name, helptext in (("list", "every impact filed for the stack's nodes"), ("show", "one impact")):
+        q = sub.add_parser(name, help=helptext)
+        if name == "show":
+            q.add_argument("name", help="the impact's name (a GUID, from `ndfleet impact list`)")
+        add_stack_arguments(q)
+        q.add_argument("--format", choices=("table", "json"), default="table")
+        q.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_cli(args)
+
+
+def run_cli(
+    args: argparse.Namespace, *, env: Mapping[str, str] | None = None, credential: Any = None, transport: Any = None,
+    retry: RetrySettings | None = None,
+) -> int:  # fmt: skip
+    """The command; tests call it with a fake credential and a recorded transport."""
+    env = os.environ if env is None else env
+    owned = None
+    try:
+        try:
+            stack = load_stack(name=args.stack, path=args.stack_file)
+            raw = stack.ndfleet_config
+            if "ndfleet:sshPublicKey" in stack.secret_keys:
+                from ndfleet.preflight import _placeholder_ssh_key
+
+                raw["sshPublicKey"] = _placeholder_ssh_key()
+            spec = load_spec(raw, stack.name)
+        except (StackFileError, SpecError) as exc:
+            raise CannotCheck(f"could not read impacts: {exc}") from None
+        provider = {k.split(":", 1)[1]: v for k, v in stack.engine_config.items() if k.startswith("azure-native:")}
+        cloud = resolve_cloud(env, provider)
+        subscription_id = resolve_subscription(spec, env, provider)
+        if credential is None:
+            credential = owned = build_credential(cloud, env)
+        reader = Reader(cloud, credential, retry or RetrySettings(), transport)
+        if args.impact_command == "show":
+            impact = show_impact(reader, subscription_id, args.name)
+            print(json.dumps(impact.as_json(), indent=2) if args.format == "json" else render_show(impact))
+        else:
+            impacts = list_impacts(reader, spec, subscription_id)
+            if args.format == "json":
+                print(json.dumps({"stack": spec.stack, "impacts": [i.as_json() for i in impacts]}, indent=2))
+            else:
+                print(render_list(impacts, spec.stack))
+    except CannotCheck as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_CANNOT_READ
+    finally:
+        if owned is not None:
+            owned.close()
+    return EXIT_OK
