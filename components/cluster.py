@@ -7,6 +7,7 @@ import pulumi_azure_native.authorization as authorization
 
 from ndfleet.components.ib_island import IbIsland, IbIslandArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
+from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.storage import Storage, StorageArgs
 from ndfleet.spec.config import ClusterSpec
@@ -60,6 +61,11 @@ class Cluster(pulumi.ComponentResource):
                 storage_account_id=store.account_id,
                 subscription_id=subscription_id,
             ),
+            opts=child,
+        )
+        ImpactReporting(
+            f"{name}-impact",
+            ImpactReportingArgs(spec=spec, principal_id=identity.principal_id, subscription_id=subscription_id),
             opts=child,
         )
         self.islands = [
