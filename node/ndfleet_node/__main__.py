@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "burnin",
+    "burnin.slurm",
     "impact",
 )
 
