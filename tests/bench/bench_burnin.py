@@ -36,8 +36,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "node")]
 
+from ndfleet_node.burnin.planner import Planner, TestResult  # noqa: E402
+
 from ndfleet.spec.profiles import H100_V5  # noqa: E402
-from ndfleet_node.burnin.planner import Planner, TestResult, TestSpec  # noqa: E402
 
 B = H100_V5.burnin
 GPUS = H100_V5.gpus_per_vm
