@@ -19,6 +19,7 @@ from ndfleet.bootstrap import (
     TAG_LUSTRE_MGS,
     TAG_STORAGE_ACCOUNT,
     render_bootstrap,
+    validation_budget_s,
 )
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
@@ -170,7 +171,8 @@ class IbIsland(pulumi.ComponentResource):
                                 "requestPath": HEALTH_PATH,
                                 "intervalInSeconds": 30,
                                 "numberOfProbes": 3,
-                                "gracePeriod": spec.health.probe_grace_period_seconds,
+                                # Unset: the node's worst-case set-up and validation time.
+                                "gracePeriod": spec.health.probe_grace_period_seconds or validation_budget_s(spec),
                             },
                         )
                     ]

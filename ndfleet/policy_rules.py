@@ -342,7 +342,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "nd-fault-domain-count", "An ND-series scale set has platformFaultDomainCount: 1",
         MANDATORY, (VMSS_TYPE,), "Azure CycleCloud / CycleCloud Workspace for Slurm (FaultDomainCount=1 on every "
-        "IB scale set); shared/reference/azure-nd-h100-v5.md", "set platformFaultDomainCount: 1",
+        "IB scale set); docs/sources.md, InfiniBand islands", "set platformFaultDomainCount: 1",
         check_fault_domain_count,
     ),
     Rule(

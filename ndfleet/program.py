@@ -21,10 +21,11 @@ def deploy(spec: ClusterSpec) -> Cluster:
     from ndfleet.bootstrap import BootstrapTooLarge, validation_budget_s
 
     budget = validation_budget_s(spec)
-    if spec.health.probe_grace_period_seconds < budget:
+    explicit = spec.health.probe_grace_period_seconds  # None: follows the budget
+    if explicit is not None and explicit < budget:
         # Azure would count a node still validating as unhealthy and repair it in a loop.
         raise ProgramError(
-            f"ndfleet:health.probeGracePeriodSeconds = {spec.health.probe_grace_period_seconds}: shorter than the "
+            f"ndfleet:health.probeGracePeriodSeconds = {explicit}: shorter than the "
             f"node's worst-case set-up and validation ({budget} s at validationLevel "
             f"{spec.health.validation_level!r}, dcgmLevel {spec.health.dcgm_level}); set it to at least {budget}"
         )
@@ -59,6 +60,18 @@ def run_preflight_if_enabled(spec: ClusterSpec) -> None:
         raise ProgramError(str(error)) from None
 
 
+def refuse_example_key(spec: ClusterSpec) -> None:
+    """`pulumi up` with the example key of stacks/*.yaml would make a cluster nobody can log into; the offline
+    plan (mock runtime) only warns (spec.warnings)."""
+    from ndfleet.spec.sshkeys import is_example_key
+
+    if is_example_key(spec.ssh_public_key) and not under_mocks():
+        raise ProgramError(
+            "ndfleet:sshPublicKey is the example key of ndfleet's stacks/*.yaml, whose private key nobody has: "
+            "set your own (`pulumi config set ndfleet:sshPublicKey \"$(cat ~/.ssh/id_ed25519.pub)\"`)"
+        )
+
+
 def fail(message: str) -> None:
     """Stop `pulumi up` with a plain message: RunError ends the program without a Python traceback."""
     raise pulumi.RunError(message)
@@ -73,10 +86,20 @@ def main() -> None:
 
     try:
         spec = spec_from_stack()
+        refuse_example_key(spec)
         run_preflight_if_enabled(spec)
         deploy(spec)
     except (SpecError, ProgramError) as error:
         fail(str(error))
 
 
-__all__ = ["ProgramError", "deploy", "fail", "main", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
+__all__ = [
+    "ProgramError",
+    "deploy",
+    "fail",
+    "main",
+    "refuse_example_key",
+    "run_preflight_if_enabled",
+    "spec_from_stack",
+    "under_mocks",
+]

@@ -1,8 +1,8 @@
 """Everything that varies by VM size, in one place.
 
 Components, the bootstrap templates and the node validator read hardware figures and health thresholds
-from here only. Figures come from `shared/reference/azure-nd-h100-v5.md` (Microsoft Learn size pages and
-Azure/azurehpc-health-checks `conf/nd96isr_h100_v5.conf` / `conf/nd96isr_h200_v5.conf`).
+from here only. Figures come from the Microsoft Learn size pages and Azure/azurehpc-health-checks
+`conf/nd96isr_h100_v5.conf` / `conf/nd96isr_h200_v5.conf`; docs/sources.md restates each with its source.
 """
 
 from __future__ import annotations
