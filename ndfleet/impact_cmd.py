@@ -10,8 +10,9 @@ AcknowledgedUnhealthy, UpdatingNodeHealthState, NodeRemovedFromService (Microsof
 and insights"). `show` prints one impact with all its insights. Reading needs the Impact Reader role (or
 Impact Reporter) on the subscription.
 
-Requests go through azure-core's pipeline (bearer token, retries honouring Retry-After), with the same cloud,
-subscription and credential resolution as `ndfleet preflight`. Exit 0 listed, 2 could not read.
+Requests go through preflight's `ArmReader` (azure-core's pipeline: Resource Manager bearer token, retries
+honouring Retry-After, paging), with the same stack loading, cloud, subscription and credential resolution as
+`ndfleet preflight`. Exit 0 listed, 2 could not read.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from ndfleet.preflight import (
     resolve_cloud,
     resolve_subscription,
 )
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.preflight.arm import ArmReader, describe_error
+from ndfleet.preflight.command import _load as load_stack_spec  # the stack -> spec step preflight uses
+from ndfleet.spec.config import ClusterSpec
+from ndfleet.spec.stackfile import add_stack_arguments
 
 # Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,
 # preview/2024-05-01-preview; the version pulumi-azure-native's impact module uses).
@@ -108,71 +111,53 @@ def belongs_to_stack(resource_id: str, spec: ClusterSpec) -> bool:
 
 
 class Reader:
-    """GETs against Resource Manager through an azure-core pipeline."""
+    """Reads through preflight's `ArmReader` (azure-core pipeline, Resource Manager retries and errors)."""
 
     def __init__(self, cloud: CloudSettings, credential: Any, retry: RetrySettings, transport: Any = None):
-        from azure.core import PipelineClient
-        from azure.core.pipeline.policies import (
-            BearerTokenCredentialPolicy,
-            HeadersPolicy,
-            RetryPolicy,
-            UserAgentPolicy,
-        )
+        self.cloud, self.retry = cloud, retry
+        self.arm = ArmReader(credential, cloud, retry, transport)
 
-        policies = [
-            HeadersPolicy({"Accept": "application/json"}),
-            UserAgentPolicy("ndfleet-impact"),
-            RetryPolicy(retry_total=retry.total, retry_backoff_factor=retry.backoff_factor,
-                        retry_backoff_max=retry.backoff_max, timeout=retry.timeout_s),
-            BearerTokenCredentialPolicy(credential, cloud.credential_scope),
-        ]  # fmt: skip
-        kwargs: dict[str, Any] = {"policies": policies}
-        if transport is not None:
-            kwargs["transport"] = transport
-        self.cloud = cloud
-        self.client = PipelineClient(cloud.resource_manager, **kwargs)
+    def _fail(self, exc: Exception, what: str) -> CannotCheck:
+        status = getattr(exc, "status_code", None)
+        error = getattr(exc, "error", None)
+        said = f"{getattr(error, 'code', '') or ''}: {getattr(error, 'message', '') or ''}".strip(": ")
+        said = said.splitlines()[0] if said else ""
+        if status == 403:
+            hint = "reading impacts needs the Impact Reader (or Impact Reporter) role on the subscription"
+            return CannotCheck(f"could not read {what}: HTTP 403 {said}; {hint}")
+        if status == 429:
+            attempts = self.retry.total + 1
+            return CannotCheck(f"could not read {what}: HTTP 429 {said} after {attempts} attempts (waited as "
+                               "Retry-After asked); try again in a minute")  # fmt: skip
+        return CannotCheck(f"could not read impacts: {describe_error(exc, what, self.cloud, self.retry)}")
 
-    def get(self, url: str, what: str) -> dict[str, Any]:
+    def get(self, path: str, what: str) -> dict[str, Any]:
         from azure.core.exceptions import AzureError
-        from azure.core.rest import HttpRequest
 
         try:
-            response = self.client.send_request(HttpRequest("GET", url))
+            return self.arm.get(path, READ_API_VERSION)
         except AzureError as exc:
-            raise CannotCheck(f"could not read {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
-        if response.status_code != 200:
-            try:
-                error = response.json().get("error", {})
-            except ValueError:
-                error = {}
-            said = f"{error.get('code', '')}: {error.get('message', '')}".strip(": ")
-            hint = {
-                403: "; reading impacts needs the Impact Reader (or Impact Reporter) role on the subscription",
-                404: "; no such impact (or Microsoft.Impact is not registered for the subscription)",
-                429: "; throttled after the retries: wait a minute and try again",
-            }.get(response.status_code, "")
-            raise CannotCheck(f"could not read {what}: HTTP {response.status_code} {said}{hint}")
-        body: dict[str, Any] = response.json()
-        return body
+            raise self._fail(exc, what) from None
 
-    def get_all(self, url: str, what: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        next_url: str | None = url
-        while next_url:
-            page = self.get(next_url, what)
-            items += page.get("value", [])
-            next_url = page.get("nextLink")
-        return items
+    def get_all(self, path: str, what: str) -> list[dict[str, Any]]:
+        from azure.core.exceptions import AzureError
+
+        try:
+            return list(self.arm.list(path, READ_API_VERSION))
+        except AzureError as exc:
+            raise self._fail(exc, what) from None
+
+    def close(self) -> None:
+        self.arm.close()
 
 
-def _impacts_url(cloud: CloudSettings, subscription_id: str, name: str = "") -> str:
-    base = f"{cloud.resource_manager}/subscriptions/{subscription_id}/providers/Microsoft.Impact/workloadImpacts"
+def _impacts_path(subscription_id: str, name: str = "") -> str:
+    base = f"/subscriptions/{subscription_id}/providers/Microsoft.Impact/workloadImpacts"
     return f"{base}/{name}" if name else base
 
 
 def list_impacts(reader: Reader, spec: ClusterSpec, subscription_id: str) -> list[Impact]:
-    url = f"{_impacts_url(reader.cloud, subscription_id)}?api-version={READ_API_VERSION}"
-    impacts = [impact_from(d) for d in reader.get_all(url, "the subscription's workload impacts")]
+    impacts = [impact_from(d) for d in reader.get_all(_impacts_path(subscription_id), "the workload impacts")]
     mine = [i for i in impacts if belongs_to_stack(i.resource_id, spec)]
     for impact in mine:
         impact.insights = insights(reader, subscription_id, impact.name)
@@ -180,13 +165,11 @@ def list_impacts(reader: Reader, spec: ClusterSpec, subscription_id: str) -> lis
 
 
 def insights(reader: Reader, subscription_id: str, name: str) -> list[dict[str, Any]]:
-    url = f"{_impacts_url(reader.cloud, subscription_id, name)}/insights?api-version={READ_API_VERSION}"
-    return reader.get_all(url, f"the insights of impact {name}")
+    return reader.get_all(f"{_impacts_path(subscription_id, name)}/insights", f"the insights of impact {name}")
 
 
 def show_impact(reader: Reader, subscription_id: str, name: str) -> Impact:
-    url = f"{_impacts_url(reader.cloud, subscription_id, name)}?api-version={READ_API_VERSION}"
-    impact = impact_from(reader.get(url, f"impact {name}"))
+    impact = impact_from(reader.get(_impacts_path(subscription_id, name), f"impact {name}"))
     impact.insights = insights(reader, subscription_id, name)
     return impact
 
@@ -240,18 +223,9 @@ def run_cli(
     """The command; tests call it with a fake credential and a recorded transport."""
     env = os.environ if env is None else env
     owned = None
+    reader: Reader | None = None
     try:
-        try:
-            stack = load_stack(name=args.stack, path=args.stack_file)
-            raw = stack.ndfleet_config
-            if "ndfleet:sshPublicKey" in stack.secret_keys:
-                from ndfleet.preflight import _placeholder_ssh_key
-
-                raw["sshPublicKey"] = _placeholder_ssh_key()
-            spec = load_spec(raw, stack.name)
-        except (StackFileError, SpecError) as exc:
-            raise CannotCheck(f"could not read impacts: {exc}") from None
-        provider = {k.split(":", 1)[1]: v for k, v in stack.engine_config.items() if k.startswith("azure-native:")}
+        spec, provider = load_stack_spec(args)
         cloud = resolve_cloud(env, provider)
         subscription_id = resolve_subscription(spec, env, provider)
         if credential is None:
@@ -270,6 +244,8 @@ def run_cli(
         print(str(exc), file=sys.stderr)
         return EXIT_CANNOT_READ
     finally:
+        if reader is not None:
+            reader.close()
         if owned is not None:
             owned.close()
     return EXIT_OK
