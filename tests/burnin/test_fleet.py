@@ -185,3 +185,14 @@ def test_invalid_settings_name_every_key(
     err = capsys.readouterr().err
     assert "burnin.pairBusbwFloorGBps = 'fast'" in err and "burnin.iters" in err
     assert os.environ["NDFLEET_FAKE_FLEET"] == str(fleet.fleet_file)
+
+
+def test_report_impact_asks_only_the_bad_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = host_names(6)
+    fleet = FakeFleet(tmp_path, names, wrong=[names[4]])
+    monkeypatch.setenv("NDFLEET_FAKE_SSH_LOG", str(tmp_path / "ssh.log"))
+    assert run(fleet, monkeypatch, TIMEOUT_S, "--report-impact", "--node-program", "/usr/local/bin/ndfleet-node") == 1
+    calls = [json.loads(line) for line in (tmp_path / "ssh.log").read_text().splitlines()]
+    assert [c["host"] for c in calls] == [names[4]]
+    remote = calls[0]["command"][0]
+    assert remote.startswith("sudo /usr/local/bin/ndfleet-node impact report --check burnin.wrong-results --detail ")

@@ -233,3 +233,25 @@ def test_unreachable_metadata_service_exits_2(tmp_path: Path, capsys: pytest.Cap
         args = node_files(tmp_path, arm.base)
         assert run(args, []) == 2
     assert "instance metadata answered HTTP 404" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_node_json_impact_section_drives_the_node(enabled: bool, tmp_path: Path) -> None:
+    from ndfleet_node.impact import load_impact_settings
+
+    from ndfleet.burnin_node_config import impact_node_section
+    from ndfleet.spec.config import load_spec
+    from tests.conftest import base_config
+
+    spec = load_spec(base_config(health={"impactReporting": enabled}), "sec")
+    (tmp_path / "node.json").write_text(json.dumps({"impact": impact_node_section(spec)}))
+    settings = load_impact_settings(tmp_path / "node.json")
+    assert settings["enabled"] is enabled and settings["apiVersion"] == "2023-02-01-preview"
+
+
+def test_node_json_without_impact_section_is_refused(tmp_path: Path) -> None:
+    from ndfleet_node.impact import load_impact_settings
+
+    (tmp_path / "node.json").write_text(json.dumps({"burnin": {}}))
+    with pytest.raises(ImpactError, match="'impact.enabled' must be true or false"):
+        load_impact_settings(tmp_path / "node.json")

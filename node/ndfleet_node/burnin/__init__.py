@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
 from ndfleet_node.burnin.report import build_report, summary_lines, write_report
-from ndfleet_node.burnin.runner import RunTest, mpirun_executor, run_round
+from ndfleet_node.burnin.runner import ProcessRun, RunTest, mpirun_executor, run_bounded, run_round
 from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, BurninSettings, SettingsError, load_settings
 
 EXIT_HEALTHY = 0
@@ -93,6 +94,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--test-timeout", type=int, default=None, metavar="S",
                    help="override every test's timeout (seconds)")  # fmt: skip
     p.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N tests at once")
+    p.add_argument("--report-impact", action="store_true",
+                   help="ask each unhealthy host over ssh to file its impact report and go Unhealthy")  # fmt: skip
+    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
     p.set_defaults(handler=_run)
 
 
@@ -120,9 +124,15 @@ def _run(args: argparse.Namespace) -> int:
             log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable)")
             return EXIT_CANNOT_RUN
         report = run_burnin(hosts, settings, args.level, executor, log=log)
-    write_report(args.report, report)
-    for line in summary_lines(report):
-        print(line)
+        write_report(args.report, report)
+        for line in summary_lines(report):
+            print(line)
+        if args.report_impact:
+
+            def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
+                return run_bounded(cmd, timeout, settings.kill_grace_s, Path(workdir))
+
+            report_impacts(report, run, args.node_program, log)
     return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.burnin import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY, run_burnin
+from ndfleet_node.burnin.notify import NODE_PROGRAM, Run, report_impacts
 from ndfleet_node.burnin.report import summary_lines, write_report
 from ndfleet_node.burnin.runner import ProcessRun, mpirun_executor, run_bounded
 from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, SettingsError, load_settings
@@ -42,10 +43,6 @@ from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, SettingsEr
 AWAITING_REASON = "ndfleet: awaiting burn-in"
 REASON_PREFIX = "ndfleet:"
 SLURM_TIMEOUT_S = 60
-IMPACT_TIMEOUT_S = 180
-NODE_PROGRAM = "/opt/ndfleet/bin/ndfleet-node"
-
-Run = Callable[[Sequence[str], float], ProcessRun]
 
 
 @dataclass(frozen=True)
@@ -126,19 +123,6 @@ def apply_verdicts(
             reason = host["reason"] if status == "unhealthy" else "unresolved"
             slurm.drain(name, f"ndfleet:burnin:{reason}")
             log(f"{name}: drained, ndfleet:burnin:{reason}")
-
-
-def report_impacts(report: dict[str, Any], run: Run, node_program: str, log: Callable[[str], None]) -> None:
-    for host in report["hosts"]:
-        if host["status"] != "unhealthy":
-            continue
-        detail = f"failed with {', '.join(host['partners_failed'])}; busbw {host['busbw_gbps']} GB/s"
-        remote = shlex.join(
-            ["sudo", node_program, "impact", "report", "--check", f"burnin.{host['reason']}", "--detail", detail]
-        )
-        result = run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", host["host"], remote], IMPACT_TIMEOUT_S)
-        outcome = "timed out" if result.returncode is None else f"exit {result.returncode}"
-        log(f"{host['host']}: impact report {outcome}")
 
 
 def register(subparsers: Any) -> None:
