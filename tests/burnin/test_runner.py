@@ -69,3 +69,14 @@ def test_judge(run: ProcessRun, outcome: str, busbw: float | None) -> None:
     result = judge(PAIR, run, 300)
     assert (result.outcome, result.busbw_gbps) == (outcome, busbw)
     assert result.message
+
+
+def test_settings_refuse_non_positive_figures() -> None:
+    from ndfleet_node.burnin.settings import SettingsError
+
+    section = burnin_node_section(H100_V5) | {"gpusPerNode": 0, "islandBusbwFloorGBps": -1, "warmupIters": -2}
+    with pytest.raises(SettingsError) as err:
+        settings_from_section(section)
+    text = str(err.value)
+    assert "burnin.gpusPerNode = 0" in text and "burnin.islandBusbwFloorGBps = -1" in text
+    assert "burnin.warmupIters = -2" in text

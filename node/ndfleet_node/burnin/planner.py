@@ -143,13 +143,12 @@ class Planner:
                 tests = self._island()
             if tests:
                 self.round += 1
-                return [
-                    TestSpec(t.id.format(round=self.round), self.round, t.phase, t.hosts, t.floor_gbps) for t in tests
-                ]
+                tag = f"r{self.round}"
+                return [TestSpec(t.id.replace("r?", tag, 1), self.round, t.phase, t.hosts, t.floor_gbps) for t in tests]
         return []
 
     def _pair(self, a: str, b: str, phase: Phase) -> TestSpec:
-        return TestSpec("r{round}-" + f"{a}+{b}", 0, phase, (a, b), self.pair_floor)
+        return TestSpec(f"r?-{a}+{b}", 0, phase, (a, b), self.pair_floor)  # r? becomes the round number
 
     def _pairwise(self) -> list[TestSpec]:
         n = len(self.hosts)
@@ -186,7 +185,7 @@ class Planner:
         members = tuple(h for h in self.hosts if h in self.known_good())
         if len(members) < 3:  # two hosts: the pair test already was the island test
             return []
-        return [TestSpec("r{round}-island", 0, "island", members, self.island_floor)]
+        return [TestSpec("r?-island", 0, "island", members, self.island_floor)]
 
     # ------------------------------------------------------------------ results
 

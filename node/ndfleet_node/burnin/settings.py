@@ -96,6 +96,12 @@ def settings_from_section(section: Any) -> BurninSettings:
             value = _need(section, key, kind, problems)
             if value is not None:
                 optional[attr] = value
+    for key, value in (("gpusPerNode", gpus), ("pairBusbwFloorGBps", pair_floor),
+                       ("islandBusbwFloorGBps", island_floor), ("messageBytes", message)):  # fmt: skip
+        if value is not None and value <= 0:
+            problems.append(f"burnin.{key} = {value!r}: must be greater than 0")
+    if warmup is not None and warmup < 0:
+        problems.append(f"burnin.warmupIters = {warmup!r}: must be 0 or more")
     if problems:
         raise SettingsError("invalid burn-in settings in the node JSON:\n  - " + "\n  - ".join(problems))
     return BurninSettings(
