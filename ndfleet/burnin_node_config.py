@@ -22,21 +22,21 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
     if profile.nccl_topo_file:
         common["NCCL_TOPO_FILE"] = profile.nccl_topo_file
     return {
-        "vmSize": profile.name,
-        "gpusPerNode": profile.gpus_per_vm,
-        "pairBusbwFloorGBps": b.pair_busbw_gbps,
-        "islandBusbwFloorGBps": b.island_busbw_gbps,
-        "messageBytes": b.message_bytes,
-        "warmupIters": b.warmup_iters,
+        "vm_size": profile.name,
+        "gpus_per_node": profile.gpus_per_vm,
+        "pair_busbw_floor_gbps": b.pair_busbw_gbps,
+        "island_busbw_floor_gbps": b.island_busbw_gbps,
+        "message_bytes": b.message_bytes,
+        "warmup_iters": b.warmup_iters,
         "iters": {"quick": b.iters_quick, "full": b.iters_full},
-        "pairTimeoutS": {"quick": b.pair_timeout_s_quick, "full": b.pair_timeout_s_full},
-        "islandTimeoutS": {"quick": b.island_timeout_s_quick, "full": b.island_timeout_s_full},
-        "maxRounds": b.max_rounds,
-        "ncclEnv": common,
-        "pairEnv": dict(b.pair_env),
-        "islandEnv": dict(b.island_env),
+        "pair_timeout_s": {"quick": b.pair_timeout_s_quick, "full": b.pair_timeout_s_full},
+        "island_timeout_s": {"quick": b.island_timeout_s_quick, "full": b.island_timeout_s_full},
+        "max_rounds": b.max_rounds,
+        "nccl_env": common,
+        "pair_env": dict(b.pair_env),
+        "island_env": dict(b.island_env),
         "mpirun": "mpirun",
-        "allReducePerf": "/opt/nccl-tests/build/all_reduce_perf",
+        "all_reduce_perf": "/opt/nccl-tests/build/all_reduce_perf",
     }
 
 
@@ -45,6 +45,6 @@ def impact_node_section(spec: ClusterSpec) -> dict[str, Any]:
     subscription, resource id, identity) from the instance metadata service at the time it reports."""
     return {
         "enabled": spec.health.impact_reporting,
-        "apiVersion": IMPACT_API_VERSION,
+        "api_version": IMPACT_API_VERSION,
         "stack": spec.stack,
     }

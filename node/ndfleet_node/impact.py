@@ -52,6 +52,7 @@ ARM = "https://management.azure.com"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
 DEFAULT_NODE_CONFIG = Path("/etc/ndfleet/node.json")
+IDENTITY_TAG = "ndfleet:identity-client-id"  # scale-set tag the bootstrap also reads (docs/bootstrap.md)
 HTTP_TIMEOUT_S = 20
 MAX_ATTEMPTS = 4
 MAX_RETRY_AFTER_S = 120
@@ -125,6 +126,7 @@ class Instance:
     resource_id: str
     vm_id: str
     name: str
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 def imds_instance(imds: str = IMDS, send: Http = http) -> Instance:
@@ -132,8 +134,9 @@ def imds_instance(imds: str = IMDS, send: Http = http) -> Instance:
     doc = reply.json()
     if reply.status != 200 or not isinstance(doc, dict):
         raise ImpactError(f"instance metadata answered HTTP {reply.status}")
+    tags = {t.get("name", ""): t.get("value", "") for t in doc.get("tagsList") or [] if isinstance(t, dict)}
     try:
-        return Instance(doc["subscriptionId"], doc["resourceId"], doc["vmId"], doc.get("name", ""))
+        return Instance(doc["subscriptionId"], doc["resourceId"], doc["vmId"], doc.get("name", ""), tags)
     except KeyError as exc:
         raise ImpactError(f"instance metadata lacks {exc}") from None
 
@@ -324,14 +327,16 @@ def _file_all(
     sleep: Callable[[float], None], now: datetime, log: Callable[[str], None],
 ) -> int:  # fmt: skip
     """File (or, opted out, log) one impact per reportable failed check. Exit code: 0, 1 refused, 2 no facts."""
-    imds = str(settings.get("imdsEndpoint", IMDS))
-    arm = str(settings.get("armEndpoint", ARM)).rstrip("/")
-    api = str(settings.get("apiVersion", DEFAULT_API_VERSION))
+    imds = str(settings.get("imds_endpoint", IMDS))
+    arm = str(settings.get("arm_endpoint", ARM)).rstrip("/")
+    api = str(settings.get("api_version", DEFAULT_API_VERSION))
     enabled = bool(settings["enabled"])
     try:
         host = physical_host_name(kvp_pool)
         instance = imds_instance(imds, send)
-        token = imds_token(imds, str(settings.get("identityClientId", "")), arm + "/", send) if enabled else ""
+        # Which identity: the node JSON's, else the scale set's tag (set when a VM carries several identities).
+        client_id = str(settings.get("identity_client_id") or instance.tags.get(IDENTITY_TAG, ""))
+        token = imds_token(imds, client_id, arm + "/", send) if enabled else ""
     except ImpactError as exc:
         log(str(exc))
         return 2

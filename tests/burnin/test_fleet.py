@@ -178,12 +178,12 @@ def test_invalid_settings_name_every_key(
 ) -> None:
     fleet = FakeFleet(tmp_path, host_names(2))
     doc = json.loads(fleet.node_json.read_text())
-    doc["burnin"]["pairBusbwFloorGBps"] = "fast"
+    doc["burnin"]["pair_busbw_floor_gbps"] = "fast"
     doc["burnin"]["iters"] = {"quick": 0}
     fleet.node_json.write_text(json.dumps(doc))
     assert run(fleet, monkeypatch, TIMEOUT_S) == 2
     err = capsys.readouterr().err
-    assert "burnin.pairBusbwFloorGBps = 'fast'" in err and "burnin.iters" in err
+    assert "burnin.pair_busbw_floor_gbps = 'fast'" in err and "burnin.iters" in err
     assert os.environ["NDFLEET_FAKE_FLEET"] == str(fleet.fleet_file)
 
 

@@ -74,9 +74,9 @@ def test_judge(run: ProcessRun, outcome: str, busbw: float | None) -> None:
 def test_settings_refuse_non_positive_figures() -> None:
     from ndfleet_node.burnin.settings import SettingsError
 
-    section = burnin_node_section(H100_V5) | {"gpusPerNode": 0, "islandBusbwFloorGBps": -1, "warmupIters": -2}
+    section = burnin_node_section(H100_V5) | {"gpus_per_node": 0, "island_busbw_floor_gbps": -1, "warmup_iters": -2}
     with pytest.raises(SettingsError) as err:
         settings_from_section(section)
     text = str(err.value)
-    assert "burnin.gpusPerNode = 0" in text and "burnin.islandBusbwFloorGBps = -1" in text
-    assert "burnin.warmupIters = -2" in text
+    assert "burnin.gpus_per_node = 0" in text and "burnin.island_busbw_floor_gbps = -1" in text
+    assert "burnin.warmup_iters = -2" in text

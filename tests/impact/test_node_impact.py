@@ -107,8 +107,9 @@ def test_every_category_is_one_azure_lists() -> None:
 
 def node_files(tmp_path: Path, base: str, enabled: bool = True) -> argparse.Namespace:
     (tmp_path / "pool").write_bytes(POOL)
-    config = {"impact": {"enabled": enabled, "apiVersion": "2023-02-01-preview", "imdsEndpoint": base,
-                         "armEndpoint": base, "identityClientId": "0c7e5a3b-2f14-4d8e-9b6a-5e1f3c2d7a90"}}  # fmt: skip
+    impact = {"enabled": enabled, "api_version": "2023-02-01-preview", "imds_endpoint": base, "arm_endpoint": base,
+              "identity_client_id": "0c7e5a3b-2f14-4d8e-9b6a-5e1f3c2d7a90"}  # fmt: skip
+    config = {"impact": impact}
     (tmp_path / "node.json").write_text(json.dumps(config))
     health = tmp_path / "report.json"
     passed = [{"id": "gpu.count", "status": "pass"}]
@@ -228,6 +229,18 @@ def test_validator_report_files_only_hardware_faults(tmp_path: Path, capsys: pyt
     assert "ib.peermem: not a host fault" in capsys.readouterr().err
 
 
+def test_identity_from_the_scale_set_tag_when_the_node_json_names_none(tmp_path: Path) -> None:
+    routes = IMDS_ROUTES | {("PUT", "/subscriptions/"): [Reply(200, "impact-accepted.json")]}
+    with serve(routes) as arm:
+        args = node_files(tmp_path, arm.base)
+        doc = json.loads(args.config.read_text())
+        del doc["impact"]["identity_client_id"]
+        args.config.write_text(json.dumps(doc))
+        assert run(args, []) == 0
+    token = arm.calls("GET", "/metadata/identity/oauth2/token")[0]
+    assert "client_id=5a1e9c3b-7d2f-4e6a-8b0c-1d2e3f4a5b6c" in token.path
+
+
 def test_unreachable_metadata_service_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with serve({}) as arm:
         args = node_files(tmp_path, arm.base)
@@ -246,7 +259,7 @@ def test_node_json_impact_section_drives_the_node(enabled: bool, tmp_path: Path)
     spec = load_spec(base_config(health={"impactReporting": enabled}), "sec")
     (tmp_path / "node.json").write_text(json.dumps({"impact": impact_node_section(spec)}))
     settings = load_impact_settings(tmp_path / "node.json")
-    assert settings["enabled"] is enabled and settings["apiVersion"] == "2023-02-01-preview"
+    assert settings["enabled"] is enabled and settings["api_version"] == "2023-02-01-preview"
 
 
 def test_node_json_without_impact_section_is_refused(tmp_path: Path) -> None:

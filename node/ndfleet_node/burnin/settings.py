@@ -1,7 +1,7 @@
 """The burn-in's figures and tool locations: the `burnin` section of the node JSON (/etc/ndfleet/node.json).
 
 The tool renders the section from the VM-size profile (`ndfleet.burnin_node_config.burnin_node_section`), so
-every floor, timeout and NCCL setting has one source; the node program only reads it. Keys are camelCase as
+every floor, timeout and NCCL setting has one source; the node program only reads it. Keys are snake_case as
 written in the JSON. A missing or malformed key is reported with its name, the value and what is valid.
 """
 
@@ -71,37 +71,37 @@ def settings_from_section(section: Any) -> BurninSettings:
     if not isinstance(section, dict):
         raise SettingsError(f"node JSON has no 'burnin' object (got {type(section).__name__})")
     problems: list[str] = []
-    gpus = _need(section, "gpusPerNode", int, problems)
-    pair_floor = _need(section, "pairBusbwFloorGBps", (int, float), problems)
-    island_floor = _need(section, "islandBusbwFloorGBps", (int, float), problems)
-    message = _need(section, "messageBytes", int, problems)
-    warmup = _need(section, "warmupIters", int, problems)
+    gpus = _need(section, "gpus_per_node", int, problems)
+    pair_floor = _need(section, "pair_busbw_floor_gbps", (int, float), problems)
+    island_floor = _need(section, "island_busbw_floor_gbps", (int, float), problems)
+    message = _need(section, "message_bytes", int, problems)
+    warmup = _need(section, "warmup_iters", int, problems)
     iters = _per_level(section, "iters", problems)
-    pair_timeout = _per_level(section, "pairTimeoutS", problems)
-    island_timeout = _per_level(section, "islandTimeoutS", problems)
-    nccl_env = _env(section, "ncclEnv", problems)
-    pair_env = _env(section, "pairEnv", problems)
-    island_env = _env(section, "islandEnv", problems)
-    mpirun_args = section.get("mpirunArgs", [])
+    pair_timeout = _per_level(section, "pair_timeout_s", problems)
+    island_timeout = _per_level(section, "island_timeout_s", problems)
+    nccl_env = _env(section, "nccl_env", problems)
+    pair_env = _env(section, "pair_env", problems)
+    island_env = _env(section, "island_env", problems)
+    mpirun_args = section.get("mpirun_args", [])
     if not isinstance(mpirun_args, list) or not all(isinstance(a, str) for a in mpirun_args):
-        problems.append(f"burnin.mpirunArgs = {mpirun_args!r}: expected a list of strings")
+        problems.append(f"burnin.mpirun_args = {mpirun_args!r}: expected a list of strings")
     optional: dict[str, Any] = {}
     for key, attr, kind in (
         ("mpirun", "mpirun", str),
-        ("allReducePerf", "all_reduce_perf", str),
-        ("maxRounds", "max_rounds", int),
-        ("maxParallel", "max_parallel", int),
+        ("all_reduce_perf", "all_reduce_perf", str),
+        ("max_rounds", "max_rounds", int),
+        ("max_parallel", "max_parallel", int),
     ):
         if key in section:
             value = _need(section, key, kind, problems)
             if value is not None:
                 optional[attr] = value
-    for key, value in (("gpusPerNode", gpus), ("pairBusbwFloorGBps", pair_floor),
-                       ("islandBusbwFloorGBps", island_floor), ("messageBytes", message)):  # fmt: skip
+    for key, value in (("gpus_per_node", gpus), ("pair_busbw_floor_gbps", pair_floor),
+                       ("island_busbw_floor_gbps", island_floor), ("message_bytes", message)):  # fmt: skip
         if value is not None and value <= 0:
             problems.append(f"burnin.{key} = {value!r}: must be greater than 0")
     if warmup is not None and warmup < 0:
-        problems.append(f"burnin.warmupIters = {warmup!r}: must be 0 or more")
+        problems.append(f"burnin.warmup_iters = {warmup!r}: must be 0 or more")
     if problems:
         raise SettingsError("invalid burn-in settings in the node JSON:\n  - " + "\n  - ".join(problems))
     return BurninSettings(

@@ -41,7 +41,7 @@ class FakeFleet:
             fleet |= {"barrier": self.barrier, "barrier_dir": str(self.root / "barrier")}
         self.fleet_file.write_text(json.dumps(fleet))
         section = burnin_node_section(H100_V5)
-        section |= {"mpirun": str(FLEET_BIN / "mpirun"), "allReducePerf": str(FLEET_BIN / "all_reduce_perf")}
+        section |= {"mpirun": str(FLEET_BIN / "mpirun"), "all_reduce_perf": str(FLEET_BIN / "all_reduce_perf")}
         self.node_json.write_text(json.dumps({"burnin": section}))
 
     @property
