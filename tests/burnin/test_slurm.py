@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from ndfleet_node.__main__ import main
-from ndfleet_node.burnin.slurm import AWAITING_REASON
+from ndfleet_node.burnin.slurm import AWAITING_REASON, held_by_burnin
 
 from tests.fakes.fleet import FakeFleet, host_names
 
@@ -70,3 +70,18 @@ def test_nothing_awaiting_exits_2(
     code, after = run(fleet, state, monkeypatch)
     assert code == 2 and "0 node(s) to burn in" in capsys.readouterr().err
     assert "updates" not in after
+
+
+@pytest.mark.parametrize(
+    ("reason", "held"),
+    [
+        (AWAITING_REASON, True),
+        ("ndfleet:burnin:hang", True),
+        ("ndfleet:burnin:busbw-below-floor", True),
+        ("ndfleet:gpu.xid,ib.ports", False),  # the Slurm health check's own drain: it may resume it
+        ("admin: fan replaced", False),
+        ("none", False),
+    ],
+)
+def test_which_drains_only_the_burn_in_lifts(reason: str, held: bool) -> None:
+    assert held_by_burnin(reason) is held

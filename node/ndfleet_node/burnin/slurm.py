@@ -42,6 +42,13 @@ from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, SettingsEr
 
 AWAITING_REASON = "ndfleet: awaiting burn-in"
 REASON_PREFIX = "ndfleet:"
+BURNIN_REASON_PREFIX = "ndfleet:burnin:"
+
+
+def held_by_burnin(reason: str) -> bool:
+    """A drain only the burn-in may lift: awaiting burn-in, or failed it. Other ndfleet tools that resume nodes
+    they drained themselves (the Slurm health check resumes `ndfleet:<check-id>` drains) must leave these alone."""
+    return reason.startswith(AWAITING_REASON) or reason.startswith(BURNIN_REASON_PREFIX)
 SLURM_TIMEOUT_S = 60
 
 
@@ -117,11 +124,11 @@ def apply_verdicts(
                 slurm.resume(name)
                 log(f"{name}: resumed")
             elif current is not None and current.reason.startswith(REASON_PREFIX):
-                slurm.drain(name, "ndfleet:burnin:island-below-floor")
+                slurm.drain(name, BURNIN_REASON_PREFIX + "island-below-floor")
                 log(f"{name}: passed its pair tests, kept drained: the island-wide test missed its floor")
         else:
             reason = host["reason"] if status == "unhealthy" else "unresolved"
-            slurm.drain(name, f"ndfleet:burnin:{reason}")
+            slurm.drain(name, BURNIN_REASON_PREFIX + reason)
             log(f"{name}: drained, ndfleet:burnin:{reason}")
 
 
