@@ -7,8 +7,8 @@ Rounds (every host in at most one test per round, so a round's tests run in para
    known-good partner in the next round.
 2. **re-pairing**, repeated while needed: each *suspect* (a host that failed a test and never passed one) is paired
    with a *known-good* host (one that passed a test) it has not been paired with yet. A pass clears the suspect;
-   a failure pins it. While no host is known-good yet (tiny islands, many failures), suspects from different
-   failed tests are paired with each other instead, which produces known-good hosts.
+   a failure pins it. Suspects left without a known-good partner (none yet, or more suspects than known-good
+   hosts) are paired with each other, which clears the good ones among them.
 3. **island**: one all_reduce across every host that is not unhealthy, against the island floor.
 
 Verdicts:
@@ -169,9 +169,8 @@ class Planner:
             if partner is not None:
                 tests.append(self._pair(s, partner, "repair"))
                 busy.update((s, partner))
-        if tests or good:
-            return tests
-        # Nothing known-good yet: pair suspects from different failed tests with each other (new partners only).
+        # Suspects left without a known-good partner (none yet, or fewer than suspects): pair them with each other
+        # (new partners only). A pass clears both; a failure counts only once a known-good partner confirms it.
         free = [s for s in suspects if s not in busy]
         while free:
             s = free.pop(0)
