@@ -196,3 +196,16 @@ def test_report_impact_asks_only_the_bad_hosts(tmp_path: Path, monkeypatch: pyte
     assert [c["host"] for c in calls] == [names[4]]
     remote = calls[0]["command"][0]
     assert remote.startswith("sudo /usr/local/bin/ndfleet-node impact report --check burnin.wrong-results --detail ")
+
+
+def test_no_test_could_start_is_exit_2_not_bad_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = FakeFleet(tmp_path, host_names(4))
+    doc = json.loads(fleet.node_json.read_text())
+    doc["burnin"]["all_reduce_perf"] = str(tmp_path / "nccl-tests-not-installed")
+    fleet.node_json.write_text(json.dumps(doc))
+    assert run(fleet, monkeypatch, TIMEOUT_S) == 2
+    report = json.loads(fleet.report.read_text())
+    assert report["status"] == "error" and report["error"].startswith("no test could run")
+    assert "no test could run" in capsys.readouterr().err

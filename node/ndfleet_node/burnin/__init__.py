@@ -3,7 +3,8 @@
     ndfleet-node burnin --hostfile FILE --report PATH [--level quick|full] [--config /etc/ndfleet/node.json]
 
 Exit 0: every host healthy and the island-wide test at its floor; 1: some host unhealthy or unresolved, or the
-island-wide test below its floor; 2: could not run (bad hostfile, settings, mpirun missing). How the rounds are
+island-wide test below its floor; 2: could not run (bad hostfile, settings, mpirun missing, or not one test could
+start: then the report's status is "error"). How the rounds are
 chosen is in `planner.py`; running the tests in `runner.py`; the report in `report.py`. See docs/burnin.md.
 """
 
@@ -76,7 +77,11 @@ def run_burnin(
             if r.outcome != "pass":
                 log(f"  {r.test.id}: {r.outcome} {r.message}")
         planner.record(results)
-    return build_report(planner, level, started, time.monotonic() - t0)
+    error = None
+    if planner.results and all(r.outcome == "error" for r in planner.results):
+        # Not one test started anywhere: the tools or the launch are broken, not the hosts.
+        error = f"no test could run ({len(planner.results)} tried); first: {planner.results[0].message}"
+    return build_report(planner, level, started, time.monotonic() - t0, error=error)
 
 
 def register(subparsers: Any) -> None:
@@ -133,6 +138,9 @@ def _run(args: argparse.Namespace) -> int:
                 return run_bounded(cmd, timeout, settings.kill_grace_s, Path(workdir))
 
             report_impacts(report, run, args.node_program, log)
+    if report["status"] == "error":
+        log(f"burnin: {report['error']}")
+        return EXIT_CANNOT_RUN
     return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
 
 
