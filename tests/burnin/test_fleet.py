@@ -209,3 +209,31 @@ def test_no_test_could_start_is_exit_2_not_bad_hosts(
     report = json.loads(fleet.report.read_text())
     assert report["status"] == "error" and report["error"].startswith("no test could run")
     assert "no test could run" in capsys.readouterr().err
+
+
+def test_interrupt_stops_every_running_test(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    names = host_names(4)
+    fleet = FakeFleet(tmp_path, names, hang=names)  # every test hangs: only the interrupt can end the round
+    cmd = [sys.executable, "-m", "ndfleet_node", "burnin", "--hostfile", str(fleet.hostfile), "--report",
+           str(fleet.report), "--config", str(fleet.node_json), "--test-timeout", "600"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env={**os.environ, **fleet.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(fleet.spawned_pids()) < 4 and time.monotonic() < deadline:  # both first-round tests started
+            time.sleep(0.1)
+        assert len(fleet.spawned_pids()) == 4, "the first round never started"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=TIMEOUT_S) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+        left = [p for p in fleet.spawned_pids() if alive(p)]
+        for pid in left:  # never leave the fakes behind, even when the assertions below fail
+            os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert not fleet.report.exists()

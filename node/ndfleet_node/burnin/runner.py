@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -88,6 +89,19 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         return
 
 
+# Process groups of the tests running now: an interrupted burn-in (Ctrl-C) stops them all (`stop_all`), since
+# each runs in its own session and would not see the terminal's SIGINT.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all(grace_s: float = 5.0) -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        kill_group(proc, grace_s)
+
+
 def run_bounded(cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path) -> ProcessRun:
     """Run `cmd` in its own process group; kill the group at the timeout. Never raises for the command's sake."""
     start = time.monotonic()
@@ -99,11 +113,16 @@ def run_bounded(cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: P
             )
         except OSError as exc:
             return ProcessRun(127, f"cannot start {cmd[0]}: {exc}", time.monotonic() - start)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc, grace_s)
             code = None
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     output = out_path.read_text(errors="replace")
     out_path.unlink(missing_ok=True)
     return ProcessRun(code, output, time.monotonic() - start)
@@ -150,5 +169,12 @@ def run_round(tests: Sequence[TestSpec], run_test: RunTest, max_parallel: int = 
     if not tests:
         return []
     workers = len(tests) if max_parallel <= 0 else min(max_parallel, len(tests))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
         return list(pool.map(run_test, tests))
+    except BaseException:  # Ctrl-C: stop every running test's process group, then let the interrupt through
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
