@@ -4,8 +4,8 @@
   ndfleet render --stack-file PATH --out DIR   (any Pulumi stack file)
 
 Writes the cloud-init user data (`user-data`), its gzip+base64 form as the scale set receives it
-(`custom-data.b64`) and every script and unit it carries, under their names (`validate-node`,
-`ndfleet-setup`, `ndfleet-health`, `nccl.conf`, `*.service`, `*.target`). When islands render differently
+(`custom-data.b64`) and every file it carries, under their names (`validate-node`, the `ndfleet-node` zipapp,
+`node.json`, `nccl.conf`, `*.service`, `*.target`). When islands render differently
 (each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
 configuration's message when the stack is invalid.
 
@@ -25,11 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, BootstrapTooLarge, RenderedBootstrap, render_bootstrap
-from ndfleet.spec.config import SpecError, load_spec
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, RenderedBootstrap
+from ndfleet.prepare import PrepareError, prepare_config
+from ndfleet.spec.config import SpecError
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
-EXECUTABLE = ("validate-node", "ndfleet-setup", "ndfleet-health")
+EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 
 
 def register(subparsers: Any) -> None:
@@ -71,14 +72,14 @@ class _Staged:
     def __init__(self) -> None:
         self.pending: list[tuple[int, str, str]] = []  # (folder fd, temporary name, final name)
 
-    def add(self, folder_fd: int, name: str, content: str, mode: int) -> None:
+    def add(self, folder_fd: int, name: str, content: str | bytes, mode: int) -> None:
         if "/" in name or name in ("", ".", ".."):
             raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
         temporary = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder_fd)
         self.pending.append((folder_fd, temporary, name))
         try:
-            _write_bytes(fd, content.encode())
+            _write_bytes(fd, content if isinstance(content, bytes) else content.encode())
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
@@ -98,20 +99,19 @@ class _Staged:
 
 def _stage(staged: _Staged, folder_fd: int, rendered: RenderedBootstrap) -> list[str]:
     names = []
-    for name, content in sorted(rendered.files.items()):
-        staged.add(folder_fd, name, content, 0o755 if name in EXECUTABLE else 0o644)
+    for name, (data, mode) in sorted(rendered.output_files().items()):  # custom-data.b64 included
+        staged.add(folder_fd, name, data, mode)
         names.append(name)
-    staged.add(folder_fd, "custom-data.b64", rendered.custom_data + "\n", 0o644)
-    names.append("custom-data.b64")
     return names
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
-        spec = load_spec(stack.ndfleet_config, stack.name)
-        rendered = {island.name: render_bootstrap(spec, island) for island in spec.islands}
-    except (StackFileError, SpecError, BootstrapTooLarge) as e:
+        # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.
+        prepared = prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
+        rendered = {p.island.name: p.bootstrap for p in prepared.islands}
+    except (StackFileError, SpecError, PrepareError) as e:
         print(f"ndfleet render: {e}", file=sys.stderr)
         return 1
     out = Path(args.out)

@@ -46,3 +46,22 @@ def test_every_link_of_the_sources_page_is_a_public_url_or_a_repository_file() -
         if target.startswith("https://"):
             continue
         assert (REPO / "docs" / target.split("#")[0]).exists(), target
+
+
+def _budget(level: str, dcgm: int) -> int:
+    from ndfleet.bootstrap import validation_budget_s
+    from ndfleet.spec.config import load_spec
+    from tests.conftest import base_config
+
+    config = base_config()
+    config["health"] = {"validationLevel": level, "dcgmLevel": dcgm}
+    return validation_budget_s(load_spec(config, "docs"))
+
+
+def test_boot_to_validated_figures_in_the_docs_are_the_computed_budgets() -> None:
+    """README and docs/sources.md quote the validation budget; they must quote what the code computes."""
+    figures = [f"{_budget(level, dcgm):,} s" for level, dcgm in (("quick", 1), ("full", 1), ("full", 2), ("full", 3))]
+    for doc in (REPO / "README.md", REPO / "docs" / "sources.md"):
+        text = doc.read_text()
+        missing = [f for f in figures if f not in text]
+        assert missing == [], f"{doc.name} does not quote the computed budgets {missing}"

@@ -19,7 +19,8 @@ from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.permissions import Mode
 from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.prepare import PrepareError, prepare_config
+from ndfleet.spec.config import ClusterSpec, SpecError
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
 
 
@@ -117,8 +118,9 @@ def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
     if "ndfleet:sshPublicKey" in stack.secret_keys:
         raw["sshPublicKey"] = _placeholder_ssh_key()
     try:
-        spec = load_spec(raw, stack.name)
-    except SpecError as exc:
+        # The same prepare step as plan, render and `pulumi up`: a stack they refuse is not checked either.
+        spec = prepare_config(raw, stack.name, stack.engine_config).spec
+    except (SpecError, PrepareError) as exc:
         raise CannotCheck(f"could not check: {exc}") from None
     prefix = "azure-native:"
     provider = {k[len(prefix) :]: v for k, v in stack.engine_config.items() if k.startswith(prefix)}
