@@ -13,6 +13,10 @@ from ndfleet.spec.profiles import VmSizeProfile
 
 # Microsoft.Impact/workloadImpacts: the Guest Health Reporting page gives this version for HPC reports.
 IMPACT_API_VERSION = "2023-02-01-preview"
+# The impact report's time limit on a node (a transient unit the failed validation starts): two IMDS calls (20 s
+# each) and, per reported check, up to 4 PUTs (20 s each) with 3 Retry-After waits of at most 120 s: 440 s for one
+# check; 900 s covers two.
+IMPACT_UNIT_TIMEOUT_S = 900
 
 
 def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:

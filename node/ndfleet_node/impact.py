@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
 
 KVP_POOL_3 = Path("/var/lib/hyperv/.kvp_pool_3")
@@ -51,7 +52,6 @@ IMDS_INSTANCE_API = "2021-02-01"
 ARM = "https://management.azure.com"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
-DEFAULT_NODE_CONFIG = Path("/etc/ndfleet/node.json")
 IDENTITY_TAG = "ndfleet:identity-client-id"  # scale-set tag the bootstrap also reads (docs/bootstrap.md)
 HTTP_TIMEOUT_S = 20
 MAX_ATTEMPTS = 4
@@ -267,16 +267,14 @@ def failed_checks(args: argparse.Namespace) -> list[tuple[str, str]]:
     return out
 
 
-def load_impact_settings(path: Path) -> dict[str, Any]:
+def load_impact_settings(path: str | Path | None) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ImpactError(f"node JSON {path} not found (pass --config PATH)") from None
-    except (OSError, ValueError) as exc:
-        raise ImpactError(f"cannot read node JSON {path}: {exc}") from None
-    section = doc.get("impact") if isinstance(doc, dict) else None
+        cfg = node_config.load(str(path) if path is not None else None)
+    except node_config.ConfigError as exc:
+        raise ImpactError(str(exc)) from None
+    section = cfg.data.get("impact")
     if not isinstance(section, dict) or not isinstance(section.get("enabled"), bool):
-        raise ImpactError(f"node JSON {path}: 'impact.enabled' must be true or false")
+        raise ImpactError(f"node JSON {cfg.path}: 'impact.enabled' must be true or false")
     return section
 
 
@@ -287,7 +285,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--validator-report", type=Path, default=None, help="failed checks from this validator report")
     r.add_argument("--check", action="append", help="a failed check id (e.g. burnin.busbw-below-floor)")
     r.add_argument("--detail", default="", help="what was measured, for --check")
-    r.add_argument("--config", type=Path, default=DEFAULT_NODE_CONFIG)
+    r.add_argument("--config", type=Path, default=None, help="node JSON (default: /etc/ndfleet/node.json)")
     r.add_argument("--health-report", type=Path, default=VALIDATOR_REPORT, help="report the endpoint serves")
     r.add_argument("--kvp-pool", type=Path, default=KVP_POOL_3)
     r.set_defaults(handler=run_report)

@@ -164,7 +164,7 @@ def test_missing_node_json_and_launcher_exit_2(
     fleet = FakeFleet(tmp_path, host_names(2))
     fleet.node_json.unlink()
     assert run(fleet, monkeypatch, TIMEOUT_S) == 2
-    assert "node.json not found" in capsys.readouterr().err
+    assert "cannot read the node configuration" in capsys.readouterr().err
     fleet = FakeFleet(tmp_path / "b", host_names(2))
     doc = json.loads(fleet.node_json.read_text())
     doc["burnin"]["mpirun"] = str(tmp_path / "no-such-mpirun")

@@ -12,6 +12,7 @@ import pytest
 from ndfleet_node.impact import KVP_KEY_BYTES, KVP_VALUE_BYTES, ImpactError, parse_kvp, physical_host_name, run_report
 from ndfleet_node.impact_categories import CHECK_CATEGORIES, category_for
 
+from tests.fakes.fleet import node_json_data
 from tests.impact.arm_server import Reply, serve
 
 SUB = "8f3c2a1e-5b7d-4c9e-a2f1-6d0b9e4c7a31"
@@ -108,7 +109,7 @@ def node_files(tmp_path: Path, base: str, enabled: bool = True) -> argparse.Name
     (tmp_path / "pool").write_bytes(POOL)
     impact = {"enabled": enabled, "api_version": "2023-02-01-preview", "imds_endpoint": base, "arm_endpoint": base,
               "identity_client_id": "0c7e5a3b-2f14-4d8e-9b6a-5e1f3c2d7a90"}  # fmt: skip
-    config = {"impact": impact}
+    config = node_json_data(impact=impact)
     (tmp_path / "node.json").write_text(json.dumps(config))
     health = tmp_path / "report.json"
     passed = [{"id": "gpu.count", "status": "pass"}]
@@ -256,7 +257,7 @@ def test_node_json_impact_section_drives_the_node(enabled: bool, tmp_path: Path)
     from tests.conftest import base_config
 
     spec = load_spec(base_config(health={"impactReporting": enabled}), "sec")
-    (tmp_path / "node.json").write_text(json.dumps({"impact": impact_node_section(spec)}))
+    (tmp_path / "node.json").write_text(json.dumps(node_json_data(impact=impact_node_section(spec))))
     settings = load_impact_settings(tmp_path / "node.json")
     assert settings["enabled"] is enabled and settings["api_version"] == "2023-02-01-preview"
 
@@ -264,6 +265,14 @@ def test_node_json_impact_section_drives_the_node(enabled: bool, tmp_path: Path)
 def test_node_json_without_impact_section_is_refused(tmp_path: Path) -> None:
     from ndfleet_node.impact import load_impact_settings
 
-    (tmp_path / "node.json").write_text(json.dumps({"burnin": {}}))
+    doc = node_json_data()
+    del doc["impact"]
+    (tmp_path / "node.json").write_text(json.dumps(doc))
     with pytest.raises(ImpactError, match="'impact.enabled' must be true or false"):
         load_impact_settings(tmp_path / "node.json")
+
+
+def test_every_validator_check_has_a_row() -> None:
+    from ndfleet_node.checks import PERF_IDS, QUICK_IDS
+
+    assert set(QUICK_IDS) | set(PERF_IDS) <= set(CHECK_CATEGORIES)

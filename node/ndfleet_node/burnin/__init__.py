@@ -25,7 +25,7 @@ from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
 from ndfleet_node.burnin.report import build_report, summary_lines, write_report
 from ndfleet_node.burnin.runner import ProcessRun, RunTest, mpirun_executor, run_bounded, run_round
-from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, BurninSettings, SettingsError, load_settings
+from ndfleet_node.burnin.settings import LEVELS, BurninSettings, SettingsError, load_settings
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -95,7 +95,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hostfile", type=Path, required=True, help="one host per line")
     p.add_argument("--report", type=Path, required=True, help="where to write the JSON report")
     p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=DEFAULT_NODE_CONFIG, help="node JSON with the burnin section")
+    p.add_argument("--config", type=Path, default=None,
+                   help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")  # fmt: skip
     p.add_argument("--test-timeout", type=int, default=None, metavar="S",
                    help="override every test's timeout (seconds)")  # fmt: skip
     p.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N tests at once")

@@ -7,12 +7,12 @@ written in the JSON. A missing or malformed key is reported with its name, the v
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DEFAULT_NODE_CONFIG = Path("/etc/ndfleet/node.json")
+from ndfleet_node import config as node_config
+
 LEVELS = ("quick", "full")
 
 
@@ -121,13 +121,11 @@ def settings_from_section(section: Any) -> BurninSettings:
     )
 
 
-def load_settings(path: Path = DEFAULT_NODE_CONFIG) -> BurninSettings:
+def load_settings(path: str | Path | None = None) -> BurninSettings:
+    """The `burnin` section of the node JSON (`ndfleet_node.config`: --config, else $NDFLEET_NODE_CONFIG, else
+    /etc/ndfleet/node.json)."""
     try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SettingsError(f"node JSON {path} not found (the bootstrap writes it; or pass --config PATH)") from None
-    except (OSError, ValueError) as exc:
-        raise SettingsError(f"cannot read node JSON {path}: {exc}") from None
-    if not isinstance(doc, dict):
-        raise SettingsError(f"node JSON {path} is not a JSON object")
-    return settings_from_section(doc.get("burnin"))
+        cfg = node_config.load(str(path) if path is not None else None)
+    except node_config.ConfigError as exc:
+        raise SettingsError(str(exc)) from None
+    return settings_from_section(cfg.data.get("burnin"))

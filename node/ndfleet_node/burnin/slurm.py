@@ -38,7 +38,7 @@ from ndfleet_node.burnin import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY, r
 from ndfleet_node.burnin.notify import NODE_PROGRAM, Run, report_impacts
 from ndfleet_node.burnin.report import summary_lines, write_report
 from ndfleet_node.burnin.runner import ProcessRun, mpirun_executor, run_bounded
-from ndfleet_node.burnin.settings import DEFAULT_NODE_CONFIG, LEVELS, SettingsError, load_settings
+from ndfleet_node.burnin.settings import LEVELS, SettingsError, load_settings
 
 AWAITING_REASON = "ndfleet: awaiting burn-in"
 REASON_PREFIX = "ndfleet:"
@@ -145,7 +145,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--idle-partners", type=int, default=0, metavar="N", help="add N idle in-service nodes")
     p.add_argument("--report", type=Path, required=True)
     p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=DEFAULT_NODE_CONFIG)
+    p.add_argument("--config", type=Path, default=None, help="node JSON (default: /etc/ndfleet/node.json)")
     p.add_argument("--test-timeout", type=int, default=None, metavar="S")
     p.add_argument("--report-impact", action="store_true", help="ask each unhealthy node to file its impact report")
     p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the nodes")

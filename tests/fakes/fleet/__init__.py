@@ -1,7 +1,7 @@
 """A simulated fleet for the burn-in: fake `mpirun` and `all_reduce_perf` (bin/) driven by one JSON file.
 
 `FakeFleet(tmp_path, hosts=16, bad_hca=[...], hang=[...], wrong=[...], down=[...])` writes the hostfile, the fleet
-JSON and a node JSON whose `burnin` section is the one the tool renders for ND H100 v5, with the fakes as the
+JSON and the node JSON the tool renders for an ND H100 v5 stack (`node_json_data`), with the fakes as the
 launcher and the test binary; `env()` is what the burn-in process needs on top of the real environment.
 """
 
@@ -13,10 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ndfleet.burnin_node_config import burnin_node_section
-from ndfleet.spec.profiles import H100_V5
+from ndfleet.nodeconfig import node_config
+from ndfleet.spec.config import load_spec
 
 FLEET_BIN = Path(__file__).resolve().parent / "bin"
+
+
+def node_json_data(**sections: Any) -> dict[str, Any]:
+    """The node JSON `ndfleet` renders for a 2-node ND H100 v5 stack, with top-level sections replaced."""
+    from tests.conftest import base_config
+
+    spec = load_spec(base_config(), "fleet")
+    return node_config(spec, spec.islands[0]) | sections
 
 
 def host_names(count: int) -> list[str]:
@@ -40,9 +48,9 @@ class FakeFleet:
         if self.barrier:
             fleet |= {"barrier": self.barrier, "barrier_dir": str(self.root / "barrier")}
         self.fleet_file.write_text(json.dumps(fleet))
-        section = burnin_node_section(H100_V5)
-        section |= {"mpirun": str(FLEET_BIN / "mpirun"), "all_reduce_perf": str(FLEET_BIN / "all_reduce_perf")}
-        self.node_json.write_text(json.dumps({"burnin": section}))
+        doc = node_json_data()
+        doc["burnin"] |= {"mpirun": str(FLEET_BIN / "mpirun"), "all_reduce_perf": str(FLEET_BIN / "all_reduce_perf")}
+        self.node_json.write_text(json.dumps(doc))
 
     @property
     def hostfile(self) -> Path:
