@@ -4,6 +4,10 @@ Each test runs as `mpirun` (Open MPI / HPC-X syntax) in a new session, so the wh
 ssh / prted launchers and the ranks) is one process group: when the test outlives its timeout the group gets
 SIGTERM, then SIGKILL after a grace period, and the test counts as hung. Output goes to a file, not a pipe, so
 a straggler that keeps a descriptor open can never block the reader.
+
+Why not `ndfleet_node.runner` (the validator's runner): its `Runner` runs one call per tool name at a time (a
+round runs many `mpirun`s at once), and `run_tool` kills with SIGKILL at once, where mpirun gets SIGTERM first to
+take its remote ranks down; and an interrupted burn-in must stop every test still running (`stop_all`).
 """
 
 from __future__ import annotations
