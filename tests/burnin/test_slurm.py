@@ -85,3 +85,19 @@ def test_nothing_awaiting_exits_2(
 )
 def test_which_drains_only_the_burn_in_lifts(reason: str, held: bool) -> None:
     assert held_by_burnin(reason) is held
+
+
+def test_idle_partners_join_but_stay_in_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = host_names(6)
+    fleet = FakeFleet(tmp_path, names, bad_hca=[names[0]])
+    nodes = [{"name": n, "state": "drained", "reason": AWAITING_REASON} for n in names[:3]]
+    nodes += [{"name": n, "state": "idle", "reason": "none"} for n in names[3:]]
+    code, after = run(fleet, slurm_state(tmp_path, nodes), monkeypatch, "--idle-partners", "2")
+    assert code == 1
+    report = json.loads(fleet.report.read_text())
+    assert sorted(h["host"] for h in report["hosts"]) == sorted(names[:5])  # 3 awaiting + 2 of the 3 idle
+    by_name = {n["name"]: n for n in after["nodes"]}
+    assert by_name[names[0]]["reason"] == "ndfleet:burnin:busbw-below-floor"
+    assert [by_name[n]["state"] for n in names[1:3]] == ["idle", "idle"]  # resumed
+    assert all(by_name[n] == {"name": n, "state": "idle", "reason": "none"} for n in names[3:])  # untouched
+    assert all(u[0] in (f"NodeName={names[i]}" for i in range(3)) for u in after["updates"])
