@@ -15,6 +15,7 @@ import pulumi_azure_native.authorization as authorization
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
+from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
@@ -154,6 +155,11 @@ class Cluster(pulumi.ComponentResource):
             )
             node_tags[TAG_METRICS_ENDPOINT] = monitoring.ingest_endpoint
             node_tags[TAG_METRICS_DCR] = monitoring.rule_immutable_id
+        ImpactReporting(
+            f"{name}-impact",
+            ImpactReportingArgs(spec=spec, principal_id=identity.principal_id, subscription_id=subscription_id),
+            opts=child,
+        )
         self.islands = [
             IbIsland(
                 f"{name}-{p.island.name}",

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "ndfleet.render_cmd",
     "ndfleet.preflight",
     "ndfleet.monitoring_cmd",
+    "ndfleet.impact_cmd",
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ndfleet.spec.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,
     HARD_MAX_NODES_PER_ISLAND,
+    IMPACT_REPORTER_ROLE_ID,
     MONITORING_DATA_READER_ROLE_ID,
     MONITORING_METRICS_PUBLISHER_ROLE_ID,
     RDMA_RESERVED_CIDR,
@@ -34,13 +35,22 @@ NIC_TYPE = "azure-native:network:NetworkInterface"
 STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
 ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
 
-# The only roles ndfleet grants, each on the one kind of resource it needs (a scope ending in that resource):
-# the node identity reads and writes blobs of its storage account and publishes metrics through the data
-# collection rule; Managed Grafana reads the Azure Monitor workspace.
-LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str]] = {
-    STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID: ("Storage Blob Data Contributor", "Microsoft.Storage/storageAccounts"),
-    MONITORING_METRICS_PUBLISHER_ROLE_ID: ("Monitoring Metrics Publisher", "Microsoft.Insights/dataCollectionRules"),
-    MONITORING_DATA_READER_ROLE_ID: ("Monitoring Data Reader", "Microsoft.Monitor/accounts"),
+# The only roles ndfleet grants, each on the one scope it needs (name, scope pattern, the scope in words): the node
+# identity reads and writes blobs of its storage account, publishes metrics through the data collection rule and,
+# with health.impactReporting, files impact reports (subscription-level resources: components/impact_reporting.py);
+# Managed Grafana reads the Azure Monitor workspace.
+LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
+    STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID: (
+        "Storage Blob Data Contributor", r"/providers/Microsoft\.Storage/storageAccounts/[^/]+$", "one storage account"
+    ),
+    MONITORING_METRICS_PUBLISHER_ROLE_ID: (
+        "Monitoring Metrics Publisher", r"/providers/Microsoft\.Insights/dataCollectionRules/[^/]+$",
+        "one data collection rule",
+    ),
+    MONITORING_DATA_READER_ROLE_ID: (
+        "Monitoring Data Reader", r"/providers/Microsoft\.Monitor/accounts/[^/]+$", "one Azure Monitor workspace"
+    ),
+    IMPACT_REPORTER_ROLE_ID: ("Impact Reporter", r"^/subscriptions/[^/]+$", "the subscription"),
 }
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
@@ -359,11 +369,10 @@ def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
     role_id = role_def.rstrip("/").rsplit("/", 1)[-1].lower()
     if role_id not in LEAST_PRIVILEGE_ROLES:
         return [f"role {role_id} is not one ndfleet grants: the cluster's identities hold only "
-                + ", ".join(name for name, _ in LEAST_PRIVILEGE_ROLES.values())]
-    name, resource = LEAST_PRIVILEGE_ROLES[role_id]
-    if not re.search(rf"/providers/{re.escape(resource)}/[^/]+$", scope, re.IGNORECASE):
-        return [f"{name} is assigned at scope {scope!r}: grant it on one {resource} resource only, never on a "
-                "resource group or subscription"]
+                + ", ".join(name for name, _, _ in LEAST_PRIVILEGE_ROLES.values())]
+    name, pattern, where = LEAST_PRIVILEGE_ROLES[role_id]
+    if not re.search(pattern, scope, re.IGNORECASE):
+        return [f"{name} is assigned at scope {scope!r}: grant it on {where} only"]
     return []
 
 
@@ -452,9 +461,10 @@ RULES: tuple[Rule, ...] = (
         "resource", MANDATORY, (ROLE_ASSIGNMENT_TYPE,), "Azure docs: role-based-access-control/best-practices.md "
         "(least privilege, narrowest scope); azure-monitor/metrics/prometheus-remote-write-virtual-machines.md "
         "(Monitoring Metrics Publisher on the data collection rule); managed-grafana/how-to-permissions.md",
-        "grant the node identity Storage Blob Data Contributor on its storage account and Monitoring Metrics "
-        "Publisher on the data collection rule, and Grafana Monitoring Data Reader on the Azure Monitor "
-        "workspace; nothing at resource-group or subscription scope", check_role_least_privilege,
+        "grant the node identity Storage Blob Data Contributor on its storage account, Monitoring Metrics "
+        "Publisher on the data collection rule and (impact reporting) Impact Reporter on the subscription, and "
+        "Grafana Monitoring Data Reader on the Azure Monitor workspace; nothing broader",
+        check_role_least_privilege,
     ),
     # --- advisory
     Rule(

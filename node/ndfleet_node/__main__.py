@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("setup", "validate", "health", "metrics")
+COMMAND_MODULES: tuple[str, ...] = ("setup", "validate", "health", "burnin", "burnin.slurm", "impact", "metrics")
 
 
 def build_parser() -> argparse.ArgumentParser:

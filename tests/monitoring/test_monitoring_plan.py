@@ -194,3 +194,36 @@ def test_grafana_name_fits_azure(prefix: str) -> None:
 
     name = grafana_name(prefix)
     assert re.fullmatch(r"[a-z][a-z0-9-]{0,21}[a-z0-9]", name), name
+
+
+@pytest.mark.parametrize(
+    ("role_id", "scope", "ok"),
+    [
+        (MONITORING_METRICS_PUBLISHER_ROLE_ID, "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Insights/"
+         "dataCollectionRules/dcr", True),
+        (MONITORING_METRICS_PUBLISHER_ROLE_ID, "/subscriptions/s/resourceGroups/rg", False),
+        (MONITORING_DATA_READER_ROLE_ID, "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Monitor/accounts/a",
+         True),
+        (MONITORING_DATA_READER_ROLE_ID, "/subscriptions/s", False),
+        ("36e80216-a7e8-4f42-a7e1-f12c98cbaf8a", "/subscriptions/s", True),  # Impact Reporter: subscription-level
+        ("36e80216-a7e8-4f42-a7e1-f12c98cbaf8a", "/subscriptions/s/resourceGroups/rg", False),
+        ("b24988ac-6180-42a0-ab88-20f7382dd24c", "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Monitor/"
+         "accounts/a", False),  # Contributor: never
+    ],
+)
+def test_least_privilege_rule_pairs_each_role_with_its_scope(role_id: str, scope: str, ok: bool) -> None:
+    from ndfleet.policy_rules import ROLE_ASSIGNMENT_TYPE, RULES_BY_ID
+
+    props = {"roleDefinitionId": f"/subscriptions/s/providers/Microsoft.Authorization/roleDefinitions/{role_id}",
+             "scope": scope}
+    assert (RULES_BY_ID["identity-least-privilege"].check(ROLE_ASSIGNMENT_TYPE, props) == []) is ok
+
+
+def test_impact_reporting_and_monitoring_together_keep_every_policy() -> None:
+    config = prod_config()
+    config["health"] = {**config["health"], "impactReporting": True}
+    plan = plan_of(config, "prod")
+    roles = of_type(plan, ROLE)
+    assert len(roles) == 4
+    resources = [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in plan.resources]
+    assert [v for v in evaluate_plan({"resources": resources}) if v.mandatory] == []
