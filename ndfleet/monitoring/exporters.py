@@ -95,7 +95,7 @@ DCGM_COUNTERS: tuple[DcgmCounter, ...] = (
 
 def dcgm_counters_csv() -> str:
     """The counters file in dcgm-exporter's format: `FIELD, type, help` per line, '#' comments."""
-    lines = ["# ndfleet: DCGM fields dcgm-exporter exports (ndfleet/monitoring/exporters.py). FIELD, type, help"]
+    lines = ["# ndfleet/monitoring/exporters.py: FIELD, type, help"]
     lines += [f"{c.field}, {c.kind}, {c.help}" for c in DCGM_COUNTERS]
     return "\n".join(lines) + "\n"
 
