@@ -35,6 +35,7 @@ NIC_TYPE = "azure-native:network:NetworkInterface"
 STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
 ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
 
+KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
 # The only roles ndfleet grants, each on the one scope it needs (name, scope pattern, the scope in words): the node
 # identity reads and writes blobs of its storage account, publishes metrics through the data collection rule and,
 # with health.impactReporting, files impact reports (subscription-level resources: components/impact_reporting.py);
@@ -51,6 +52,10 @@ LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
         "Monitoring Data Reader", r"/providers/Microsoft\.Monitor/accounts/[^/]+$", "one Azure Monitor workspace"
     ),
     IMPACT_REPORTER_ROLE_ID: ("Impact Reporter", r"^/subscriptions/[^/]+$", "the subscription"),
+    # Key Vault Secrets User (built-in role id): a Slurm host or the nodes read one secret (the munge key).
+    KEY_VAULT_SECRETS_USER_ROLE_ID: (
+        "Key Vault Secrets User", r"/providers/Microsoft\.KeyVault/vaults/[^/]+/secrets/[^/]+$", "one Key Vault secret"
+    ),
 }
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
@@ -462,8 +467,9 @@ RULES: tuple[Rule, ...] = (
         "(least privilege, narrowest scope); azure-monitor/metrics/prometheus-remote-write-virtual-machines.md "
         "(Monitoring Metrics Publisher on the data collection rule); managed-grafana/how-to-permissions.md",
         "grant the node identity Storage Blob Data Contributor on its storage account, Monitoring Metrics "
-        "Publisher on the data collection rule and (impact reporting) Impact Reporter on the subscription, and "
-        "Grafana Monitoring Data Reader on the Azure Monitor workspace; nothing broader",
+        "Publisher on the data collection rule, Key Vault Secrets User on one secret and (impact reporting) "
+        "Impact Reporter on the subscription, and Grafana Monitoring Data Reader on the Azure Monitor workspace; "
+        "nothing broader",
         check_role_least_privilege,
     ),
     # --- advisory

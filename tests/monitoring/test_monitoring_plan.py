@@ -207,6 +207,10 @@ def test_grafana_name_fits_azure(prefix: str) -> None:
         (MONITORING_DATA_READER_ROLE_ID, "/subscriptions/s", False),
         ("36e80216-a7e8-4f42-a7e1-f12c98cbaf8a", "/subscriptions/s", True),  # Impact Reporter: subscription-level
         ("36e80216-a7e8-4f42-a7e1-f12c98cbaf8a", "/subscriptions/s/resourceGroups/rg", False),
+        ("4633458b-17de-408a-b874-0445c86b69e6", "/subscriptions/s/resourceGroups/rg/providers/Microsoft.KeyVault/"
+         "vaults/v/secrets/munge", True),  # Key Vault Secrets User: one secret
+        ("4633458b-17de-408a-b874-0445c86b69e6", "/subscriptions/s/resourceGroups/rg/providers/Microsoft.KeyVault/"
+         "vaults/v", False),  # not the whole vault
         ("b24988ac-6180-42a0-ab88-20f7382dd24c", "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Monitor/"
          "accounts/a", False),  # Contributor: never
     ],
