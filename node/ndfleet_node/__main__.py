@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("slurm_health", "slurm_reap")
 
 
 def build_parser() -> argparse.ArgumentParser:
