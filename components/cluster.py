@@ -8,6 +8,7 @@ import pulumi_azure_native.authorization as authorization
 from ndfleet.components.ib_island import IbIsland, IbIslandArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.network import Network, NetworkArgs
+from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import Storage, StorageArgs
 from ndfleet.spec.config import ClusterSpec
 
@@ -37,7 +38,8 @@ class Cluster(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        subscription_id = authorization.get_client_config_output().subscription_id
+        client_config = authorization.get_client_config_output()
+        subscription_id = client_config.subscription_id
 
         net = Network(f"{name}-net", NetworkArgs(spec=spec), opts=child)
         store = Storage(
@@ -62,6 +64,22 @@ class Cluster(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        slurm: SlurmCluster | None = None
+        if spec.scheduler == "slurm":
+            slurm = SlurmCluster(
+                f"{name}-slurm",
+                SlurmClusterArgs(
+                    spec=spec,
+                    resource_group_name=net.resource_group_name,
+                    vnet_id=net.vnet_id,
+                    compute_subnet_id=net.compute_subnet_id,
+                    storage_subnet_id=net.storage_subnet_id,
+                    subscription_id=subscription_id,
+                    tenant_id=client_config.tenant_id,
+                    node_principal_id=identity.principal_id,
+                ),
+                opts=child,
+            )
         self.islands = [
             IbIsland(
                 f"{name}-{island.name}",
@@ -74,6 +92,7 @@ class Cluster(pulumi.ComponentResource):
                     identity_client_id=identity.client_id,
                     storage_account_name=store.account_name,
                     lustre_mgs_address=store.lustre_mgs_address,
+                    extra_tags=slurm.node_tags if slurm is not None else None,
                 ),
                 opts=child,
             )
@@ -97,4 +116,6 @@ class Cluster(pulumi.ComponentResource):
             "slurmTopology": slurm_topology(spec),
             "summary": spec.summary(),
         }
+        if slurm is not None:
+            self.outputs["slurm"] = slurm.outputs
         self.register_outputs(self.outputs)

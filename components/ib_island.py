@@ -35,6 +35,8 @@ class IbIslandArgs:
     identity_client_id: pulumi.Input[str]
     storage_account_name: pulumi.Input[str]
     lustre_mgs_address: pulumi.Input[str] | None
+    # More values for the nodes' tags (the Slurm cluster's vault and NFS account, components/slurm.py).
+    extra_tags: dict[str, pulumi.Input[str]] | None = None
 
 
 class IbIsland(pulumi.ComponentResource):
@@ -56,6 +58,7 @@ class IbIsland(pulumi.ComponentResource):
         }
         if args.lustre_mgs_address is not None:
             tags[TAG_LUSTRE_MGS] = args.lustre_mgs_address
+        tags.update(args.extra_tags or {})
 
         ppg_ref: compute.SubResourceArgs | None = None
         if spec.proximity_placement_group:

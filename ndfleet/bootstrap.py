@@ -298,6 +298,10 @@ def render_bootstrap(spec: ClusterSpec, island: IslandSpec) -> RenderedBootstrap
     """The island's cloud-init user data and every file it carries; raises BootstrapTooLarge over the limit."""
     ctx = build_context(spec, island)
     node_files = [NodeFile(name, path, mode, _template(tpl).render(ctx)) for tpl, name, path, mode in _NODE_FILES]
+    if spec.scheduler == "slurm":  # slurmd and its set-up (ndfleet/slurm/machines.py)
+        from ndfleet.slurm.machines import slurm_node_files
+
+        node_files += slurm_node_files(spec, island)
     user_data = _template("cloud-config.yaml.j2").render(
         {**ctx, "files": [{"path": f.path, "mode": f.mode, "content": f.content} for f in node_files]}
     )

@@ -105,8 +105,17 @@ def _fake_uuid(*parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "ndfleet:" + "/".join(parts)))
 
 
+# What the mock runtime answers for a generated secret (pulumi_random's `result`): a marker a test can look for,
+# since a plan must never show a secret, mocked or real.
+MOCK_SECRET_PREFIX = "ndfleet-mock-secret:"
+SECRET_PLACEHOLDER = "[secret]"
+
+
 def _plain(value: Any) -> Any:
-    """The wire carries every number as a double; show integral ones as integers (2, not 2.0)."""
+    """The wire carries every number as a double; show integral ones as integers (2, not 2.0). A Pulumi secret
+    is shown as "[secret]", never its value."""
+    if pulumi.runtime.rpc.is_rpc_secret(value):
+        return SECRET_PLACEHOLDER
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
@@ -155,6 +164,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["clientId"] = _fake_uuid(name, "client")
         elif typ == "azure-native:storage:StorageAccount":
             state["primaryEndpoints"] = {"blob": f"https://{physical}.blob.core.windows.net/"}
+        elif typ.startswith("random:") and "result" not in inputs:
+            state["result"] = MOCK_SECRET_PREFIX + name
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:

@@ -128,7 +128,9 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
     if controller_addr is None:
         controller_addr = slurm_addresses(spec)[0]
     islands = tuple(
-        SlurmIsland(name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes)
+        SlurmIsland(
+            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes
+        )
         for i in spec.islands
     )
     return SlurmSite(
@@ -149,7 +151,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -159,6 +161,8 @@ def _environment() -> jinja2.Environment:
         comment_start_string="{##",
         comment_end_string="##}",
     )
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    return env
 
 
 def _context(site: SlurmSite) -> dict[str, Any]:

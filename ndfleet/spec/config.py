@@ -114,7 +114,9 @@ class SlurmConfig(_Model):
     """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
 
     version: str = Field(default="24.05.8-1", pattern=r"^[0-9]{2}\.[0-9]{2}\.[0-9]+-[0-9]+$")
-    controller_vm_size: str = Field(default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$")
+    controller_vm_size: str = Field(
+        default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$"
+    )
     controller_state_disk_gb: int = Field(default=128, ge=32, le=4096, alias="controllerStateDiskGb")
     login_count: int = Field(default=1, ge=1, le=10, alias="loginCount")
     login_vm_size: str = Field(default="Standard_D8s_v5", alias="loginVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$")

@@ -161,8 +161,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--validator", nargs="+", default=[DEFAULT_VALIDATOR], help="validation command (seam)")
     p.add_argument("--report", default=DEFAULT_REPORT, help="where the validator writes its report")
-    p.add_argument("--validate-timeout", type=float, default=600.0, help="seconds before the validation counts as failed")
+    p.add_argument(
+        "--validate-timeout", type=float, default=600.0, help="seconds before the validation counts as failed"
+    )
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=float, default=30.0)
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")
     p.set_defaults(handler=handle)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run as a standalone script (shipped to the machines as one file until the node program is a zipapp)."""
+    parser = argparse.ArgumentParser(prog="ndfleet-slurm-health")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["slurm-health", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -97,3 +97,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--scontrol", nargs="+", default=["scontrol"])
     p.add_argument("--timeout", type=float, default=30.0)
     p.set_defaults(handler=handle)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run as a standalone script (shipped to the machines as one file until the node program is a zipapp)."""
+    parser = argparse.ArgumentParser(prog="ndfleet-slurm-reap")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["slurm-reap", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,6 +13,7 @@ The configuration is ndfleet's (`ndfleet.slurm.conf`), with only paths, users an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -34,18 +35,19 @@ SANDBOX_USER = "daemon"
 START_TIMEOUT_S = 60.0
 COMMAND_TIMEOUT_S = 60.0
 
-FAKE_VALIDATOR = """#!/bin/sh
+FAKE_VALIDATOR = """#!{python}
 # Fake quick validation: fails the check named in FAULTS/<host name>, if that file exists.
-report=""
-while [ $# -gt 0 ]; do case "$1" in --report) report=$2; shift 2;; *) shift;; esac; done
-host=$(hostname)
-if [ -s "{faults}/$host" ]; then
-  check=$(cat "{faults}/$host")
-  printf '{{"status": "unhealthy", "level": "quick", "checks": [{{"id": "%s", "status": "fail", "value": 1, "expected": 0, "message": "injected"}}]}}\\n' "$check" > "$report"
-  exit 1
-fi
-printf '{{"status": "healthy", "level": "quick", "checks": [{{"id": "gpu.count", "status": "pass", "value": 8, "expected": 8, "message": ""}}]}}\\n' > "$report"
-exit 0
+import json, socket, sys
+from pathlib import Path
+
+report = Path(sys.argv[sys.argv.index("--report") + 1])
+fault = Path("{faults}") / socket.gethostname()
+check = fault.read_text().strip() if fault.exists() else ""
+status = "fail" if check else "pass"
+doc = {{"status": "unhealthy" if check else "healthy", "level": "quick",
+        "checks": [{{"id": check or "gpu.count", "status": status, "value": 1, "expected": 0, "message": ""}}]}}
+report.write_text(json.dumps(doc) + "\\n")
+sys.exit(1 if check else 0)
 """
 
 HEALTH_WRAPPER = """#!/bin/sh
@@ -107,7 +109,7 @@ class SlurmSandbox:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         validator = self.root / "bin" / "fake-validate-node"
-        validator.write_text(FAKE_VALIDATOR.format(faults=self.root / "faults"))
+        validator.write_text(FAKE_VALIDATOR.format(faults=self.root / "faults", python=sys.executable))
         wrapper = Path(self.site.health_check_program)
         wrapper.write_text(
             HEALTH_WRAPPER.format(
@@ -224,10 +226,8 @@ class SlurmSandbox:
 
     def stop(self) -> None:
         if self.init_pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.init_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if self.holder is not None:
             try:
                 self.holder.wait(timeout=30)
