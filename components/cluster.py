@@ -10,28 +10,13 @@ from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import Storage, StorageArgs
+from ndfleet.slurm.conf import island_partitions
 from ndfleet.spec.config import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:
-    """Slurm topology.conf: one leaf switch per island, since InfiniBand does not cross scale sets."""
-    lines = ["# ndfleet: one switch per InfiniBand island (scale set); jobs must not span islands over IB."]
-    for island in spec.islands:
-        last = island.nodes - 1
-        # Uniform scale sets name instances <computerNamePrefix><6-digit base-36 instance id>.
-        nodes = f"{spec.name_prefix}-{island.name}-[000000-{_base36(last)}]"
-        lines.append(f"SwitchName={island.name} Nodes={nodes}")
-    return "\n".join(lines) + "\n"
-
-
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out.rjust(6, "0")
+    """The slurm.conf lines that keep every job inside one InfiniBand island (ndfleet/slurm/conf.py)."""
+    return island_partitions(spec)
 
 
 class Cluster(pulumi.ComponentResource):

@@ -90,6 +90,23 @@ class SlurmSite:
         return f"{self.controller_addr}:{self.slurmctld_port}"
 
 
+def island_partitions(spec: ClusterSpec) -> str:
+    """The slurm.conf lines that keep jobs inside one island, for any Slurm (ndfleet's or your own, >= 22.05).
+
+    Scale-set host names end in a base-36 instance id (no range Slurm parses) and a repaired node comes back under a
+    new name, so the nodes are selected by feature, not by name: a node registers with `Feature=island-<name>`
+    (`slurmd -Z --conf ...`), the island's NodeSet picks it up and the island's partition holds the NodeSet.
+    """
+    lines = [
+        "# ndfleet: one partition per InfiniBand island (scale set); InfiniBand does not cross islands.",
+        "# Nodes register as dynamic nodes: slurmd -Z --conf \"Feature=island-<island> ...\"",
+    ]
+    lines += [f"NodeSet=ns-{i.name} Feature={island_feature(i.name)}" for i in spec.islands]
+    lines += [f"PartitionName={i.name} Nodes=ns-{i.name} MaxTime=INFINITE State=UP" for i in spec.islands]
+    lines.append("JobSubmitPlugins=all_partitions")
+    return "\n".join(lines) + "\n"
+
+
 def max_node_count(total_nodes: int) -> int:
     return total_nodes + max(MAX_NODE_HEADROOM_MIN, math.ceil(total_nodes * MAX_NODE_HEADROOM_FRACTION))
 
