@@ -19,7 +19,7 @@ import pulumi_azure_native.network as network
 
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.components.slurm_private_link import cannot_delete_lock
-from ndfleet.slurm.machines import STATE_DISK_LUN, machine_bootstrap
+from ndfleet.slurm.machines import STATE_DISK_LUN, machine_bootstrap, machine_user_data
 from ndfleet.spec.config import ClusterSpec
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).
@@ -162,6 +162,8 @@ class SlurmHost(pulumi.ComponentResource):
             network_profile=compute.NetworkProfileArgs(
                 network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]
             ),
+            # The Slurm release and configuration: updated in place, picked up by the machine (no rebuild).
+            user_data=machine_user_data(spec, args.role),
             diagnostics_profile=compute.DiagnosticsProfileArgs(boot_diagnostics=compute.BootDiagnosticsArgs(enabled=True)),
             tags=tags,
             opts=child,

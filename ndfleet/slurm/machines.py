@@ -8,7 +8,9 @@ deployment (vault name, NFS account, database host) come from the machine's tags
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ TAG_DB_HOST = "ndfleet:slurm-db-host"
 IMDS_TOKEN_URL = (
     "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
 )
+IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"
 KEYVAULT_API_VERSION = "7.4"
 MUNGE_SECRET = "munge-key"
 DB_SECRET = "slurmdbd-password"
@@ -83,6 +86,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "http_timeout_s": HTTP_TIMEOUT_S,
         "imds_tags_url": IMDS_TAGS_URL,
         "imds_token_url": IMDS_TOKEN_URL,
+        "imds_user_data_url": IMDS_USER_DATA_URL,
         "keyvault_api_version": KEYVAULT_API_VERSION,
         "tag_vault": TAG_VAULT,
         "tag_identity_client_id": TAG_IDENTITY_CLIENT_ID,
@@ -136,21 +140,44 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
     ]
 
 
-def _config_node_files(site: SlurmSite) -> list[NodeFile]:
-    return [NodeFile(name, f"/etc/slurm/{name}", "0644", content) for name, content in config_files(site).items()]
+def machine_user_data(spec: ClusterSpec, role: str) -> str:
+    """The controller's or a login node's VM userData (base64 JSON): the Slurm release and configuration files.
+
+    Unlike customData, `pulumi up` updates a VM's userData in place, and the machine picks the change up
+    (ndfleet-slurm-config): scaling or adding an island, or any other change of slurm.conf, never rebuilds the
+    controller. It holds no secret (slurmdbd.conf's password is filled in on the controller from Key Vault).
+    """
+    site = slurm_site(spec)
+    assert spec.slurm is not None
+    files = {f"/etc/slurm/{name}": content for name, content in config_files(site).items()}
+    if role == "controller":
+        ctx = _setup_context(spec, site, role, None)
+        files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
+    doc = {"version": spec.slurm.version, "files": files}
+    return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
 
 
 def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
-    """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit."""
+    """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit.
+
+    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts or the
+    Slurm release, which travel in userData (`machine_user_data`): customData can only change by rebuilding the VM.
+    """
     if role not in ("controller", "login"):
         raise ValueError(f"unknown Slurm machine role {role!r}")
     site = slurm_site(spec)
     ctx = _setup_context(spec, site, role, None)
-    files = [*_setup_files(spec, site, role, None), *_config_node_files(site)]
+    files = [
+        *_setup_files(spec, site, role, None),
+        NodeFile("ndfleet-slurm-config", "/usr/local/sbin/ndfleet-slurm-config", "0755",
+                 _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-config.service", "/etc/systemd/system/ndfleet-slurm-config.service", "0644",
+                 _render("slurm/systemd/ndfleet-slurm-config.service.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-config.timer", "/etc/systemd/system/ndfleet-slurm-config.timer", "0644",
+                 _render("slurm/systemd/ndfleet-slurm-config.timer.j2", site, ctx)),
+    ]
     if role == "controller":
         files += [
-            NodeFile("slurmdbd.conf.in", f"{CONFIG_DIR}/slurmdbd.conf.in", "0600",
-                     _render("slurm/slurmdbd.conf.j2", site, ctx)),
             NodeFile("ndfleet-slurm-reap.service", "/etc/systemd/system/ndfleet-slurm-reap.service", "0644",
                      _render("slurm/systemd/ndfleet-slurm-reap.service.j2", site, ctx)),
             NodeFile("ndfleet-slurm-reap.timer", "/etc/systemd/system/ndfleet-slurm-reap.timer", "0644",
