@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from ndfleet import cli, policy_rules
-from ndfleet.policy_rules import RULES_BY_ID, STORAGE_ACCOUNT_TYPE, SUBNET_TYPE, VMSS_TYPE, VNET_TYPE
+from ndfleet.policy_rules import (
+    KEY_VAULT_TYPE,
+    MYSQL_SERVER_TYPE,
+    NIC_TYPE,
+    RULES_BY_ID,
+    STORAGE_ACCOUNT_TYPE,
+    SUBNET_TYPE,
+    VMSS_TYPE,
+    VNET_TYPE,
+)
 
 PLAN = Path(__file__).parent / "data" / "plans" / "dev-small.json"
 
@@ -23,8 +32,17 @@ def good_plan() -> dict[str, Any]:
     return json.loads(PLAN.read_text())
 
 
+# The Slurm cluster's services (NIC, MySQL, Key Vault, NFS FileStorage account) from a `scheduler: slurm` plan.
+SLURM_PLAN = Path(__file__).parent / "data" / "plans" / "slurm-services.json"
+
+
 def good_props(rtype: str) -> dict[str, Any]:
-    return copy.deepcopy(next(r for r in good_plan()["resources"] if r["type"] == rtype)["inputs"])
+    resources = good_plan()["resources"] + json.loads(SLURM_PLAN.read_text())["resources"]
+    return copy.deepcopy(next(r for r in resources if r["type"] == rtype)["inputs"])
+
+
+def _nfs_public(p: dict[str, Any]) -> None:
+    p.update(kind="FileStorage", publicNetworkAccess="Enabled")
 
 
 def _nic(p: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +147,16 @@ CASES: list[tuple[str, str, Mutation, set[str]]] = [
     ("nd-manual-upgrade", VMSS_TYPE, _rolling, {"nd-manual-upgrade"}),
     ("nd-accelerated-networking", VMSS_TYPE, _no_accel, {"nd-accelerated-networking"}),
     ("storage-private-network", STORAGE_ACCOUNT_TYPE, _storage_public, {"storage-private-network"}),
+    ("nic-no-public-ip", NIC_TYPE, lambda p: p["ipConfigurations"][0].update(publicIPAddress={"id": "pip"}),
+     {"nic-no-public-ip"}),
+    ("mysql-private", MYSQL_SERVER_TYPE, lambda p: p["network"].update(publicNetworkAccess="Enabled"),
+     {"mysql-private"}),
+    ("keyvault-rbac-private", KEY_VAULT_TYPE, lambda p: p["properties"].update(enableRbacAuthorization=False),
+     {"keyvault-rbac-private"}),
+    ("keyvault-rbac-private", KEY_VAULT_TYPE,
+     lambda p: p["properties"].update(publicNetworkAccess="Enabled", networkAcls={"defaultAction": "Allow"}),
+     {"keyvault-rbac-private"}),
+    ("nfs-account-private", STORAGE_ACCOUNT_TYPE, _nfs_public, {"nfs-account-private"}),
 ]
 CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 
@@ -231,6 +259,7 @@ def test_has_mandatory_is_false_for_advisory_only() -> None:
 
 def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
     plan = good_plan()
+    plan["resources"] += json.loads(SLURM_PLAN.read_text())["resources"]
     if rtype == SUBNET_TYPE:
         target = next(r for r in plan["resources"] if r["type"] == SUBNET_TYPE)["inputs"]
     else:
@@ -243,7 +272,7 @@ def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
 
 def test_policy_command_passes_a_good_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["policy", str(PLAN)]) == 0
-    assert "all 17 rules pass" in capsys.readouterr().out
+    assert f"all {len(policy_rules.RULES)} rules pass" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("rule_id", "rtype", "mutate", "violated"), CASES, ids=CASE_IDS)
