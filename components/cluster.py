@@ -1,15 +1,24 @@
-"""The cluster: network, storage, node identity and one InfiniBand island per scale set, from one ClusterSpec."""
+"""The cluster: network, node identity, storage and one InfiniBand island per scale set, from prepared artefacts.
+
+`Cluster` is the one component that reads the whole stack: it takes `ndfleet.prepare.PreparedCluster` (the
+validated spec, each island's rendered bootstrap, the effective health grace period, the cloud) and hands each
+part only what it needs through its own `...Args`.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.components.ib_island import IbIsland, IbIslandArgs
+from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
+from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
-from ndfleet.components.storage import Storage, StorageArgs
+from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
+from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
 from ndfleet.spec.config import ClusterSpec
 
@@ -19,36 +28,85 @@ def slurm_topology(spec: ClusterSpec) -> str:
     return island_partitions(spec)
 
 
+@dataclass(frozen=True)
+class ClusterArgs:
+    prepared: PreparedCluster
+
+
+def network_args(spec: ClusterSpec) -> NetworkArgs:
+    net = spec.network
+    return NetworkArgs(
+        location=spec.location,
+        address_space=net.address_space,
+        compute_cidr=net.compute.cidr,
+        storage_cidr=net.storage.cidr,
+        lustre_cidr=net.lustre.cidr if net.lustre is not None else None,
+        bastion_cidr=net.bastion.cidr if spec.bastion and net.bastion is not None else None,
+        zone=spec.zone,
+        resource_group_name=spec.resource_group_name,
+        tags=spec.tags,
+    )
+
+
 class Cluster(pulumi.ComponentResource):
-    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Cluster", name, None, opts)
+        prepared = args.prepared
+        spec = prepared.spec
         child = pulumi.ResourceOptions(parent=self)
         client_config = authorization.get_client_config_output()
         subscription_id = client_config.subscription_id
 
-        net = Network(f"{name}-net", NetworkArgs(spec=spec), opts=child)
+        net = Network(f"{name}-net", network_args(spec), opts=child)
+        self.network = net
+        identity = NodeIdentity(
+            f"{name}-nodes",
+            NodeIdentityArgs(resource_group_name=net.resource_group_name, location=spec.location, tags=spec.tags),
+            opts=child,
+        )
+        self.identity = identity
+        lustre = spec.storage.lustre
+        if lustre is not None and net.lustre_subnet_id is None:
+            raise ValueError("the spec has Managed Lustre but the network has no Lustre subnet")
         store = Storage(
             f"{name}-data",
             StorageArgs(
-                spec=spec,
                 resource_group_name=net.resource_group_name,
+                location=spec.location,
+                account_name=subscription_id.apply(lambda sub: storage_account_name(spec.name_prefix, sub, spec.stack)),
+                private_endpoint_subnet_id=net.storage_subnet_id,
                 vnet_id=net.vnet_id,
-                storage_subnet_id=net.storage_subnet_id,
-                lustre_subnet_id=net.lustre_subnet_id,
+                account_sku=spec.storage.account_sku,
+                soft_delete_days=spec.storage.soft_delete_days,
+                containers=spec.storage.containers,
+                blob_data_principal_id=identity.principal_id,
                 subscription_id=subscription_id,
+                cloud=prepared.cloud,
+                lustre=(
+                    LustreArgs(
+                        sku=lustre.sku.name,
+                        capacity_tib=lustre.capacity_tib,
+                        subnet_id=net.lustre_subnet_id,  # type: ignore[arg-type]  # checked above
+                        zone=spec.zone,
+                    )
+                    if lustre is not None
+                    else None
+                ),
+                tags=spec.tags,
             ),
             opts=child,
         )
-        identity = NodeIdentity(
-            f"{name}-nodes",
-            NodeIdentityArgs(
-                spec=spec,
-                resource_group_name=net.resource_group_name,
-                storage_account_id=store.account_id,
-                subscription_id=subscription_id,
-            ),
-            opts=child,
-        )
+        self.storage = store
+
+        # Values only known after deployment reach the node through its scale set's tags, which it reads from
+        # the instance metadata service at boot: customData stays deterministic and holds no secrets.
+        node_tags: dict[str, pulumi.Input[str]] = {
+            **spec.tags,
+            TAG_STORAGE_ACCOUNT: store.account_name,
+            TAG_IDENTITY_CLIENT_ID: identity.client_id,
+        }
+        if store.lustre_mgs_address is not None:
+            node_tags[TAG_LUSTRE_MGS] = store.lustre_mgs_address
         slurm: SlurmCluster | None = None
         if spec.scheduler == "slurm":
             slurm = SlurmCluster(
@@ -65,30 +123,53 @@ class Cluster(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
+            # The nodes find the vault (munge key) and the NFS share through their scale set's tags.
+            node_tags.update(slurm.node_tags)
+        health = HealthArgs(
+            probe_port=spec.health.probe_port,
+            probe_grace_period_seconds=prepared.probe_grace_period_s,
+            repair_action=spec.health.repair_action,
+            repair_grace_period_minutes=spec.health.repair_grace_period_minutes,
+        )
+        image = ImageArgs(
+            publisher=spec.image.publisher, offer=spec.image.offer, sku=spec.image.sku, version=spec.image.version
+        )
         self.islands = [
             IbIsland(
-                f"{name}-{island.name}",
+                f"{name}-{p.island.name}",
                 IbIslandArgs(
-                    spec=spec,
-                    island=island,
                     resource_group_name=net.resource_group_name,
+                    location=spec.location,
                     subnet_id=net.compute_subnet_id,
                     identity_id=identity.id,
-                    identity_client_id=identity.client_id,
-                    storage_account_name=store.account_name,
-                    lustre_mgs_address=store.lustre_mgs_address,
-                    extra_tags=slurm.node_tags if slurm is not None else None,
+                    ssh_public_key=spec.ssh_public_key,
+                    custom_data=p.bootstrap.custom_data,
+                    node_count=p.island.nodes,
+                    vm_size=spec.profile.name,
+                    island_name=p.island.name,
+                    computer_name_prefix=f"{spec.name_prefix}-{p.island.name}-",
+                    admin_username=spec.admin_username,
+                    zone=spec.zone,
+                    image=image,
+                    os_disk_size_gb=spec.os_disk_size_gb,
+                    health=health,
+                    priority="Spot" if spec.priority == "Spot" else "Regular",
+                    spot_max_price=spec.spot_max_price,
+                    proximity_placement_group=spec.proximity_placement_group,
+                    tags=node_tags,
+                    # First-boot mounts need the private endpoint, its DNS record and the role assignment.
+                    boot_dependencies=store.boot_dependencies,
                 ),
                 opts=child,
             )
-            for island in spec.islands
+            for p in prepared.islands
         ]
 
         self.outputs: dict[str, pulumi.Input[object]] = {
             "resourceGroupName": net.resource_group_name,
             "islands": {
-                island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
-                for island, component in zip(spec.islands, self.islands, strict=True)
+                p.island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
+                for p, component in zip(prepared.islands, self.islands, strict=True)
             },
             "storage": {
                 "accountName": store.account_name,

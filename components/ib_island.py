@@ -1,42 +1,115 @@
 """One InfiniBand island: one Uniform scale set in one placement group, which is one IB fabric.
 
 InfiniBand is configured only between VMs of the same scale set with `singlePlacementGroup: true`
-(setup-infiniband.md); peers (CycleCloud) use Uniform orchestration with one fault domain and no
+(Microsoft Learn, "Set up InfiniBand"); peers (CycleCloud) use Uniform orchestration with one fault domain and no
 overprovisioning. Nodes boot with the rendered bootstrap, validate themselves, and report health to the
 Application Health extension; automatic repairs replace a node that stays unhealthy.
+
+Usable from any Pulumi Python program: `IbIslandArgs` takes plain values (a VM-size profile by name, a node
+count, a subnet id, an identity, an SSH key, the rendered customData) and no ndfleet stack spec.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 import pulumi_azure_native.compute as compute
 
-from ndfleet.bootstrap import (
-    HEALTH_PATH,
-    TAG_IDENTITY_CLIENT_ID,
-    TAG_LUSTRE_MGS,
-    TAG_STORAGE_ACCOUNT,
-    render_bootstrap,
-)
-from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH
+from ndfleet.spec.config import DEFAULT_VM_SIZE
+from ndfleet.spec.profiles import PROFILES
 
 TAG_ISLAND = "ndfleet:island"
+
+# Fault domains of a scale set with singlePlacementGroup: true (decided per case, sources next to each):
+# - regional (no zone): 1, what Azure CycleCloud (and CycleCloud Workspace for Slurm) sets on every IB scale set;
+#   Uniform regional scale sets accept 1-5 (Microsoft Learn, "Choosing the right number of fault domains for
+#   Virtual Machine Scale Set", supported values table).
+# - zonal: 5. Uniform zonal scale sets accept only 1 or 5 (same table), and 1 (max spreading) requires multiple
+#   placement groups (Microsoft Learn, "Create a Virtual Machine Scale Set that uses availability zones",
+#   Placement groups: "If you use max spreading, you must use multiple placement groups"), which InfiniBand rules
+#   out; so a zonal island uses fixed spreading over 5.
+REGIONAL_FAULT_DOMAINS = 1
+ZONAL_FAULT_DOMAINS = 5
+
+
+def fault_domain_count(zone: str | None) -> int:
+    """platformFaultDomainCount of an InfiniBand island (single placement group), zonal or regional."""
+    return ZONAL_FAULT_DOMAINS if zone else REGIONAL_FAULT_DOMAINS
+
+
+@dataclass(frozen=True)
+class ImageArgs:
+    publisher: str = "microsoft-dsvm"
+    offer: str = "ubuntu-hpc"
+    sku: str = "2204"
+    version: str = "latest"
+
+
+@dataclass(frozen=True)
+class HealthArgs:
+    """Application Health extension (rich health states) and automatic repairs."""
+
+    probe_port: int = 18300
+    # Let the node's set-up and validation finish before its health counts. ndfleet.prepare derives it from the
+    # stack (PreparedCluster.probe_grace_period_s); 2,400 s is what it derives for ND H100 v5 at the default
+    # full validation with DCGM level 1 (a test keeps the two equal).
+    probe_grace_period_seconds: int = 2400
+    repair_action: Literal["Replace", "Reimage", "Restart"] = "Replace"
+    repair_grace_period_minutes: int = 30
+    interval_seconds: int = 30
+    number_of_probes: int = 3
 
 
 @dataclass(frozen=True)
 class IbIslandArgs:
-    spec: ClusterSpec
-    island: IslandSpec
     resource_group_name: pulumi.Input[str]
+    location: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
+    # The user-assigned identity the nodes run as (resource id).
     identity_id: pulumi.Input[str]
-    identity_client_id: pulumi.Input[str]
-    storage_account_name: pulumi.Input[str]
-    lustre_mgs_address: pulumi.Input[str] | None
-    # More values for the nodes' tags (the Slurm cluster's vault and NFS account, components/slurm.py).
-    extra_tags: dict[str, pulumi.Input[str]] | None = None
+    ssh_public_key: str
+    # base64 customData the nodes boot with (ndfleet.prepare renders it: PreparedIsland.bootstrap.custom_data).
+    custom_data: pulumi.Input[str]
+    node_count: int
+    vm_size: str = DEFAULT_VM_SIZE  # a VM-size profile by name (ndfleet.spec.profiles.PROFILES)
+    island_name: str | None = None  # tag ndfleet:island; default: the component's name
+    computer_name_prefix: str | None = None  # default: "<component name>-"
+    admin_username: str = "azureuser"
+    zone: str | None = None
+    image: ImageArgs = field(default_factory=ImageArgs)
+    os_disk_size_gb: int = 256
+    health: HealthArgs = field(default_factory=HealthArgs)
+    priority: Literal["Regular", "Spot"] = "Regular"
+    spot_max_price: float = -1
+    proximity_placement_group: bool = True
+    tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    # What the nodes need at boot (storage private endpoint, its DNS records, their role assignment): the scale
+    # set is created only after these exist.
+    boot_dependencies: Sequence[pulumi.Resource] = ()
+
+
+def _check(args: IbIslandArgs) -> None:
+    problems = []
+    if args.vm_size not in PROFILES:
+        problems.append(f"vm_size = {args.vm_size!r}: no VM-size profile; known: {', '.join(sorted(PROFILES))}")
+    if args.node_count < 1:
+        problems.append(f"node_count = {args.node_count}: at least 1")
+    if isinstance(args.custom_data, str):
+        try:
+            size = len(base64.b64decode(args.custom_data, validate=True))
+        except binascii.Error:
+            problems.append("custom_data: not base64")
+        else:
+            if size > CUSTOM_DATA_MAX_BYTES:
+                problems.append(f"custom_data: {size:,} bytes decoded, over Azure's limit of {CUSTOM_DATA_MAX_BYTES:,}")
+    if problems:
+        raise ValueError("IbIslandArgs: " + "; ".join(problems))
 
 
 class IbIsland(pulumi.ComponentResource):
@@ -45,28 +118,19 @@ class IbIsland(pulumi.ComponentResource):
     node_count: int
 
     def __init__(self, name: str, args: IbIslandArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        _check(args)
         super().__init__("ndfleet:cluster:IbIsland", name, None, opts)
-        spec, island, profile = args.spec, args.island, args.spec.profile
-        zones = [spec.zone] if spec.zone else None
-        # Values only known after deployment reach the node through its scale set's tags, which it reads from
-        # the instance metadata service at boot: customData stays deterministic and holds no secrets.
-        tags: dict[str, pulumi.Input[str]] = {
-            **spec.tags,
-            TAG_ISLAND: island.name,
-            TAG_STORAGE_ACCOUNT: args.storage_account_name,
-            TAG_IDENTITY_CLIENT_ID: args.identity_client_id,
-        }
-        if args.lustre_mgs_address is not None:
-            tags[TAG_LUSTRE_MGS] = args.lustre_mgs_address
-        tags.update(args.extra_tags or {})
+        profile = PROFILES[args.vm_size]
+        zones = [args.zone] if args.zone else None
+        tags: dict[str, pulumi.Input[str]] = {**args.tags, TAG_ISLAND: args.island_name or name}
 
         ppg_ref: compute.SubResourceArgs | None = None
-        if spec.proximity_placement_group:
+        if args.proximity_placement_group:
             # Intent = the VM size lets Azure pick a datacenter that has the size before the first VM lands.
             ppg = compute.ProximityPlacementGroup(
                 f"{name}-ppg",
                 resource_group_name=args.resource_group_name,
-                location=spec.location,
+                location=args.location,
                 proximity_placement_group_type="Standard",
                 intent=compute.ProximityPlacementGroupPropertiesIntentArgs(vm_sizes=[profile.name]),
                 zones=zones,
@@ -75,17 +139,16 @@ class IbIsland(pulumi.ComponentResource):
             )
             ppg_ref = compute.SubResourceArgs(id=ppg.id)
 
-        bootstrap = render_bootstrap(spec, island)
-        spot = spec.priority == "Spot"
-
+        spot = args.priority == "Spot"
+        health = args.health
         vmss = compute.VirtualMachineScaleSet(
             f"{name}-vmss",
             resource_group_name=args.resource_group_name,
-            location=spec.location,
-            sku=compute.SkuArgs(name=profile.name, tier="Standard", capacity=island.nodes),
+            location=args.location,
+            sku=compute.SkuArgs(name=profile.name, tier="Standard", capacity=args.node_count),
             orchestration_mode="Uniform",
             single_placement_group=True,
-            platform_fault_domain_count=1,
+            platform_fault_domain_count=fault_domain_count(args.zone),
             overprovision=False,
             upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
             zones=zones,
@@ -96,42 +159,45 @@ class IbIsland(pulumi.ComponentResource):
             ),
             automatic_repairs_policy=compute.AutomaticRepairsPolicyArgs(
                 enabled=True,
-                grace_period=f"PT{spec.health.repair_grace_period_minutes}M",
-                repair_action=spec.health.repair_action,
+                grace_period=f"PT{health.repair_grace_period_minutes}M",
+                repair_action=health.repair_action,
             ),
             virtual_machine_profile=compute.VirtualMachineScaleSetVMProfileArgs(
                 priority="Spot" if spot else "Regular",
                 eviction_policy="Delete" if spot else None,
-                billing_profile=compute.BillingProfileArgs(max_price=spec.spot_max_price) if spot else None,
+                billing_profile=compute.BillingProfileArgs(max_price=args.spot_max_price) if spot else None,
                 storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
                     image_reference=compute.ImageReferenceArgs(
-                        publisher=spec.image.publisher,
-                        offer=spec.image.offer,
-                        sku=spec.image.sku,
-                        version=spec.image.version,
+                        publisher=args.image.publisher,
+                        offer=args.image.offer,
+                        sku=args.image.sku,
+                        version=args.image.version,
                     ),
+                    # No deleteOption: it is documented for Flexible orchestration only ("Specifies whether OS
+                    # Disk should be deleted or detached upon VMSS Flex deletion (This feature is available for
+                    # VMSS with Flexible OrchestrationMode only)", Compute REST API 2024-11-01,
+                    # VirtualMachineScaleSetOSDisk.deleteOption); a Uniform instance's OS disk goes with it.
                     os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
                         create_option="FromImage",
                         caching=compute.CachingTypes.READ_WRITE,
-                        disk_size_gb=spec.os_disk_size_gb,
-                        delete_option="Delete",
+                        disk_size_gb=args.os_disk_size_gb,
                         managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
                             storage_account_type="Premium_LRS"
                         ),
                     ),
                 ),
                 os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
-                    computer_name_prefix=f"{spec.name_prefix}-{island.name}-",
-                    admin_username=spec.admin_username,
-                    custom_data=bootstrap.custom_data,
+                    computer_name_prefix=args.computer_name_prefix or f"{name}-",
+                    admin_username=args.admin_username,
+                    custom_data=args.custom_data,
                     linux_configuration=compute.LinuxConfigurationArgs(
                         disable_password_authentication=True,
                         provision_vm_agent=True,
                         ssh=compute.SshConfigurationArgs(
                             public_keys=[
                                 compute.SshPublicKeyArgs(
-                                    path=f"/home/{spec.admin_username}/.ssh/authorized_keys",
-                                    key_data=spec.ssh_public_key,
+                                    path=f"/home/{args.admin_username}/.ssh/authorized_keys",
+                                    key_data=args.ssh_public_key,
                                 )
                             ]
                         ),
@@ -169,21 +235,21 @@ class IbIsland(pulumi.ComponentResource):
                             # then Healthy or Unhealthy; automatic repairs act on Unhealthy.
                             settings={
                                 "protocol": "http",
-                                "port": spec.health.probe_port,
+                                "port": health.probe_port,
                                 "requestPath": HEALTH_PATH,
-                                "intervalInSeconds": 30,
-                                "numberOfProbes": 3,
-                                "gracePeriod": spec.health.probe_grace_period_seconds,
+                                "intervalInSeconds": health.interval_seconds,
+                                "numberOfProbes": health.number_of_probes,
+                                "gracePeriod": health.probe_grace_period_seconds,
                             },
                         )
                     ]
                 ),
             ),
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.boot_dependencies)),
         )
 
         self.scale_set_id = vmss.id
         self.scale_set_name = vmss.name
-        self.node_count = island.nodes
-        self.register_outputs({"scaleSetId": self.scale_set_id, "nodeCount": island.nodes})
+        self.node_count = args.node_count
+        self.register_outputs({"scaleSetId": self.scale_set_id, "nodeCount": args.node_count})

@@ -1,23 +1,23 @@
-"""Node identity: one user-assigned managed identity per cluster, allowed blob data access on its account only."""
+"""Node identity: one user-assigned managed identity per cluster.
+
+What it may do is granted where the data lives: `Storage` gives it Storage Blob Data Contributor on its one
+account (StorageArgs.blob_data_principal_id), so the grant is ordered with the account's other writes.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
-import pulumi_azure_native.authorization as authorization
 import pulumi_azure_native.managedidentity as managedidentity
-
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 
 
 @dataclass(frozen=True)
 class NodeIdentityArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
-    storage_account_id: pulumi.Input[str]
-    subscription_id: pulumi.Input[str]
+    location: pulumi.Input[str]
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class NodeIdentity(pulumi.ComponentResource):
@@ -30,22 +30,8 @@ class NodeIdentity(pulumi.ComponentResource):
         identity = managedidentity.UserAssignedIdentity(
             f"{name}-id",
             resource_group_name=args.resource_group_name,
-            location=args.spec.location,
-            tags=args.spec.tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        # Least privilege: data-plane access to this one storage account, nothing at group or subscription scope.
-        authorization.RoleAssignment(
-            f"{name}-blob-data",
-            scope=args.storage_account_id,
-            principal_id=identity.principal_id,
-            principal_type="ServicePrincipal",
-            role_definition_id=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: (
-                    f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
-                    f"{STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID}"
-                )
-            ),
+            location=args.location,
+            tags=dict(args.tags),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.id = identity.id

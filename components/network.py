@@ -6,13 +6,12 @@ partners can allow-list it); inbound from the Internet is denied; administrators
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.network as network
 import pulumi_azure_native.resources as resources
-
-from ndfleet.spec.config import ClusterSpec
 
 
 def _inbound_rule(name: str, priority: int, access: str, source: str, destination: str) -> network.SecurityRuleArgs:
@@ -31,7 +30,18 @@ def _inbound_rule(name: str, priority: int, access: str, source: str, destinatio
 
 @dataclass(frozen=True)
 class NetworkArgs:
-    spec: ClusterSpec
+    """A new VNet for one cluster. To use an existing network instead, skip this component and pass its subnet
+    ids to IbIslandArgs / StorageArgs (examples/bring-your-own-network)."""
+
+    location: str
+    address_space: str
+    compute_cidr: str
+    storage_cidr: str
+    lustre_cidr: str | None = None
+    bastion_cidr: str | None = None  # set to deploy Azure Bastion (subnet AzureBastionSubnet)
+    zone: str | None = None
+    resource_group_name: str | None = None  # an existing group; default: a new one
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class Network(pulumi.ComponentResource):
@@ -44,22 +54,22 @@ class Network(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Network", name, None, opts)
-        spec = args.spec
         child = pulumi.ResourceOptions(parent=self)
-        zones = [spec.zone] if spec.zone else None
-        tags = spec.tags
+        zones = [args.zone] if args.zone else None
+        tags = dict(args.tags)
+        location = args.location
 
-        if spec.resource_group_name is None:
-            rg = resources.ResourceGroup(f"{name}-rg", location=spec.location, tags=tags, opts=child)
+        if args.resource_group_name is None:
+            rg = resources.ResourceGroup(f"{name}-rg", location=location, tags=tags, opts=child)
             self.resource_group_name = rg.name
         else:
-            self.resource_group_name = pulumi.Output.from_input(spec.resource_group_name)
+            self.resource_group_name = pulumi.Output.from_input(args.resource_group_name)
         rg_name = self.resource_group_name
 
         nsg = network.NetworkSecurityGroup(
             f"{name}-nsg",
             resource_group_name=rg_name,
-            location=spec.location,
+            location=location,
             security_rules=[
                 # Node-to-node (NCCL bootstrap over TCP, Slurm, NFS, Lustre 988/1019-1023) stays inside the VNet.
                 _inbound_rule("allow-vnet-inbound", 100, "Allow", "VirtualNetwork", "VirtualNetwork"),
@@ -72,25 +82,26 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
-        def static_ip(ip_name: str) -> network.PublicIPAddress:
+        def static_ip(ip_name: str, ip_zones: list[str] | None) -> network.PublicIPAddress:
             # Standard SKU, static: what NAT gateways and Bastion require; never attached to a node.
             return network.PublicIPAddress(
                 ip_name,
                 resource_group_name=rg_name,
-                location=spec.location,
+                location=location,
                 sku=network.PublicIPAddressSkuArgs(name="Standard", tier="Regional"),
                 public_ip_allocation_method="Static",
                 public_ip_address_version="IPv4",
-                zones=zones,
+                zones=ip_zones,
                 tags=tags,
                 opts=child,
             )
 
-        nat_ip = static_ip(f"{name}-nat-ip")
+        # The NAT gateway and its IP share the cluster's zone (a zonal NAT gateway needs an IP in its zone).
+        nat_ip = static_ip(f"{name}-nat-ip", zones)
         nat = network.NatGateway(
             f"{name}-nat",
             resource_group_name=rg_name,
-            location=spec.location,
+            location=location,
             sku=network.NatGatewaySkuArgs(name="Standard"),
             public_ip_addresses=[network.SubResourceArgs(id=nat_ip.id)],
             idle_timeout_in_minutes=10,
@@ -102,8 +113,8 @@ class Network(pulumi.ComponentResource):
         vnet = network.VirtualNetwork(
             f"{name}-vnet",
             resource_group_name=rg_name,
-            location=spec.location,
-            address_space=network.AddressSpaceArgs(address_prefixes=[spec.network.address_space]),
+            location=location,
+            address_space=network.AddressSpaceArgs(address_prefixes=[args.address_space]),
             tags=tags,
             # Subnets are their own resources below; ignore them here so the two never fight.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["subnets"]),
@@ -132,28 +143,27 @@ class Network(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
             )
 
-        compute_subnet = subnet("compute", spec.network.compute.cidr, nsg_id=nsg.id, nat_id=nat.id, depends=[])
-        storage_subnet = subnet(
-            "storage", spec.network.storage.cidr, nsg_id=nsg.id, nat_id=None, depends=[compute_subnet]
-        )
+        compute_subnet = subnet("compute", args.compute_cidr, nsg_id=nsg.id, nat_id=nat.id, depends=[])
+        storage_subnet = subnet("storage", args.storage_cidr, nsg_id=nsg.id, nat_id=None, depends=[compute_subnet])
         last: network.Subnet = storage_subnet
         self.lustre_subnet_id = None
-        if spec.network.lustre is not None:
-            lustre_subnet = subnet("lustre", spec.network.lustre.cidr, nsg_id=nsg.id, nat_id=nat.id, depends=[last])
+        if args.lustre_cidr is not None:
+            lustre_subnet = subnet("lustre", args.lustre_cidr, nsg_id=nsg.id, nat_id=nat.id, depends=[last])
             self.lustre_subnet_id = lustre_subnet.id
             last = lustre_subnet
 
         self.bastion_host_name: pulumi.Output[str] | None = None
-        if spec.bastion and spec.network.bastion is not None:
+        if args.bastion_cidr is not None:
             # The subnet must be named AzureBastionSubnet; no NSG of ours on it (Bastion needs its own rules).
-            bastion_subnet = subnet(
-                "AzureBastionSubnet", spec.network.bastion.cidr, nsg_id=None, nat_id=None, depends=[last]
-            )
-            bastion_ip = static_ip(f"{name}-bastion-ip")
+            bastion_subnet = subnet("AzureBastionSubnet", args.bastion_cidr, nsg_id=None, nat_id=None, depends=[last])
+            # Bastion is deployed without zones (zone redundancy for Bastion is a preview in a few regions only:
+            # Microsoft Learn, "Reliability in Azure Bastion"), so its public IP is non-zonal too: a zonal IP on a
+            # non-zonal Bastion may be refused, and the two must agree.
+            bastion_ip = static_ip(f"{name}-bastion-ip", None)
             bastion = network.BastionHost(
                 f"{name}-bastion",
                 resource_group_name=rg_name,
-                location=spec.location,
+                location=location,
                 # Standard with tunnelling: `az network bastion ssh` from the admin's own terminal, key auth.
                 sku=network.SkuArgs(name="Standard"),
                 enable_tunneling=True,

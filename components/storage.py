@@ -1,15 +1,29 @@
 """Storage: a blob account for datasets and checkpoints, and optionally Azure Managed Lustre.
 
 Secure by default: no public blob access, no shared keys (Entra ID only), TLS 1.2, public network access
-disabled and a private endpoint in the storage subnet, versioning and soft delete, and what holds data is
+disabled and a private endpoint in the given subnet, versioning and soft delete, and what holds data is
 both `protect`ed in Pulumi and locked CanNotDelete in Azure.
+
+Writes to one storage account are serialised: Azure answers a second concurrent write to the account with
+`StorageAccountOperationInProgress`, and a private endpoint that failed half-way cannot be deleted once the
+CanNotDelete lock is on (`ScopeLocked`). So everything that writes to the account runs in one explicit order
+(`depends_on`): blob service properties -> containers (one after another) -> private endpoint -> its DNS zone
+group -> the role assignment -> the lock, last.
+Sources: the error as reported against a private endpoint created beside other account writes
+(Azure/bicep-registry-modules#6001, hashicorp/terraform-provider-azurerm#28112: "An operation is currently
+performing on this storage account that requires exclusive access"); a CanNotDelete lock blocks deleting the
+resource and its children (Microsoft Learn, "Lock your Azure resources to protect your infrastructure").
+
+Usable from any Pulumi Python program: `StorageArgs` takes plain values (an account name, a subnet id, a VNet
+id, a principal to grant data access) and no ndfleet stack spec.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
@@ -18,9 +32,10 @@ import pulumi_azure_native.privatedns as privatedns
 import pulumi_azure_native.storage as storage
 import pulumi_azure_native.storagecache as storagecache
 
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud
+from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 
-BLOB_PRIVATE_DNS_ZONE = "privatelink.blob.core.windows.net"
+LOCK_NAME = "ndfleet-data-cannot-delete"
 
 
 def storage_account_name(prefix: str, subscription_id: str, stack: str) -> str:
@@ -37,7 +52,7 @@ def _cannot_delete_lock(
     return authorization.ManagementLockByScope(
         name,
         scope=scope,
-        lock_name="ndfleet-data-cannot-delete",
+        lock_name=LOCK_NAME,
         level="CanNotDelete",
         notes=f"Holds {holds}; remove this lock deliberately before deleting.",
         opts=opts,
@@ -45,13 +60,32 @@ def _cannot_delete_lock(
 
 
 @dataclass(frozen=True)
+class LustreArgs:
+    """Azure Managed Lustre in its own subnet."""
+
+    sku: str  # e.g. AMLFS-Durable-Premium-250
+    capacity_tib: int
+    subnet_id: pulumi.Input[str]
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
 class StorageArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
-    vnet_id: pulumi.Input[str]
-    storage_subnet_id: pulumi.Input[str]
-    lustre_subnet_id: pulumi.Input[str] | None
-    subscription_id: pulumi.Input[str]
+    location: pulumi.Input[str]
+    account_name: pulumi.Input[str]  # 3-24 lowercase letters and digits, globally unique (storage_account_name)
+    private_endpoint_subnet_id: pulumi.Input[str]
+    vnet_id: pulumi.Input[str]  # linked to the blob private DNS zone so the nodes resolve the private endpoint
+    account_sku: str = "Standard_ZRS"
+    soft_delete_days: int = 14
+    containers: Sequence[str] = ("datasets", "checkpoints")
+    # Granted Storage Blob Data Contributor on this account only (the nodes' managed identity).
+    blob_data_principal_id: pulumi.Input[str] | None = None
+    # For the role definition id; default: the subscription Pulumi deploys to.
+    subscription_id: pulumi.Input[str] | None = None
+    cloud: StorageCloud = PUBLIC_CLOUD  # the private DNS zone name differs per Azure cloud (ndfleet.clouds)
+    lustre: LustreArgs | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class Storage(pulumi.ComponentResource):
@@ -59,24 +93,24 @@ class Storage(pulumi.ComponentResource):
     account_name: pulumi.Output[str]
     blob_endpoint: pulumi.Output[str]
     lustre_mgs_address: pulumi.Output[str] | None
+    # What a node needs at boot to mount the blob containers: give them to IbIslandArgs.boot_dependencies.
+    boot_dependencies: list[pulumi.Resource]
 
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Storage", name, None, opts)
-        spec = args.spec
         rg = args.resource_group_name
-        child = pulumi.ResourceOptions(parent=self)
-        keep = pulumi.ResourceOptions(parent=self, protect=True)
-        tags = spec.tags
+        tags = dict(args.tags)
+
+        def after(*resources: pulumi.Resource, protect: bool = False) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, protect=protect, depends_on=list(resources))
 
         account = storage.StorageAccount(
             f"{name}-account",
-            account_name=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: storage_account_name(spec.name_prefix, sub, spec.stack)
-            ),
+            account_name=args.account_name,
             resource_group_name=rg,
-            location=spec.location,
+            location=args.location,
             kind="StorageV2",
-            sku=storage.SkuArgs(name=spec.storage.account_sku),
+            sku=storage.SkuArgs(name=args.account_sku),
             access_tier=storage.AccessTier.HOT,
             allow_blob_public_access=False,
             allow_shared_key_access=False,
@@ -89,54 +123,56 @@ class Storage(pulumi.ComponentResource):
                 default_action=storage.DefaultAction.DENY, bypass="AzureServices"
             ),
             tags=tags,
-            opts=keep,
+            opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
-        storage.BlobServiceProperties(
+        # 1. blob service properties
+        last: pulumi.Resource = storage.BlobServiceProperties(
             f"{name}-blob-service",
             account_name=account.name,
             resource_group_name=rg,
             blob_services_name="default",
             is_versioning_enabled=True,
-            delete_retention_policy=storage.DeleteRetentionPolicyArgs(enabled=True, days=spec.storage.soft_delete_days),
+            delete_retention_policy=storage.DeleteRetentionPolicyArgs(enabled=True, days=args.soft_delete_days),
             container_delete_retention_policy=storage.DeleteRetentionPolicyArgs(
-                enabled=True, days=spec.storage.soft_delete_days
+                enabled=True, days=args.soft_delete_days
             ),
-            opts=child,
+            opts=after(account),
         )
-        for container in spec.storage.containers:
-            storage.BlobContainer(
+        # 2. containers, one after another
+        for container in args.containers:
+            last = storage.BlobContainer(
                 f"{name}-{container}",
                 account_name=account.name,
                 resource_group_name=rg,
                 container_name=container,
                 public_access=storage.PublicAccess.NONE,
-                opts=keep,
+                opts=after(last, protect=True),
             )
-        _cannot_delete_lock(f"{name}-account-lock", account.id, "training data and checkpoints", child)
 
-        # Private endpoint: the account is reachable from inside the VNet only.
+        # 3. private endpoint: the account is reachable from inside the VNet only.
         endpoint = network.PrivateEndpoint(
             f"{name}-blob-pe",
             resource_group_name=rg,
-            location=spec.location,
-            subnet=network.SubnetArgs(id=args.storage_subnet_id),
+            location=args.location,
+            subnet=network.SubnetArgs(id=args.private_endpoint_subnet_id),
             private_link_service_connections=[
                 network.PrivateLinkServiceConnectionArgs(
                     name="blob", private_link_service_id=account.id, group_ids=["blob"]
                 )
             ],
             tags=tags,
-            opts=child,
+            opts=after(last),
         )
+        # The zone's name is the cloud's (Microsoft Learn, "Azure Private Endpoint private DNS zone values").
         zone = privatedns.PrivateZone(
             f"{name}-blob-dns",
             resource_group_name=rg,
-            private_zone_name=BLOB_PRIVATE_DNS_ZONE,
+            private_zone_name=args.cloud.blob_private_dns_zone,
             location="Global",
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        privatedns.VirtualNetworkLink(
+        link = privatedns.VirtualNetworkLink(
             f"{name}-blob-dns-link",
             resource_group_name=rg,
             private_zone_name=zone.name,
@@ -144,37 +180,63 @@ class Storage(pulumi.ComponentResource):
             registration_enabled=False,
             virtual_network=privatedns.SubResourceArgs(id=args.vnet_id),
             tags=tags,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        network.PrivateDnsZoneGroup(
+        # 4. DNS zone group: writes the endpoint's A record into the zone.
+        dns_group = network.PrivateDnsZoneGroup(
             f"{name}-blob-dns-group",
             resource_group_name=rg,
             private_endpoint_name=endpoint.name,
             private_dns_zone_group_name="default",
             private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="blob", private_dns_zone_id=zone.id)],
-            opts=child,
+            opts=after(endpoint, link),
         )
+        last = dns_group
+        self.boot_dependencies = [endpoint, link, dns_group]
+
+        # 5. least privilege: data-plane access to this one account, nothing at group or subscription scope.
+        if args.blob_data_principal_id is not None:
+            subscription = (
+                args.subscription_id
+                if args.subscription_id is not None
+                else authorization.get_client_config_output().subscription_id
+            )
+            grant = authorization.RoleAssignment(
+                f"{name}-blob-data",
+                scope=account.id,
+                principal_id=args.blob_data_principal_id,
+                principal_type="ServicePrincipal",
+                role_definition_id=pulumi.Output.from_input(subscription).apply(
+                    lambda sub: (
+                        f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
+                        f"{STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID}"
+                    )
+                ),
+                opts=after(last),
+            )
+            self.boot_dependencies.append(grant)
+            last = grant
+
+        # 6. the lock, last: nothing above can be left half-made under it.
+        _cannot_delete_lock(f"{name}-account-lock", account.id, "training data and checkpoints", after(last))
 
         self.lustre_mgs_address = None
-        lustre = spec.storage.lustre
-        if lustre is not None:
-            if args.lustre_subnet_id is None:
-                raise ValueError("the spec has Managed Lustre but the network has no Lustre subnet")
+        if args.lustre is not None:
             fs = storagecache.AmlFilesystem(
                 f"{name}-lustre",
                 resource_group_name=rg,
-                location=spec.location,
-                sku=storagecache.SkuNameArgs(name=lustre.sku.name),
-                storage_capacity_ti_b=float(lustre.capacity_tib),
-                filesystem_subnet=args.lustre_subnet_id,
+                location=args.location,
+                sku=storagecache.SkuNameArgs(name=args.lustre.sku),
+                storage_capacity_ti_b=float(args.lustre.capacity_tib),
+                filesystem_subnet=args.lustre.subnet_id,
                 maintenance_window=storagecache.AmlFilesystemMaintenanceWindowArgs(
                     day_of_week=storagecache.MaintenanceDayOfWeekType.SUNDAY, time_of_day_utc="02:00"
                 ),
-                zones=[spec.zone] if spec.zone else None,
+                zones=[args.lustre.zone] if args.lustre.zone else None,
                 tags=tags,
-                opts=keep,
+                opts=pulumi.ResourceOptions(parent=self, protect=True),
             )
-            _cannot_delete_lock(f"{name}-lustre-lock", fs.id, "training data", child)
+            _cannot_delete_lock(f"{name}-lustre-lock", fs.id, "training data", after(fs))
             self.lustre_mgs_address = fs.client_info.apply(lambda info: info.mgs_address if info else "")
 
         self.account_id = account.id

@@ -11,12 +11,12 @@ shows as all-added or all-removed. Exit 0 with the diff; exit 2 when an input is
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet import plandiff
+from ndfleet import plandiff, plandoc
+from ndfleet.spec.names import stack_name_problem
 
 
 class InputError(Exception):
@@ -43,21 +43,11 @@ def register(subparsers: Any) -> None:
 
 
 def load_plan(path: Path) -> dict[str, Any]:
+    """A plan file, read within bounds and checked against the plan schema (ndfleet.plandoc) once."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise InputError(f"plan file not found: {path}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read plan file {path}: {e}") from e
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg}); expected the output "
-                         "of `ndfleet plan --format json`") from e
-    try:
-        return plandiff.validate_plan(obj, str(path))
-    except plandiff.PlanFormatError as e:
-        raise InputError(str(e)) from e
+        return plandoc.read_plan(path)
+    except plandoc.PlanFormatError as e:
+        raise InputError(str(e)) from None
 
 
 def load_plan_dir(folder: Path) -> dict[str, dict[str, Any]]:
@@ -66,7 +56,13 @@ def load_plan_dir(folder: Path) -> dict[str, dict[str, Any]]:
         return {}
     if not folder.is_dir():
         raise InputError(f"{folder} is not a folder of <stack>.json plans")
-    return {p.stem: load_plan(p) for p in sorted(folder.glob("*.json"))}
+    plans = {}
+    for path in sorted(folder.glob("*.json")):
+        problem = stack_name_problem(path.stem)
+        if problem is not None:  # the name goes into the diff (and a pull-request comment) as it is
+            raise InputError(f"{path}: the stack's name is taken from the file name <stack>.json and {problem}")
+        plans[path.stem] = load_plan(path)
+    return plans
 
 
 def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
@@ -81,6 +77,8 @@ def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
         if not bases and not heads:
             raise InputError(f"no <stack>.json plans in {args.base_dir} or {args.head_dir}")
         return plandiff.diff_stacks(bases, heads)
+    if args.stack is not None and stack_name_problem(args.stack) is not None:
+        raise InputError(f"--stack: {stack_name_problem(args.stack)}")
     if args.base is None or args.head is None:
         raise InputError("give two plan files (BASE.json HEAD.json), or --base-dir and --head-dir")
     base, head = load_plan(Path(args.base)), load_plan(Path(args.head))

@@ -13,7 +13,8 @@ import gc
 import json
 import sys
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -57,6 +58,8 @@ class PlannedResource:
     parent: str | None
     protect: bool
     inputs: dict[str, Any]
+    # Logical names of the resources this one waits for (`depends_on` and input references), sorted.
+    depends_on: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class PlannedResource:
             "name": self.name,
             "parent": self.parent,
             "protect": self.protect,
+            "dependsOn": self.depends_on,
             "inputs": self.inputs,
         }
 
@@ -179,21 +183,34 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}, []
 
 
+def _urn_name(urn: str) -> str:
+    return urn.split("::")[-1]
+
+
+def dependency_names(request: Any) -> list[str]:
+    """Logical names of every resource a registration waits for: its `depends_on` and the resources its inputs
+    refer to (the SDK sends the union as `dependencies`; components expanded to their resources), sorted."""
+    return sorted({_urn_name(urn) for urn in request.dependencies})
+
+
 class RecordingMonitor(MockMonitor):
-    """Also keeps what the mock's arguments leave out: the parent and the `protect` option."""
+    """Also keeps what the mock's arguments leave out: the parent, the `protect` option and the dependencies."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         # (type, name, parent name, protect), in registration order.
         self.order: list[tuple[str, str, str | None, bool]] = []
+        # "type::name" -> logical names of what it waits for
+        self.depends_on: dict[str, list[str]] = {}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         if request.type != "pulumi:pulumi:Stack":
             parent_urn: str = request.parent
-            parent_name = parent_urn.split("::")[-1] if parent_urn else None
+            parent_name = _urn_name(parent_urn) if parent_urn else None
             if parent_urn and parent_urn.split("::")[2].split("$")[-1] == "pulumi:pulumi:Stack":
                 parent_name = None
             self.order.append((request.type, request.name, parent_name, bool(request.protect)))
+            self.depends_on[f"{request.type}::{request.name}"] = dependency_names(request)
         return super().RegisterResource(request)
 
 
@@ -229,29 +246,40 @@ class ProgramRun:
     @property
     def resources(self) -> list[PlannedResource]:
         return [
-            PlannedResource(type=t, name=n, parent=p, protect=prot, inputs=self.mocks.registered.get(f"{t}::{n}", {}))
+            PlannedResource(
+                type=t,
+                name=n,
+                parent=p,
+                protect=prot,
+                inputs=self.mocks.registered.get(f"{t}::{n}", {}),
+                depends_on=self.monitor.depends_on.get(f"{t}::{n}", []),
+            )
             for t, n, p, prot in self.monitor.order
         ]
 
 
-def execute_program(stack: StackFile) -> ProgramRun:
-    """Run the program (`ndfleet.program.main`) under the mock runtime with the stack's config, as `pulumi up`
-    would run it.
+def execute_program(
+    stack: StackFile, program: Callable[[], None] | None = None, project: str = "ndfleet"
+) -> ProgramRun:
+    """Run the program (`ndfleet.program.main`, or any other Pulumi Python program's function: the examples)
+    under the mock runtime with the stack's config, as `pulumi up` would run it.
 
     Errors the program raises (pulumi.RunError for invalid config) propagate; `ProgramRun` is not returned then.
     """
     mocks = RecordingMocks()
     monitor = RecordingMonitor(mocks)
     ROOT.set(None)
-    pulumi.runtime.set_mocks(mocks, project="ndfleet", stack=stack.name, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack.name, preview=False, monitor=monitor)
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     pulumi.runtime.set_all_config(stack.engine_config, list(stack.secret_keys))
     run = ProgramRun(mocks=mocks, monitor=monitor, outputs={})
 
-    from ndfleet.program import main
+    if program is None:
+        from ndfleet.program import main
 
-    _sync_await(run_pulumi_func(main))
+        program = main
+    _sync_await(run_pulumi_func(program))
     root = pulumi.runtime.get_root_resource()
     exported: dict[str, Any] = getattr(root, "outputs", {}) or {}
     run.outputs = {k: _resolve(v) for k, v in sorted(exported.items())}

@@ -16,10 +16,7 @@ What a diff holds, per stack:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
-import gzip
 import hashlib
 import json
 import re
@@ -27,9 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# The plan document's schema and reader live in ndfleet.plandoc; these names stay importable from here.
+from ndfleet.plandoc import PLAN_SCHEMA_VERSION as PLAN_SCHEMA_VERSION
+from ndfleet.plandoc import PlanFormatError as PlanFormatError
+from ndfleet.plandoc import TooLarge, decode_custom_data
+from ndfleet.plandoc import validate_plan as validate_plan
 from ndfleet.spec.profiles import PROFILES
 
-PLAN_SCHEMA_VERSION = 1
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
 LONG_VALUE_CHARS = 200
 HASH_PREFIX_CHARS = 12
@@ -45,6 +46,8 @@ BLOB_CONTAINER_TYPE = "azure-native:storage:BlobContainer"
 AML_FILESYSTEM_TYPE = "azure-native:storagecache:AmlFilesystem"
 VNET_TYPE = "azure-native:network:VirtualNetwork"
 SUBNET_TYPE = "azure-native:network:Subnet"
+PRIVATE_ENDPOINT_TYPE = "azure-native:network:PrivateEndpoint"
+ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
 # The Slurm cluster's data stores (components/slurm_*.py) and its controller.
 MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
 MYSQL_DATABASE_TYPE = "azure-native:dbformysql:Database"
@@ -68,15 +71,21 @@ LOCK_TYPES = (
     "azure-native:authorization:ManagementLockAtResourceGroupLevel",
     "azure-native:authorization:ManagementLockAtResourceLevel",
 )
+# Resources that cannot be deleted (so not replaced either) while a CanNotDelete or ReadOnly lock covers them: the
+# lock is inherited by everything below its scope, containers and role assignments at the account included, and
+# deleting a private endpoint deletes its connection on the locked account (docs/sources.md, "Locks").
+LOCK_BLOCKED_TYPES = (
+    PRIVATE_ENDPOINT_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    BLOB_CONTAINER_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    AML_FILESYSTEM_TYPE,
+)
 ISLAND_TAG = "ndfleet:island"
 CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
 
 SEVERITIES = ("danger", "warning", "info")
 _SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
-
-
-class PlanFormatError(ValueError):
-    """A plan file that is not an `ndfleet plan --format json` document."""
 
 
 class _Missing:
@@ -214,6 +223,16 @@ def _is_top_level_name(path: str) -> bool:
     return bool(_NAME_INPUT.match(path)) and path not in _NOT_PATH_PARAMETERS
 
 
+_REPAIRS = (
+    "Azure docs: virtual-machine-scale-sets-automatic-instance-repairs.md, 'Configure a repair action on automatic "
+    "repairs policy' ('you must first disable automatic repairs on the scale set and re-enable with the updated "
+    "repair action')"
+)
+_ROLE_ASSIGNMENT_IMMUTABLE = (
+    "Azure Resource Manager: a PUT that changes an existing role assignment is refused with "
+    "RoleAssignmentUpdateNotPermitted ('Tenant ID, application ID, principal ID, and scope are not allowed to be "
+    "updated'); Pulumi replaces it (scope is part of its id)"
+)
 _MODIFY_VMSS = "Azure docs: Modify a Virtual Machine Scale Set (virtual-machine-scale-sets-upgrade-scale-set.md)"
 _PULUMI_FORCE_NEW = (
     "Pulumi azure-native: inputs that are part of the resource id (URL path parameters) and `location` are "
@@ -291,6 +310,25 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "changes the scale set model: with upgrade policy Manual existing nodes keep the old model until "
         "`az vmss update-instances` (image changes take effect on reimage)",
         _MODIFY_VMSS + " ('the models for the existing VMs ... must still be brought up-to-date', latestModelApplied)",
+    ),
+    ConsequenceRule(
+        "vmss-repair-action", VMSS_TYPE, "automaticRepairsPolicy.repairAction", "refused", "warning",
+        "changes the automatic repair action: Azure takes a new repairAction only on a scale set whose automatic "
+        "repairs are off. First `az vmss update --resource-group <rg> --name <scale set> --enable-automatic-repairs "
+        "false` for each island, then `pulumi up` turns them on again with the new action",
+        _REPAIRS,
+    ),
+    # --- role assignments
+    ConsequenceRule(
+        "role-assignment-principal", ROLE_ASSIGNMENT_TYPE, "principalId", "replace", "warning",
+        "changes who the role assignment is for: Azure does not update that in place, so it is deleted and created "
+        "again (the nodes lose blob access in between, and a CanNotDelete lock on its scope blocks the delete)",
+        _ROLE_ASSIGNMENT_IMMUTABLE,
+    ),
+    ConsequenceRule(
+        "role-assignment-scope", ROLE_ASSIGNMENT_TYPE, "scope", "replace", "warning",
+        "changes the scope of the role assignment: it is deleted and created again",
+        _ROLE_ASSIGNMENT_IMMUTABLE,
     ),
     # --- storage that holds data
     ConsequenceRule(
@@ -431,6 +469,12 @@ BUILTIN_CONSEQUENCES: tuple[tuple[str, str, str, str], ...] = (
      "Pulumi docs: resource option protect"),
     ("lock-removed", "warning", "A management lock is deleted: Azure no longer blocks deleting what it guards",
      "Azure docs: azure-resource-manager/management/lock-resources.md"),
+    ("locked-replace", "danger", "A private endpoint, role assignment, container, storage account or Managed Lustre "
+     "under a CanNotDelete/ReadOnly lock of the base plan is deleted or replaced: Azure refuses the delete "
+     "(ScopeLocked) and `pulumi up` stops half-way; the message says how to proceed (remove the lock, "
+     "`pulumi refresh`, `pulumi up`, which recreates the lock)",
+     "Azure docs: lock-resources.md ('When you apply a lock at a parent scope, all resources within that scope "
+     "inherit the same lock'); issue 13 item 3"),
     ("island-added", "info", "A scale set (island) is created: nodes and GPUs added", "the plan's summary / "
      "ndfleet/spec/profiles.py"),
     ("island-removed", "danger", "A scale set (island) is deleted: every node of it goes, running jobs die, "
@@ -457,36 +501,6 @@ def rules_table_markdown() -> str:
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading plans
-
-
-def validate_plan(obj: Any, source: str = "plan") -> dict[str, Any]:
-    """Check that `obj` is an ndfleet plan document; return it. Raises PlanFormatError naming what is wrong."""
-    if not isinstance(obj, dict):
-        raise PlanFormatError(f"{source}: expected a JSON object from `ndfleet plan --format json`, got "
-                              f"{type(obj).__name__}")
-    version = obj.get("schemaVersion")
-    if version != PLAN_SCHEMA_VERSION:
-        raise PlanFormatError(f"{source}: schemaVersion is {version!r}; this ndfleet reads schemaVersion "
-                              f"{PLAN_SCHEMA_VERSION}")
-    resources = obj.get("resources")
-    if not isinstance(resources, list):
-        raise PlanFormatError(f"{source}: 'resources' must be a list of {{type, name, inputs}} objects")
-    seen: set[tuple[str, str]] = set()
-    for i, res in enumerate(resources):
-        if not isinstance(res, dict):
-            raise PlanFormatError(f"{source}: resources[{i}] must be an object")
-        rtype, name = res.get("type"), res.get("name")
-        if not isinstance(rtype, str) or not isinstance(name, str):
-            raise PlanFormatError(f"{source}: resources[{i}] needs string 'type' and 'name'")
-        if not isinstance(res.get("inputs", {}), dict):
-            raise PlanFormatError(f"{source}: resources[{i}] ({rtype} {name}): 'inputs' must be an object")
-        if (rtype, name) in seen:
-            raise PlanFormatError(f"{source}: resource {rtype} {name} appears twice")
-        seen.add((rtype, name))
-    for key in ("outputs", "summary"):
-        if key in obj and not isinstance(obj[key], dict):
-            raise PlanFormatError(f"{source}: '{key}' must be an object")
-    return obj
 
 
 def _index(plan: Mapping[str, Any] | None) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -559,14 +573,12 @@ def decode_bootstrap(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
+        # Bounded: a plan's customData never decompresses past 1 MiB here (plandoc refuses such plans on reading).
+        raw = decode_custom_data(value)
+    except TooLarge:
         return None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError):
-            return None
+    if raw is None:
+        return None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -702,6 +714,88 @@ def _describe(prop: PropertyChange) -> str:
     return f"{prop.path}: {format_value(prop.old, prop.path)} -> {format_value(prop.new, prop.path)}"
 
 
+@dataclass(frozen=True)
+class _Lock:
+    name: str  # the lock's resource name in the plan
+    lock_name: str  # its Azure name
+    level: str
+    scope: str
+
+
+def _plan_locks(plan: Mapping[str, Any] | None) -> list[_Lock]:
+    """The CanNotDelete / ReadOnly locks of a plan that have a resource-id scope."""
+    locks = []
+    for (rtype, name), res in _index(plan).items():
+        inputs = res.get("inputs") or {}
+        scope, level = inputs.get("scope"), inputs.get("level")
+        if rtype in LOCK_TYPES and isinstance(scope, str) and scope.startswith("/") and level in (
+            "CanNotDelete",
+            "ReadOnly",
+        ):
+            locks.append(_Lock(name, str(inputs.get("lockName") or name), str(level), scope.rstrip("/")))
+    return locks
+
+
+def _lock_type(plan: Mapping[str, Any] | None, name: str) -> str:
+    return next((t for (t, n) in _index(plan) if n == name and t in LOCK_TYPES), "")
+
+
+def _ids_touched(rtype: str, inputs: Mapping[str, Any]) -> list[str]:
+    """Resource ids (or id suffixes, starting with '/') whose deletion a delete of this resource implies."""
+    ids: list[str] = []
+    if rtype == ROLE_ASSIGNMENT_TYPE and isinstance(inputs.get("scope"), str):
+        ids.append(inputs["scope"])
+    if rtype == PRIVATE_ENDPOINT_TYPE:
+        for key in ("privateLinkServiceConnections", "manualPrivateLinkServiceConnections"):
+            for conn in inputs.get(key) or []:
+                if isinstance(conn, dict) and isinstance(conn.get("privateLinkServiceId"), str):
+                    ids.append(conn["privateLinkServiceId"])
+    if rtype in (BLOB_CONTAINER_TYPE, STORAGE_ACCOUNT_TYPE) and isinstance(inputs.get("accountName"), str):
+        ids.append(f"/storageAccounts/{inputs['accountName']}")
+    if rtype == AML_FILESYSTEM_TYPE and isinstance(inputs.get("amlFilesystemName"), str):
+        ids.append(f"/amlFilesystems/{inputs['amlFilesystemName']}")
+    return ids
+
+
+def _under(resource_id: str, scope: str) -> bool:
+    """Whether a lock on `scope` covers `resource_id` (a full id, or a suffix such as /storageAccounts/<name>)."""
+    rid, scope = resource_id.lower().rstrip("/"), scope.lower()
+    if rid.startswith("/subscriptions/"):
+        return rid == scope or rid.startswith(scope + "/")
+    return scope.endswith(rid)
+
+
+def _locked_consequences(
+    changes: Sequence[ResourceChange], replaced: set[tuple[str, str]], base: Mapping[str, Any] | None
+) -> list[Consequence]:
+    """A delete or replace that a lock of the base plan blocks: say so, and how to proceed. A lock that the same
+    change deletes is left out: Pulumi deletes it before what it guards (it depends on it), and `lock-removed`
+    already says so."""
+    deleted = {ch.key for ch in changes if ch.op == "delete"}
+    locks = [lk for lk in _plan_locks(base) if (_lock_type(base, lk.name), lk.name) not in deleted]
+    if not locks:
+        return []
+    old_idx = _index(base)
+    out = []
+    for ch in changes:
+        if ch.type not in LOCK_BLOCKED_TYPES or not (ch.op == "delete" or ch.key in replaced):
+            continue
+        inputs = (old_idx.get(ch.key) or {}).get("inputs") or {}
+        touched = _ids_touched(ch.type, inputs)
+        lock = next((lk for lk in locks if any(_under(i, lk.scope) for i in touched)), None)
+        if lock is None:
+            continue
+        verb = "deleted" if ch.op == "delete" else "replaced (deleted, then created)"
+        out.append(Consequence(
+            "locked-replace", "danger", ch.type, ch.name,
+            f"{_short_type(ch.type)} {verb} under the {lock.level} lock {lock.lock_name} on {lock.scope}: Azure "
+            "refuses the delete (ScopeLocked) and `pulumi up` stops half-way. To proceed: `az lock delete --ids "
+            f"{lock.scope}/providers/Microsoft.Authorization/locks/{lock.lock_name}`, `pulumi refresh` (Pulumi sees "
+            "the lock gone), `pulumi up` (it makes the change and creates the lock again); or keep the old value",
+        ))
+    return out
+
+
 def consequences_for(
     changes: Sequence[ResourceChange],
     base: Mapping[str, Any] | None = None,
@@ -734,6 +828,7 @@ def consequences_for(
                 out.append(Consequence("data-replaced", "danger", ch.type, ch.name,
                                        f"{_short_type(ch.type)} replaced (deleted, then created empty): the data it "
                                        "holds is lost"))
+    out.extend(_locked_consequences(changes, replaced, base))
     capacity, island = _capacity_and_island_consequences(base, head, replaced)
     out.extend(island)
     out.sort(key=lambda c: (_SEVERITY_RANK[c.severity], c.resource_type, c.resource_name, c.rule, c.path or ""))

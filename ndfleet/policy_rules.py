@@ -160,12 +160,18 @@ def check_single_placement_group(resource_type: str, props: Props) -> list[str]:
 
 
 def check_fault_domain_count(resource_type: str, props: Props) -> list[str]:
+    """Regional island: 1 (CycleCloud's setting). Zonal island: 5, since a zonal Uniform scale set takes only 1 or
+    5 and 1 (max spreading) needs multiple placement groups, which InfiniBand cannot use (Microsoft Learn:
+    virtual-machine-scale-sets-manage-fault-domains, virtual-machine-scale-sets-use-availability-zones)."""
     if not is_nd_scale_set(resource_type, props):
         return []
     value = props.get("platformFaultDomainCount")
-    if _int(value) == 1:
+    zonal = bool(_list(props.get("zones")))
+    wanted = 5 if zonal else 1
+    if _int(value) == wanted:
         return []
-    return [f"platformFaultDomainCount is {value!r}: an InfiniBand island uses platformFaultDomainCount: 1"]
+    kind = "a zonal InfiniBand island (single placement group)" if zonal else "a regional InfiniBand island"
+    return [f"platformFaultDomainCount is {value!r}: {kind} uses platformFaultDomainCount: {wanted}"]
 
 
 def check_no_overprovision(resource_type: str, props: Props) -> list[str]:
@@ -391,10 +397,13 @@ RULES: tuple[Rule, ...] = (
         "(ndfleet:maxNodesPerIsland)", check_single_placement_group,
     ),
     Rule(
-        "nd-fault-domain-count", "An ND-series scale set has platformFaultDomainCount: 1",
-        MANDATORY, (VMSS_TYPE,), "Azure CycleCloud / CycleCloud Workspace for Slurm (FaultDomainCount=1 on every "
-        "IB scale set); shared/reference/azure-nd-h100-v5.md", "set platformFaultDomainCount: 1",
-        check_fault_domain_count,
+        "nd-fault-domain-count",
+        "An ND-series scale set has platformFaultDomainCount: 1 when regional, 5 when zonal",
+        MANDATORY, (VMSS_TYPE,), "Azure CycleCloud (FaultDomainCount=1 on every regional IB scale set); Microsoft "
+        "Learn: virtual-machine-scale-sets-manage-fault-domains (zonal Uniform: 1 or 5), "
+        "virtual-machine-scale-sets-use-availability-zones (max spreading needs multiple placement groups); "
+        "docs/sources.md",
+        "set platformFaultDomainCount: 1 without zones, 5 with a zone", check_fault_domain_count,
     ),
     Rule(
         "nd-no-overprovision", "An ND-series scale set has overprovision: false",

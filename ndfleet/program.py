@@ -1,10 +1,18 @@
-"""The Pulumi program's steps, shared by `__main__.py` (pulumi up) and the offline plan (mock runtime)."""
+"""The Pulumi program's steps, shared by `__main__.py` (pulumi up) and the offline plan (mock runtime).
+
+Order: read the stack config -> `ndfleet.prepare` (validate, render every bootstrap, budgets, the cloud; the
+same step `ndfleet plan`, `render` and `preflight` run first) -> preflight if asked -> register the Cluster.
+Nothing is registered until every check has passed.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pulumi
 
-from ndfleet.components.cluster import Cluster
+from ndfleet.components.cluster import Cluster, ClusterArgs
+from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
 from ndfleet.spec.config import ClusterSpec, load_spec, read_pulumi_config
 
 
@@ -17,23 +25,19 @@ def spec_from_stack() -> ClusterSpec:
     return load_spec(read_pulumi_config(), pulumi.get_stack())
 
 
-def deploy(spec: ClusterSpec) -> Cluster:
-    from ndfleet.bootstrap import BootstrapTooLarge, validation_budget_s
+def prepare_from_stack() -> PreparedCluster:
+    """The running stack, prepared (ndfleet.prepare); SpecError / PrepareError carry the message."""
+    provider = {}
+    environment = pulumi.Config("azure-native").get("environment")
+    if environment:
+        provider["azure-native:environment"] = environment
+    return prepare_config(read_pulumi_config(), pulumi.get_stack(), provider, os.environ)
 
-    budget = validation_budget_s(spec)
-    if spec.health.probe_grace_period_seconds < budget:
-        # Azure would count a node still validating as unhealthy and repair it in a loop.
-        raise ProgramError(
-            f"ndfleet:health.probeGracePeriodSeconds = {spec.health.probe_grace_period_seconds}: shorter than the "
-            f"node's worst-case set-up and validation ({budget} s at validationLevel "
-            f"{spec.health.validation_level!r}, dcgmLevel {spec.health.dcgm_level}); set it to at least {budget}"
-        )
-    for warning in spec.warnings:
+
+def deploy(prepared: PreparedCluster) -> Cluster:
+    for warning in prepared.spec.warnings:
         pulumi.log.warn(warning)
-    try:
-        cluster = Cluster(spec.name_prefix, spec)
-    except BootstrapTooLarge as error:
-        raise ProgramError(str(error)) from None
+    cluster = Cluster(prepared.spec.name_prefix, ClusterArgs(prepared=prepared))
     for key, value in cluster.outputs.items():
         pulumi.export(key, value)
     return cluster
@@ -59,24 +63,47 @@ def run_preflight_if_enabled(spec: ClusterSpec) -> None:
         raise ProgramError(str(error)) from None
 
 
+def refuse_example_key(spec: ClusterSpec) -> None:
+    """`pulumi up` with the example key of stacks/*.yaml would make a cluster nobody can log into; the offline
+    plan (mock runtime) only warns (spec.warnings)."""
+    from ndfleet.spec.sshkeys import is_example_key
+
+    if is_example_key(spec.ssh_public_key) and not under_mocks():
+        raise ProgramError(
+            "ndfleet:sshPublicKey is the example key of ndfleet's stacks/*.yaml, whose private key nobody has: "
+            "set your own (`pulumi config set ndfleet:sshPublicKey \"$(cat ~/.ssh/id_ed25519.pub)\"`)"
+        )
+
+
 def fail(message: str) -> None:
     """Stop `pulumi up` with a plain message: RunError ends the program without a Python traceback."""
     raise pulumi.RunError(message)
 
 
 def main() -> None:
-    """The whole Pulumi program: read the stack config, validate it, check Azure if asked, create the cluster.
+    """The whole Pulumi program: read the stack config, prepare it, check Azure if asked, create the cluster.
 
     `__main__.py` calls this under `pulumi up`; `ndfleet plan` calls it under the mock runtime.
     """
     from ndfleet.spec.config import SpecError
 
     try:
-        spec = spec_from_stack()
-        run_preflight_if_enabled(spec)
-        deploy(spec)
-    except (SpecError, ProgramError) as error:
+        prepared = prepare_from_stack()
+        refuse_example_key(prepared.spec)
+        run_preflight_if_enabled(prepared.spec)
+        deploy(prepared)
+    except (SpecError, PrepareError, ProgramError) as error:
         fail(str(error))
 
 
-__all__ = ["ProgramError", "deploy", "fail", "main", "run_preflight_if_enabled", "spec_from_stack", "under_mocks"]
+__all__ = [
+    "ProgramError",
+    "deploy",
+    "fail",
+    "main",
+    "prepare_from_stack",
+    "refuse_example_key",
+    "run_preflight_if_enabled",
+    "spec_from_stack",
+    "under_mocks",
+]

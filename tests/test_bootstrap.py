@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -16,12 +17,13 @@ import yaml
 
 from ndfleet import bootstrap
 from ndfleet.bootstrap import (
-    BASH_FILES,
     CUSTOM_DATA_MAX_BYTES,
-    HEALTH_PATH,
+    SHELL_FILES,
+    BootstrapExtensions,
     BootstrapTooLarge,
     build_context,
     render_bootstrap,
+    render_output_files,
     validation_budget_s,
 )
 from ndfleet.spec.config import ClusterSpec, load_spec
@@ -51,10 +53,22 @@ def test_user_data_is_cloud_config(stack_render):
     assert r.user_data.startswith("#cloud-config\n")
 
 
+def _written(user_data: str) -> dict[str, bytes]:
+    """What cloud-init writes: path -> bytes (decoding `encoding: gz+b64` as cloud-init does)."""
+    out = {}
+    for w in yaml.safe_load(user_data)["write_files"]:
+        if w.get("encoding") == "gz+b64":
+            out[w["path"]] = gzip.decompress(base64.b64decode(w["content"]))
+        else:
+            assert "encoding" not in w
+            out[w["path"]] = w["content"].encode()
+    return out
+
+
 def test_user_data_carries_every_file_byte_for_byte(stack_render):
     _, _, r = stack_render
-    written = {w["path"]: w["content"] for w in yaml.safe_load(r.user_data)["write_files"]}
-    assert written == {r.node_paths[name]: r.files[name] for name in r.node_paths}
+    contents = {**{n: t.encode() for n, t in r.files.items()}, **r.binary_files}
+    assert _written(r.user_data) == {r.node_paths[name]: contents[name] for name in r.node_paths}
 
 
 def test_custom_data_is_base64_of_deterministic_gzip(stack_render):
@@ -109,10 +123,16 @@ def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
         start(("schema", stack), [cloud_init, "schema", "--config-file", str(user_data)])
         if stack not in ONE_STACK_PER_VM_SIZE:
             continue
-        for script in BASH_FILES:
+        for script in SHELL_FILES:
             path = folder / f"{stack}.{script}"
             path.write_text(r.files[script])
-            start(("shellcheck", f"{stack}/{script}"), [str(SHELLCHECK), "--shell=bash", str(path)])
+            start(("shellcheck", f"{stack}/{script}"), [str(SHELLCHECK), str(path)])
+        # The shell inside the units (ExecStopPost) and cloud-init's runcmd lines are sh too.
+        for unit in ("ndfleet-setup.service", "ndfleet-validate.service"):
+            lines = [ln.split("=", 1)[1] for ln in r.files[unit].splitlines() if ln.startswith("ExecStopPost=")]
+            sh = folder / f"{stack}.{unit}.sh"
+            sh.write_text("#!/bin/sh\n" + "\n".join(ln.replace("$$", "$") for ln in lines) + "\n")
+            start(("shellcheck", f"{stack}/{unit}"), [str(SHELLCHECK), str(sh)])
     bad = folder / "bad.user-data"
     bad.write_text("#cloud-config\nwrite_files: 5\nruncmd: {a: 1}\n")
     start(("schema", "bad"), [cloud_init, "schema", "--config-file", str(bad)])
@@ -135,25 +155,41 @@ def test_cloud_init_schema_check_rejects_a_bad_config(external_checks):
 
 
 @pytest.mark.parametrize("stack", ONE_STACK_PER_VM_SIZE)
-@pytest.mark.parametrize("script", BASH_FILES)
-def test_rendered_bash_passes_shellcheck(stack, script, external_checks):
+@pytest.mark.parametrize("script", [*SHELL_FILES, "ndfleet-setup.service", "ndfleet-validate.service"])
+def test_shipped_shell_passes_shellcheck(stack, script, external_checks):
     rc, out = external_checks[("shellcheck", f"{stack}/{script}")]
     assert rc == 0, out
 
 
-@pytest.mark.parametrize("stack", ONE_STACK_PER_VM_SIZE)
-def test_rendered_health_endpoint_compiles(stack):
-    spec = spec_of(stack)
-    compile(render_bootstrap(spec, spec.islands[0]).files["ndfleet-health"], "ndfleet-health", "exec")
+def test_no_bash_program_is_shipped():
+    files = render_bootstrap(spec_of("dev"), spec_of("dev").islands[0]).files
+    assert not any(text.startswith("#!/usr/bin/env bash") for text in files.values())
+    assert not list((Path(bootstrap.TEMPLATES_DIR) / "node").glob("*.sh.j2"))
+
+
+def node_json(spec: ClusterSpec) -> dict[str, Any]:
+    return json.loads(render_bootstrap(spec, spec.islands[0]).files["node.json"])
 
 
 def test_both_vm_sizes_render_their_own_figures():
-    h100 = render_bootstrap(spec_of("dev"), spec_of("dev").islands[0]).files
-    h200 = render_bootstrap(spec_of("h200"), spec_of("h200").islands[0]).files
-    assert "readonly GPU_MODEL='NVIDIA H100 80GB HBM3'" in h100["validate-node"]
-    assert "readonly GPU_MODEL='NVIDIA H200'" in h200["validate-node"]
-    assert "readonly NCCL_BUSBW_GBPS=460.0" in h100["validate-node"]
-    assert "readonly NCCL_BUSBW_GBPS=431.0" in h200["validate-node"]
+    h100, h200 = node_json(spec_of("dev")), node_json(spec_of("h200"))
+    assert h100["hardware"]["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert h200["hardware"]["gpu_model"] == "NVIDIA H200"
+    assert h100["thresholds"]["nccl_busbw_gbps"] == 460.0
+    assert h200["thresholds"]["nccl_busbw_gbps"] == 431.0
+
+
+def test_the_node_program_is_the_same_for_every_stack():
+    apps = {s: render_bootstrap(spec_of(s), spec_of(s).islands[0]).binary_files["ndfleet-node"] for s in EXAMPLE_STACKS}
+    assert len(set(apps.values())) == 1
+
+
+def test_zipapp_runs_with_python3(tmp_path):
+    app = tmp_path / "ndfleet-node"
+    app.write_bytes(render_bootstrap(spec_of("dev"), spec_of("dev").islands[0]).binary_files["ndfleet-node"])
+    out = subprocess.run([sys.executable, str(app), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert all(cmd in out.stdout for cmd in ("setup", "validate", "health"))
 
 
 def test_nccl_conf_has_the_topology_file_only_where_the_profile_names_one():
@@ -168,9 +204,40 @@ def test_thresholds_come_from_the_profile():
     spec = spec_of("dev")
     t = spec.profile.thresholds.model_copy(update={"ib_write_bw_gbps": 123.5, "tool_timeout_s": 7})
     changed = spec.model_copy(update={"profile": spec.profile.model_copy(update={"thresholds": t})})
-    script = render_bootstrap(changed, changed.islands[0]).files["validate-node"]
-    assert "readonly IB_BW_GBPS=123.5" in script
-    assert "readonly TOOL_TIMEOUT=7" in script
+    data = node_json(changed)
+    assert data["thresholds"]["ib_write_bw_gbps"] == 123.5
+    assert data["timeouts"]["tool"] == 7
+
+
+def test_changing_a_threshold_changes_only_the_thresholds_file():
+    spec = spec_of("dev")
+    t = spec.profile.thresholds.model_copy(update={"nccl_allreduce_busbw_gbps": 123.5})
+    changed = spec.model_copy(update={"profile": spec.profile.model_copy(update={"thresholds": t})})
+    before = render_output_files(spec, spec.islands[0])
+    after = render_output_files(changed, changed.islands[0])
+    differ = {name for name in before if before[name] != after[name]}
+    # node.json, and the user data that carries it (raw and as customData): the program and units do not change.
+    assert differ == {"node.json", "user-data", "custom-data.b64"}
+
+
+def test_extensions_add_files_units_and_commands_without_editing_templates():
+    spec = spec_of("dev")
+    ext = BootstrapExtensions(
+        files=[{"path": "/etc/slurm/slurm.conf", "permissions": "0644", "content": "ClusterName=x\n"}],
+        enable_units=["slurmd.service"],
+        start_units=["slurmd.service"],
+        runcmd=[["echo", "hello"]],
+        node_sections={"slurm": {"partition": "gpu"}},
+    )
+    r = render_bootstrap(spec, spec.islands[0], ext)
+    ud = yaml.safe_load(r.user_data)
+    assert _written(r.user_data)["/etc/slurm/slurm.conf"] == b"ClusterName=x\n"
+    assert ["systemctl", "enable", "slurmd.service"] in ud["runcmd"]
+    assert ["systemctl", "start", "--no-block", "slurmd.service"] in ud["runcmd"]
+    assert ["echo", "hello"] in ud["runcmd"]
+    assert json.loads(r.files["node.json"])["slurm"] == {"partition": "gpu"}
+    plain = yaml.safe_load(render_bootstrap(spec, spec.islands[0]).user_data)
+    assert ["echo", "hello"] not in plain["runcmd"]
 
 
 def test_templates_refuse_a_missing_value():
@@ -180,8 +247,10 @@ def test_templates_refuse_a_missing_value():
 
 def test_health_unit_serves_the_probe_port_and_path():
     spec = spec_of("dev", health={"probePort": 18555})
-    unit = render_bootstrap(spec, spec.islands[0]).files["ndfleet-health.service"]
-    assert f"--port 18555 --path {HEALTH_PATH} " in unit
+    files = render_bootstrap(spec, spec.islands[0]).files
+    assert "health --config /etc/ndfleet/node.json --port 18555" in files["ndfleet-health.service"]
+    assert "LimitNOFILE=8192" in files["ndfleet-health.service"].splitlines()
+    assert json.loads(files["node.json"])["health"]["port"] == 18555
 
 
 def test_validation_level_comes_from_the_stack():
@@ -194,15 +263,15 @@ def test_lustre_is_mounted_and_checked_only_where_the_stack_has_it():
     prod, dev = spec_of("prod"), spec_of("dev")
     assert "/mnt/lustre" in build_context(prod, prod.islands[0])["expected_mounts"]
     assert "/mnt/lustre" not in build_context(dev, dev.islands[0])["expected_mounts"]
-    assert "readonly LUSTRE_ENABLED=1" in render_bootstrap(prod, prod.islands[0]).files["ndfleet-setup"]
+    assert node_json(prod)["mounts"]["lustre"] == {"mount": "/mnt/lustre", "fs_name": "lustrefs"}
+    assert node_json(dev)["mounts"]["lustre"] is None
 
 
 def test_every_blob_container_is_mounted_with_the_managed_identity():
     spec = spec_of("dev")
-    setup = render_bootstrap(spec, spec.islands[0]).files["ndfleet-setup"]
-    for container in spec.storage.containers:
-        assert f"mount_blob {container} /mnt/blob/{container} " in setup
-    assert "mode: msi" in setup
+    blob = node_json(spec)["mounts"]["blob"]
+    assert [b["container"] for b in blob] == list(spec.storage.containers)
+    assert all(b["mountpoint"] == f"/mnt/blob/{b['container']}" for b in blob)
 
 
 def test_validated_target_requires_a_passed_validation():
@@ -221,8 +290,10 @@ def test_cloud_init_starts_validation_and_the_health_endpoint():
 
 def test_islands_render_their_own_name():
     spec = spec_of("prod")
-    first, last = (render_bootstrap(spec, i).files["validate-node"] for i in (spec.islands[0], spec.islands[-1]))
-    assert "readonly ISLAND=ib00" in first and "readonly ISLAND=ib02" in last
+    first, last = (
+        json.loads(render_bootstrap(spec, i).files["node.json"]) for i in (spec.islands[0], spec.islands[-1])
+    )
+    assert first["island"] == "ib00" and last["island"] == "ib02"
 
 
 def test_validation_budget_fits_the_health_grace_period():
@@ -234,7 +305,8 @@ def test_validation_budget_fits_the_health_grace_period():
 def test_stack_grace_period_outlasts_set_up_and_validation(stack):
     # A node still validating must not be judged: the extension's grace period covers the worst case.
     spec = spec_of(stack)
-    assert validation_budget_s(spec) < spec.health.probe_grace_period_seconds
+    explicit = spec.health.probe_grace_period_seconds  # None: the grace period follows the budget
+    assert explicit is None or validation_budget_s(spec) < explicit
 
 
 def test_full_validation_budget_covers_the_perf_checks():
@@ -243,3 +315,8 @@ def test_full_validation_budget_covers_the_perf_checks():
     t = full.profile.thresholds
     extra = t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s + t.dcgm_diag_timeout_s[2]
     assert validation_budget_s(full) - validation_budget_s(quick) == extra
+
+
+def test_custom_data_shorthand_is_the_rendered_custom_data():
+    spec = spec_of("prod")
+    assert bootstrap.custom_data(spec, spec.islands[1]) == render_bootstrap(spec, spec.islands[1]).custom_data

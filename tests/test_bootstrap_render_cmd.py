@@ -5,26 +5,27 @@ from __future__ import annotations
 import base64
 import gzip
 
-from ndfleet.bootstrap import render_bootstrap
+from ndfleet.bootstrap import render_output_files
 from ndfleet.cli import main
+from ndfleet.prepare import bootstrap_extensions
 from ndfleet.spec.config import load_spec
 from ndfleet.spec.stackfile import load_stack
 
-SCRIPTS = ("validate-node", "ndfleet-setup", "ndfleet-health")
+SCRIPTS = ("validate-node", "ndfleet-node")
 UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")
 
 
 def test_single_island_stack_writes_every_file(tmp_path):
     assert main(["render", "--stack", "dev", "--out", str(tmp_path)]) == 0
     names = {p.name for p in tmp_path.iterdir()}
-    assert names == {"user-data", "custom-data.b64", "nccl.conf", *SCRIPTS, *UNITS}
+    assert names == {"user-data", "custom-data.b64", "nccl.conf", "node.json", *SCRIPTS, *UNITS}
 
 
 def test_written_files_are_the_rendered_ones(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
-    rendered = render_bootstrap(spec, spec.islands[0])
-    assert {n: (tmp_path / n).read_text() for n in rendered.files} == rendered.files
+    rendered = render_output_files(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    assert {n: (tmp_path / n).read_bytes() for n in rendered} == {n: data for n, (data, _) in rendered.items()}
 
 
 def test_custom_data_file_decodes_to_the_user_data(tmp_path):

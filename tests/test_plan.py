@@ -48,7 +48,7 @@ def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> No
     plan = json.loads(capsys.readouterr().out)
     assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary"}
     assert plan["schemaVersion"] == SCHEMA_VERSION
-    assert all(set(r) == {"type", "name", "parent", "protect", "inputs"} for r in plan["resources"])
+    assert all(set(r) == {"type", "name", "parent", "protect", "dependsOn", "inputs"} for r in plan["resources"])
     keys = [(r["type"], r["name"]) for r in plan["resources"]]
     assert keys == sorted(keys)
     vmss = next(r for r in plan["resources"] if r["type"] == VMSS)

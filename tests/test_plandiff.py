@@ -330,8 +330,11 @@ def test_every_rule_names_a_source() -> None:
         ([], "expected a JSON object"),
         ({"schemaVersion": 2, "resources": []}, "schemaVersion is 2"),
         ({"schemaVersion": 1}, "'resources' must be a list"),
-        ({"schemaVersion": 1, "resources": [{"type": "t"}]}, "needs string 'type' and 'name'"),
-        ({"schemaVersion": 1, "resources": [{"type": "t", "name": "n", "inputs": []}]}, "'inputs' must be an object"),
+        ({"schemaVersion": 1, "resources": [{"type": "t"}]}, "resources[0].name: missing"),
+        (
+            {"schemaVersion": 1, "resources": [{"type": "t", "name": "n", "inputs": []}]},
+            "resources[0].inputs: must be an object, got a list",
+        ),
         ({"schemaVersion": 1, "resources": [{"type": "t", "name": "n"}, {"type": "t", "name": "n"}]}, "appears twice"),
     ],
 )

@@ -152,6 +152,9 @@ SKUS_PAGE2 = r"/providers/Microsoft\.Compute/skus\?.*skiptoken"
 SKUS = r"/providers/Microsoft\.Compute/skus\?"
 USAGES = r"/providers/Microsoft\.Compute/locations/[^/]+/usages\?"
 LUSTRE = r"/providers/Microsoft\.StorageCache/skus\?"
+PERMISSIONS_PAGE2 = r"/providers/Microsoft\.Authorization/permissions\?.*skiptoken"
+PERMISSIONS = r"/providers/Microsoft\.Authorization/permissions\?"
+FEATURE = r"/providers/Microsoft\.Features/providers/Microsoft\.Compute/features/TrustedLaunchByDefaultPreview\?"
 
 
 def ok(file: str) -> list[Reply]:
@@ -166,9 +169,21 @@ def arm(**override: list[Reply]) -> ReplayTransport:
         "skus": ok("compute-skus-eastus-page1.json"),
         "usages": ok("usages-eastus.json"),
         "lustre": ok("storagecache-skus.json"),
+        "permissions_page2": ok("authorization-permissions-contributor-uaa-page2.json"),
+        "permissions": ok("authorization-permissions-owner.json"),
+        "feature": ok("feature-trusted-launch-default-not-registered.json"),
     }
     routes.update(override)
-    patterns = {"locations": LOCATIONS, "skus_page2": SKUS_PAGE2, "skus": SKUS, "usages": USAGES, "lustre": LUSTRE}
+    patterns = {
+        "locations": LOCATIONS,
+        "skus_page2": SKUS_PAGE2,
+        "skus": SKUS,
+        "usages": USAGES,
+        "lustre": LUSTRE,
+        "permissions_page2": PERMISSIONS_PAGE2,
+        "permissions": PERMISSIONS,
+        "feature": FEATURE,
+    }
     return ReplayTransport([(patterns[k], v) for k, v in routes.items()])
 
 
@@ -246,6 +261,8 @@ def test_everything_available_passes(tmp_path: Path, capsys: pytest.CaptureFixtu
         "quota-family": "pass",
         "quota-regional": "pass",
         "lustre-sku": "skip",
+        "permissions": "pass",
+        "trusted-launch-default": "pass",
     }
 
 
@@ -279,7 +296,7 @@ def test_table_output_lists_each_check(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_lustre_sku_offered_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    path = stack_file(tmp_path, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
     run = preflight_run(capsys, path, arm())
     assert run.code == 0
     assert run.check("lustre-sku")["status"] == "pass"
@@ -399,7 +416,7 @@ def test_family_name_is_matched_case_insensitively(tmp_path: Path, capsys: pytes
 
 
 def test_lustre_sku_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = stack_file(tmp_path, storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
+    path = stack_file(tmp_path, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}})
     run = preflight_run(capsys, path, arm(lustre=ok("storagecache-skus-no-250-in-eastus.json")))
     check = run.check("lustre-sku")
     assert run.code == 1
@@ -608,3 +625,180 @@ def test_encrypted_ssh_key_does_not_stop_preflight(tmp_path: Path, capsys: pytes
     path = stack_file(tmp_path, sshPublicKey={"secure": "v1:4Bq3pLh0Yw==:AAABAGNpcGhlcnRleHQ="})
     run = preflight_run(capsys, path, arm())
     assert run.code == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Permissions on the deployment scope (Microsoft.Authorization/permissions)
+
+
+@pytest.mark.parametrize(
+    ("recording", "mode", "status", "code", "roles"),
+    [
+        ("authorization-permissions-owner.json", "up", "pass", 0, []),
+        ("authorization-permissions-contributor.json", "up", "fail", 1, ["User Access Administrator"]),
+        ("authorization-permissions-contributor.json", "preview", "warn", 0, ["User Access Administrator"]),
+        ("authorization-permissions-reader.json", "up", "fail", 1, ["Contributor", "User Access Administrator"]),
+        ("authorization-permissions-reader.json", "preview", "warn", 0, ["Contributor", "User Access Administrator"]),
+        ("authorization-permissions-contributor-rbac-admin.json", "up", "fail", 1, ["User Access Administrator"]),
+    ],
+)
+def test_permissions_by_role(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    recording: str,
+    mode: str,
+    status: str,
+    code: int,
+    roles: list[str],
+) -> None:
+    credential = FakeCredential()
+    transport = arm(permissions=ok(recording))
+    args = build_parser().parse_args(
+        ["preflight", "--stack-file", str(stack_file(tmp_path)), "--format", "json", "--for", mode]
+    )
+    code_seen = preflight.run_cli(args, env={}, credential=credential, transport=transport, retry=TINY_RETRY)
+    check = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["id"] == "permissions")
+    assert (check["status"], code_seen, check["figures"]["missingRoles"]) == (status, code, roles)
+
+
+def test_contributor_alone_misses_role_assignments_and_locks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(permissions=ok("authorization-permissions-contributor.json")))
+    check = run.check("permissions")
+    assert check["figures"]["missingActions"] == [
+        "Microsoft.Authorization/roleAssignments/write",
+        "Microsoft.Authorization/locks/write",
+    ]
+    assert "stops half-way" in check["detail"]
+    assert 'az role assignment create --assignee <your object id> --role "User Access Administrator"' in check["fix"]
+
+
+def test_rbac_administrator_gives_role_assignments_but_not_locks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transport = arm(permissions=ok("authorization-permissions-contributor-rbac-admin.json"))
+    check = preflight_run(capsys, stack_file(tmp_path), transport).check("permissions")
+    assert check["figures"]["missingActions"] == ["Microsoft.Authorization/locks/write"]
+    assert "Role Based Access Control Administrator would allow the role assignment but not the locks" in check["fix"]
+
+
+def test_reader_lacks_every_write_the_stack_needs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lustre = {"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 16}}
+    path = stack_file(tmp_path, zone="2", bastion=True, storage=lustre)
+    check = preflight_run(capsys, path, arm(permissions=ok("authorization-permissions-reader.json"))).check(
+        "permissions"
+    )
+    missing = check["figures"]["missingActions"]
+    assert missing[0] == "Microsoft.Resources/subscriptions/resourceGroups/write"
+    assert {"Microsoft.Network/bastionHosts/write", "Microsoft.StorageCache/amlFilesystems/write"} <= set(missing)
+    assert not [a for a in missing if a.endswith("/read")]
+    assert "half-way" not in check["detail"]  # nothing would be created at all
+
+
+def test_permissions_follow_next_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(permissions=ok("authorization-permissions-contributor-uaa-page1.json"))
+    run = preflight_run(capsys, stack_file(tmp_path), transport)
+    assert run.check("permissions")["status"] == "pass"  # Contributor on page 1, User Access Administrator on 2
+    assert len(transport.calls("/providers/Microsoft.Authorization/permissions")) == 2
+
+
+def test_permission_scope_is_the_subscription_or_the_named_resource_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scopes = []
+    for config in ({}, {"resourceGroupName": "gpu-rg"}):
+        transport = arm()
+        run = preflight_run(capsys, stack_file(tmp_path, **config), transport)
+        [request] = transport.calls("/providers/Microsoft.Authorization/permissions")
+        scopes.append(urlsplit(request.url).path)
+        assert request.headers["Authorization"] == "Bearer fake-arm-token"
+        assert parse_qs(urlsplit(request.url).query)["api-version"] == ["2022-04-01"]
+        assert run.check("permissions")["figures"]["scope"] + "/providers/Microsoft.Authorization/permissions" == (
+            scopes[-1]
+        )
+    assert scopes == [
+        f"/subscriptions/{SUB}/providers/Microsoft.Authorization/permissions",
+        f"/subscriptions/{SUB}/resourceGroups/gpu-rg/providers/Microsoft.Authorization/permissions",
+    ]
+
+
+def test_an_existing_resource_group_needs_no_resource_group_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = stack_file(tmp_path, resourceGroupName="gpu-rg")
+    check = preflight_run(capsys, path, arm(permissions=ok("authorization-permissions-reader.json"))).check(
+        "permissions"
+    )
+    assert "Microsoft.Resources/subscriptions/resourceGroups/write" not in check["figures"]["missingActions"]
+
+
+def test_permissions_unreadable_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(permissions=[Reply(403, "error-403-authorization-failed.json")])
+    run = preflight_run(capsys, stack_file(tmp_path), transport)
+    assert run.code == 2
+    assert run.check("permissions")["detail"].startswith("could not check: no permission to read the caller's")
+
+
+@pytest.mark.parametrize(
+    ("wildcard", "action", "matches"),
+    [
+        ("*", "Microsoft.Authorization/locks/write", True),
+        ("*/read", "Microsoft.Compute/virtualMachineScaleSets/read", True),
+        ("*/read", "Microsoft.Compute/virtualMachineScaleSets/write", False),
+        ("Microsoft.Authorization/*/Write", "Microsoft.Authorization/roleAssignments/write", True),
+        ("Microsoft.Authorization/*", "Microsoft.Authorization/locks/write", True),
+        ("Microsoft.Storage/storageAccounts/*", "Microsoft.Storage/storageAccounts/blobServices/containers/read", True),
+        ("Microsoft.Storage/*", "Microsoft.StorageCache/amlFilesystems/write", False),
+        ("microsoft.network/virtualnetworks/write", "Microsoft.Network/virtualNetworks/write", True),
+        ("Microsoft.Network/virtualNetworks/write", "Microsoft.Network/virtualNetworks/writeX", False),
+    ],
+)
+def test_action_wildcards(wildcard: str, action: str, matches: bool) -> None:
+    from ndfleet.preflight.permissions import action_matches
+
+    assert action_matches(wildcard, action) is matches
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Trusted Launch as default (Microsoft.Features)
+
+
+def test_trusted_launch_default_registered_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(feature=ok("feature-trusted-launch-default-registered.json"))
+    run = preflight_run(capsys, stack_file(tmp_path), transport, fmt="table")
+    assert run.code == 0  # a warning
+    assert re.search(r"^WARN\s+trusted-launch-default\s+Microsoft.Compute/TrustedLaunchByDefaultPreview is Registered",
+                     run.out, re.MULTILINE)
+    assert "az feature unregister --namespace Microsoft.Compute --name TrustedLaunchByDefaultPreview" in run.out
+    [request] = transport.calls("/features/TrustedLaunchByDefaultPreview")
+    assert urlsplit(request.url).path == (
+        f"/subscriptions/{SUB}/providers/Microsoft.Features/providers/Microsoft.Compute/features/"
+        "TrustedLaunchByDefaultPreview"
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "state"),
+    [
+        (Reply(200, "feature-trusted-launch-default-not-registered.json"), "NotRegistered"),
+        (Reply(404, "error-404-feature-not-found.json"), "NotFound"),
+    ],
+)
+def test_trusted_launch_default_absent_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reply: Reply, state: str
+) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm(feature=[reply]))
+    check = run.check("trusted-launch-default")
+    assert (check["status"], check["figures"]["state"], run.code) == ("pass", state, 0)
+
+
+def test_enforce_preflight_in_preview_only_warns_about_up_permissions(tmp_path: Path) -> None:
+    spec = preflight.load_spec(load_stack(path=stack_file(tmp_path)).ndfleet_config, "pf")
+    transport = arm(permissions=ok("authorization-permissions-reader.json"))
+    kwargs: dict[str, Any] = {"env": {}, "credential": FakeCredential(), "transport": transport, "retry": TINY_RETRY}
+    assert preflight.enforce_preflight(spec, mode="preview", **kwargs) is None
+    with pytest.raises(preflight.PreflightFailed) as raised:
+        preflight.enforce_preflight(spec, mode="up", **kwargs)
+    assert raised.value.exit_code == 1
+    assert "FAIL    permissions" in str(raised.value)

@@ -7,7 +7,16 @@ from typing import Any
 import pulumi
 import pytest
 
-from ndfleet.spec.config import SpecError, load_spec, split_islands
+from ndfleet.spec.config import (
+    AZURE_MAX_PRIVATE_IPS_PER_VNET,
+    EXAMPLE_KEY_WARNING,
+    MAX_NODES,
+    SpecError,
+    load_spec,
+    node_headroom,
+    split_islands,
+)
+from ndfleet.spec.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
@@ -51,7 +60,7 @@ def test_island_limit_300_is_allowed_with_a_support_request_warning() -> None:
 
 
 def test_default_limit_gives_no_warning() -> None:
-    assert spec_of(nodes=100).warnings == ()
+    assert spec_of(nodes=100).warnings == (EXAMPLE_KEY_WARNING,)
 
 
 def test_vcpu_quota_is_nodes_times_vcpus_per_family() -> None:
@@ -70,7 +79,7 @@ def test_compute_subnet_has_room_for_nodes_and_headroom() -> None:
 def test_subnets_do_not_overlap_each_other() -> None:
     import ipaddress
 
-    spec = spec_of(nodes=500, bastion=True, storage={"lustre": {"capacityTiB": 16}})
+    spec = spec_of(nodes=500, bastion=True, zone="1", storage={"lustre": {"capacityTiB": 16}})
     nets = [
         ipaddress.IPv4Network(s.cidr)
         for s in (spec.network.compute, spec.network.storage, spec.network.lustre, spec.network.bastion)
@@ -97,7 +106,7 @@ BAD_CONFIGS = [
     ({"vnetAddressSpace": "10.0.0.0/26", "nodes": 50}, "ndfleet:vnetAddressSpace = '10.0.0.0/26': too small for 50"),
     ({"vnetAddressSpace": "10.0.0.300/16"}, "ndfleet:vnetAddressSpace = '10.0.0.300/16': must be an IPv4 network"),
     ({"sshPublicKey": "ssh-rsa AAAA"}, "ndfleet:sshPublicKey = 'ssh-rsa AAAA': the key body is not valid base64"),
-    ({"sshPublicKey": "not a key"}, "ndfleet:sshPublicKey = 'not a key': key type 'not' is not accepted"),
+    ({"sshPublicKey": "not a key"}, "ndfleet:sshPublicKey = 'not a key': key type 'not' is not accepted; use an RSA"),
     (
         {"vmSize": "Standard_ND96asr_v4"},
         "ndfleet:vmSize = 'Standard_ND96asr_v4': unsupported VM size; valid: "
@@ -130,13 +139,65 @@ BAD_CONFIGS = [
     ({"storage": {"softDeleteDays": 0}}, "ndfleet:storage.softDeleteDays = 0"),
     ({"health": {"repairAction": "Delete"}}, "ndfleet:health.repairAction = 'Delete': input should be 'Replace'"),
     ({"health": {"repairGracePeriodMinutes": 5}}, "ndfleet:health.repairGracePeriodMinutes = 5"),
-    ({"nodez": 2}, "ndfleet:nodez is not a known setting; known settings here:"),
+    ({"nodez": 2}, "ndfleet:nodez is not a known setting; did you mean 'ndfleet:nodes'? known settings here:"),
     ({"storage": {"lustre": {"capacityTiB": 8}, "sizeTiB": 1}}, "ndfleet:storage.sizeTiB is not a known setting"),
-    ({"location": None}, "ndfleet:location"),
+    ({"location": None}, "ndfleet:location is required: the Azure region's name, e.g. `ndfleet:location: eastus`"),
     ({"tags": {"ndfleet:island": "x"}}, "names starting with 'ndfleet:' are set by ndfleet itself"),
     ({"subscriptionId": "not-a-guid"}, "ndfleet:subscriptionId = 'not-a-guid'"),
     ({"image": "ubuntu-hpc"}, "ndfleet:image = 'ubuntu-hpc': must be a marketplace image URN"),
     ({"priority": "Spot", "spotMaxPrice": 0}, "ndfleet:spotMaxPrice = 0"),
+    # Booleans are never numbers, numbers never booleans, strings never numbers.
+    ({"nodes": True}, "ndfleet:nodes = true: must be a whole number, not a boolean"),
+    ({"nodes": 2.5}, "ndfleet:nodes = 2.5: must be a whole number, not a fraction"),
+    ({"bastion": 1}, "ndfleet:bastion = 1: must be true or false, not a number"),
+    ({"health": {"dcgmLevel": True}}, "ndfleet:health.dcgmLevel = true: must be a whole number, not a boolean"),
+    ({"storage": {"softDeleteDays": False}}, "ndfleet:storage.softDeleteDays = false: must be a whole number"),
+    ({"tags": {"owner": 7}}, "ndfleet:tags.owner = 7: must be a string, not a number"),
+    ({"spotMaxPrice": True, "priority": "Spot"}, "ndfleet:spotMaxPrice = true: must be a number, not a boolean"),
+    # `nodes` is bounded by Azure's 65,536 private IP addresses per VNet; every bad value answers at once.
+    ({"nodes": 1_000_000_000}, "ndfleet:nodes = 1000000000: at most 54,613: Azure allows 65,536 private IP"),
+    ({"nodes": 54_614}, "ndfleet:nodes = 54614: at most 54,613"),
+    ({"nodes": 10**30}, "ndfleet:nodes = 1000000000000000000000000000000: at most 54,613"),
+    ({"nodes": -1}, "ndfleet:nodes = -1: input should be greater than or equal to 1"),
+    (
+        {"nodes": None, "islands": [{"name": "a", "nodes": 10**9}]},
+        "ndfleet:islands: 1,000,000,000 nodes in all; at most 54,613",
+    ),
+    # SSH keys: one line, RSA >= 2048 bits or ED25519 only, a private key named as such.
+    (
+        {"sshPublicKey": "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY= me"},
+        "ndfleet:sshPublicKey = 'ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY= me': ECDSA keys "
+        "(ecdsa-sha2-nistp256) are not accepted by Azure for Linux VMs",
+    ),
+    ({"sshPublicKey": "ssh-dss AAAAB3NzaC1kc3M= me"}, "DSA keys (ssh-dss) are not accepted by Azure"),
+    (
+        {"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY"},
+        "ndfleet:sshPublicKey (value not shown): this is a PRIVATE key: give the public key",
+    ),
+    ({"sshPublicKey": f"{dev_ssh_key()}\n{dev_ssh_key()}"}, "holds 2 lines: give exactly one public key"),
+    # Settings that only mean something together.
+    (
+        {"spotMaxPrice": 0.5},
+        "ndfleet:spotMaxPrice = 0.5: applies only to Spot VMs, and ndfleet:priority is 'Regular'",
+    ),
+    (
+        {"storage": {"lustre": {"capacityTiB": 8}}},
+        "ndfleet:zone is not set, but eastus has availability zones and Azure Managed Lustre",
+    ),
+    ({"health": {"probeGracePeriodSeconds": 300}}, "ndfleet:health.probeGracePeriodSeconds = 300: input should be"),
+    # Typos and display names.
+    ({"node": 2}, "ndfleet:node is not a known setting; did you mean 'ndfleet:nodes'?"),
+    ({"VMSize": "x"}, "ndfleet:VMSize is not a known setting; did you mean 'ndfleet:vmSize'?"),
+    (
+        {"health": {"dcgmlevel": 2}},
+        "ndfleet:health.dcgmlevel is not a known setting; did you mean 'ndfleet:health.dcgmLevel'?",
+    ),
+    (
+        {"location": "West Europe"},
+        "ndfleet:location = 'West Europe': write the region's name, not its display name: 'westeurope'",
+    ),
+    ({"location": "east us 2"}, "'eastus2'"),
+    ({"location": "eu/west!"}, "ndfleet:location = 'eu/west!': must be an Azure region's name"),
 ]
 
 
@@ -168,6 +229,138 @@ def test_missing_ssh_key_is_reported_as_required() -> None:
 def test_all_problems_are_reported_at_once() -> None:
     text = problems_of(base_config(nodes=0, zone="9", sshPublicKey="nope"))
     assert "3 problem(s)" in text
+
+
+def test_checks_across_settings_run_alongside_the_per_setting_ones() -> None:
+    """A bad boolean, an unknown key, a VNet overlapping the RDMA range and a zoneless Lustre: four problems in one
+    run, the cross-setting ones (VNet, Lustre zone) included although per-setting checks failed."""
+    text = problems_of(
+        base_config(
+            bastion="yes", nodez=3, vnetAddressSpace="172.16.0.0/12", storage={"lustre": {"capacityTiB": 8}}
+        )
+    )
+    assert "4 problem(s)" in text
+    for expected in (
+        "ndfleet:bastion = 'yes': must be true or false, not a string",
+        "ndfleet:nodez is not a known setting",
+        "ndfleet:vnetAddressSpace = '172.16.0.0/12': overlaps",
+        "ndfleet:zone is not set",
+    ):
+        assert expected in text
+
+
+def test_vnet_too_small_is_reported_with_a_bad_setting_elsewhere() -> None:
+    text = problems_of(base_config(nodes=50, vnetAddressSpace="10.0.0.0/26", adminUsername="root"))
+    assert "2 problem(s)" in text
+    assert "ndfleet:vnetAddressSpace = '10.0.0.0/26': too small for 50" in text
+
+
+def test_a_check_that_reads_a_failed_setting_is_skipped() -> None:
+    """`nodes` invalid: no 'set exactly one of nodes/islands', no VNet sizing from a value the user did not write;
+    `location` missing: no Lustre-zone verdict about a stand-in region."""
+    text = problems_of({"nodes": True, "sshPublicKey": dev_ssh_key(), "storage": {"lustre": {"capacityTiB": 8}}})
+    assert "2 problem(s)" in text
+    assert "set exactly one" not in text and "zone is not set" not in text
+
+
+def test_nodes_bound_is_the_largest_count_whose_headroom_fits_the_vnet_ip_limit() -> None:
+    assert MAX_NODES + node_headroom(MAX_NODES) <= AZURE_MAX_PRIVATE_IPS_PER_VNET
+    assert MAX_NODES + 1 + node_headroom(MAX_NODES + 1) > AZURE_MAX_PRIVATE_IPS_PER_VNET
+    spec = spec_of(nodes=MAX_NODES, vnetAddressSpace="10.0.0.0/14")
+    assert spec.total_nodes == MAX_NODES
+
+
+def test_a_private_key_is_never_echoed() -> None:
+    body = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ"
+    text = problems_of(base_config(sshPublicKey=f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH"))
+    assert "PRIVATE key" in text
+    assert body[:12] not in text and "BEGIN" not in text
+
+
+def test_an_rsa_key_message_keeps_its_capitals() -> None:
+    import base64
+    import struct
+
+    def field(b: bytes) -> bytes:
+        return struct.pack(">I", len(b)) + b
+
+    tiny = base64.b64encode(field(b"ssh-rsa") + field(b"\x01\x00\x01") + field(b"\x00" + b"\xff" * 128)).decode()
+    assert ": RSA keys must be at least 2048 bits (Azure's minimum); this one has 1024" in problems_of(
+        base_config(sshPublicKey=f"ssh-rsa {tiny} x")
+    )
+
+
+def test_lustre_without_zone_is_fine_where_the_region_has_no_zones() -> None:
+    spec = spec_of(location="northcentralus", storage={"lustre": {"capacityTiB": 8}})
+    assert spec.storage.lustre is not None and spec.zone is None
+
+
+def test_lustre_in_a_region_the_table_does_not_know_warns() -> None:
+    spec = spec_of(location="usgovvirginia", storage={"lustre": {"capacityTiB": 8}})
+    assert any("needs one; set zone" in w for w in spec.warnings)
+    assert any("not in ndfleet's region table" in w for w in spec.warnings)
+
+
+def test_a_misspelt_region_gets_a_suggestion() -> None:
+    assert any("did you mean 'eastus2'" in w for w in spec_of(location="eastu2").warnings)
+
+
+def test_spot_max_price_with_spot_is_accepted() -> None:
+    assert spec_of(priority="Spot", spotMaxPrice=2.5).spot_max_price == 2.5
+
+
+def test_probe_grace_period_is_none_unless_set() -> None:
+    assert spec_of().health.probe_grace_period_seconds is None
+    assert spec_of(health={"probeGracePeriodSeconds": 3600}).health.probe_grace_period_seconds == 3600
+
+
+def test_dcgm_level_3_with_the_default_grace_period_is_accepted_by_the_program() -> None:
+    """The default grace period follows the node's budget: only an explicit, too short value is an error."""
+    from ndfleet.plan import execute_program
+
+    run = execute_program(stack_from(base_config(health={"dcgmLevel": 3})))
+    assert run.monitor.order
+
+
+def test_example_key_warns_in_the_plan() -> None:
+    spec = spec_of()
+    assert EXAMPLE_KEY_WARNING in spec.warnings
+
+
+def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the mock runtime (a real `pulumi up`) the program stops before any resource."""
+    from pulumi.runtime.settings import get_monitor
+
+    import ndfleet.program
+    from ndfleet.plan import execute_program
+
+    monkeypatch.setattr(ndfleet.program, "under_mocks", lambda: False)
+    with pytest.raises(pulumi.RunError, match="example key of ndfleet's stacks"):
+        execute_program(stack_from(base_config()))
+    assert get_monitor().order == []  # type: ignore[attr-defined]
+
+
+def test_every_example_stack_carries_the_one_known_example_key() -> None:
+    """The fingerprint in ndfleet/spec/sshkeys.py is the only place that knows the example key."""
+    import yaml
+
+    from tests.conftest import STACKS_DIR
+
+    for path in STACKS_DIR.glob("Pulumi.*.yaml"):
+        key = yaml.safe_load(path.read_text())["config"]["ndfleet:sshPublicKey"]
+        assert is_example_key(key), path
+    assert not is_example_key(load_spec(base_config(), "t").ssh_public_key.replace("P9P4", "P9P5"))
+
+
+@pytest.mark.parametrize("name", ["a\nb", "x y", "../etc", "", "n" * 101, "é"])
+def test_stack_names_are_checked_as_pulumi_does(name: str) -> None:
+    with pytest.raises(SpecError, match="is not valid: 1-100 characters: letters, digits, '-', '_' or '.'"):
+        load_spec(base_config(), name)
+
+
+@pytest.mark.parametrize("name", ["dev", "prod.eu-1", "A_b", "n" * 100])
+def test_valid_stack_names_pass(name: str) -> None:
+    assert load_spec(base_config(), name).stack == name
 
 
 def test_rsa_keys_below_2048_bits_are_refused() -> None:

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.resources
 import json
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from ndfleet.bootstrap import (
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
     IMDS_TAGS_URL,
+    NODE_APP_PATH,
     REPORT_PATH,
     TAG_IDENTITY_CLIENT_ID,
+    VALIDATE_NODE_PATH,
+    BootstrapExtensions,
     BootstrapTooLarge,
-    NodeFile,
     RenderedBootstrap,
 )
 from ndfleet.slurm.conf import (
@@ -65,14 +68,21 @@ NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
 STATE_DISK_LUN = 0
 SETUP_TIMEOUT_S = 1200
 HTTP_TIMEOUT_S = 20
-NODE_MODULES = Path(__file__).resolve().parents[2] / "node" / "ndfleet_node"
+
+
+@dataclass(frozen=True)
+class NodeFile:
+    name: str  # the name `ndfleet render` would show it under
+    path: str  # where cloud-init writes it
+    mode: str
+    content: str
 LIB_DIR = "/usr/local/lib/ndfleet"
 
 
 @functools.cache
 def _node_module(name: str) -> str:
     """A node-program module shipped as a standalone script (until the node program ships as one zipapp)."""
-    return (NODE_MODULES / f"{name}.py").read_text()
+    return importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text()
 
 
 def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
@@ -104,7 +114,8 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "slurmdbd_port": SLURMDBD_PORT,
         "database_user": DATABASE_USER,
         "database_name": DATABASE_NAME,
-        "validator": "/usr/local/sbin/validate-node",
+        "validator": VALIDATE_NODE_PATH,
+        "node_app": NODE_APP_PATH,
         "report_path": REPORT_PATH,
         "validate_timeout_s": 300,
     }
@@ -136,8 +147,18 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
                  _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
         NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
                  _render("slurm/ndfleet-slurm-health.sh.j2", site, ctx)),
-        NodeFile("slurm_health.py", f"{LIB_DIR}/slurm_health.py", "0755", _node_module("slurm_health")),
     ]
+
+
+def slurm_bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions:
+    """What Slurm adds to an island's bootstrap (ndfleet.prepare passes it to render_bootstrap).
+
+    No unit to enable: reaching ndfleet-validated.target wants slurmd (a drop-in on the target), and slurmd
+    requires the Slurm set-up, so a node that fails validation never starts slurmd.
+    """
+    return BootstrapExtensions(
+        files=[{"path": f.path, "permissions": f.mode, "content": f.content} for f in slurm_node_files(spec, island)],
+    )
 
 
 def machine_user_data(spec: ClusterSpec, role: str) -> str:
@@ -199,4 +220,4 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
     return rendered
 
 
-__all__ = ["machine_bootstrap", "slurm_node_files"]
+__all__ = ["machine_bootstrap", "machine_user_data", "slurm_bootstrap_extensions", "slurm_node_files"]

@@ -9,17 +9,17 @@ collected and reported at once, so a user fixes a stack file in one round.
 from __future__ import annotations
 
 import base64
-import binascii
+import difflib
 import ipaddress
 import json
 import math
 import re
-import struct
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ndfleet.spec.names import stack_name_problem
 from ndfleet.spec.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,
     HARD_MAX_NODES_PER_ISLAND,
@@ -29,6 +29,8 @@ from ndfleet.spec.profiles import (
     LustreSku,
     VmSizeProfile,
 )
+from ndfleet.spec.regions import REGION_NAME, REGIONS_SOURCE, closest, has_zones, name_form
+from ndfleet.spec.sshkeys import check_ssh_public_key, is_example_key, looks_private
 
 NAMESPACE = "ndfleet"
 
@@ -44,8 +46,6 @@ RESERVED_ADMIN_NAMES = frozenset(
     ).split()
 )
 
-SSH_KEY_TYPES = ("ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
-
 # Subnet headroom over the node count: automatic repairs and scale-outs create a VM before the old
 # address is released, and Azure keeps 5 addresses of every subnet.
 AZURE_RESERVED_ADDRESSES_PER_SUBNET = 5
@@ -55,6 +55,46 @@ MIN_COMPUTE_PREFIX = 26
 STORAGE_SUBNET_PREFIX = 27  # private endpoints only
 LUSTRE_SUBNET_PREFIX = 24  # Managed Lustre wants a dedicated subnet; /24 covers every capacity in the SKU table
 BASTION_SUBNET_PREFIX = 26  # AzureBastionSubnet must be /26 or larger
+
+# Azure allows 65,536 private IP addresses per virtual network (Microsoft Learn, "Azure subscription and
+# service limits, quotas, and constraints" > Networking limits). Every node holds one, and so does every node of
+# the headroom (a repair or scale-out creates the new VM before the old address is released): `nodes` is bounded
+# so that nodes + headroom fit, MAX_NODES = 54,613. The bound also keeps every refusal instant.
+AZURE_MAX_PRIVATE_IPS_PER_VNET = 65_536
+
+
+def node_headroom(nodes: int) -> int:
+    return max(NODE_HEADROOM_MIN, math.ceil(nodes * NODE_HEADROOM_FRACTION))
+
+
+def _max_nodes() -> int:
+    n = AZURE_MAX_PRIVATE_IPS_PER_VNET
+    while n + node_headroom(n) > AZURE_MAX_PRIVATE_IPS_PER_VNET:
+        n -= 1
+    return n
+
+
+MAX_NODES = _max_nodes()
+NODES_BOUND = (
+    f"at most {MAX_NODES:,}: Azure allows {AZURE_MAX_PRIVATE_IPS_PER_VNET:,} private IP addresses per virtual "
+    f"network, and every node plus {NODE_HEADROOM_FRACTION:.0%} headroom for repairs and scale-outs takes one"
+)
+# A required setting that is missing or invalid is replaced by this stand-in for the second pass only (so the
+# cross-setting checks of the other settings still run); checks that read it are skipped.
+_STAND_INS = {
+    "location": "eastus",
+    # An ED25519 key of 32 zero bytes: well-formed, and nobody's.
+    "sshPublicKey": "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(32)).decode(),
+}
+EXAMPLE_KEY_WARNING = (
+    f"{NAMESPACE}:sshPublicKey is the example key of ndfleet's stacks/*.yaml: nobody has its private key, so "
+    "no one could log in; replace it with your own public key (`pulumi up` refuses it)"
+)
+_REQUIRED_EXAMPLES = {
+    "location": "the Azure region's name, e.g. `ndfleet:location: eastus` (`az account list-locations -o table` "
+    "lists the names)",
+    "sshPublicKey": "one OpenSSH public key line, e.g. the contents of ~/.ssh/id_ed25519.pub",
+}
 
 
 class SpecError(Exception):
@@ -74,12 +114,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class IslandConfig(_Model):
+class _Settings(_Model):
+    """A block of settings as the user writes them. Strict: a boolean is never a number (`nodes: true` is an
+    error, not 1 node), a string never a number, a number never a string."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+
+class IslandConfig(_Settings):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,14}$")
     nodes: int = Field(ge=1)
 
 
-class LustreConfig(_Model):
+class LustreConfig(_Settings):
     sku: str = "AMLFS-Durable-Premium-250"
     capacity_tib: int = Field(alias="capacityTiB")
 
@@ -91,7 +138,7 @@ class LustreConfig(_Model):
         return v
 
 
-class StorageConfig(_Model):
+class StorageConfig(_Settings):
     account_sku: Literal["Standard_LRS", "Standard_ZRS", "Standard_GRS", "Standard_GZRS"] = Field(
         default="Standard_ZRS", alias="accountSku"
     )
@@ -99,18 +146,19 @@ class StorageConfig(_Model):
     lustre: LustreConfig | None = None
 
 
-class HealthConfig(_Model):
+class HealthConfig(_Settings):
     validation_level: Literal["quick", "full"] = Field(default="full", alias="validationLevel")
     dcgm_level: int = Field(default=1, ge=0, le=3, alias="dcgmLevel")
     probe_port: int = Field(default=18300, ge=1024, le=65535, alias="probePort")
     repair_action: Literal["Replace", "Reimage", "Restart"] = Field(default="Replace", alias="repairAction")
     repair_grace_period_minutes: int = Field(default=30, ge=10, le=90, alias="repairGracePeriodMinutes")
-    # The Application Health extension waits this long before a node's health counts: node set-up, a full
-    # validation (5-8 min) and DCGM level 2 (up to 10 min) fit; the extension allows at most 14,400 s.
-    probe_grace_period_seconds: int = Field(default=2700, ge=600, le=14400, alias="probeGracePeriodSeconds")
+    # The Application Health extension waits this long before a node's health counts. None (the default):
+    # follow the node's worst-case set-up and validation time (computed in the prepare step from the profile);
+    # an explicit value must cover that time. The extension allows at most 14,400 s.
+    probe_grace_period_seconds: int | None = Field(default=None, ge=600, le=14400, alias="probeGracePeriodSeconds")
 
 
-class SlurmConfig(_Model):
+class SlurmConfig(_Settings):
     """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
 
     version: str = Field(default="24.05.8-1", pattern=r"^[0-9]{2}\.[0-9]{2}\.[0-9]+-[0-9]+$")
@@ -138,14 +186,14 @@ class SlurmConfig(_Model):
         return v
 
 
-class StackConfig(_Model):
+class StackConfig(_Settings):
     """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
 
-    location: str = Field(pattern=r"^[a-z][a-z0-9]{2,40}$")
+    location: str
     zone: Literal["1", "2", "3"] | None = None
     vm_size: str = Field(default=DEFAULT_VM_SIZE, alias="vmSize")
-    nodes: int | None = Field(default=None, ge=1)
-    islands: list[IslandConfig] | None = None
+    nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
+    islands: list[IslandConfig] | None = Field(default=None, max_length=MAX_NODES)
     max_nodes_per_island: int = Field(
         default=DEFAULT_MAX_NODES_PER_ISLAND, ge=1, le=HARD_MAX_NODES_PER_ISLAND, alias="maxNodesPerIsland"
     )
@@ -171,6 +219,19 @@ class StackConfig(_Model):
     subscription_id: str | None = Field(
         default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
     )
+
+    @field_validator("location")
+    @classmethod
+    def _region_name(cls, v: str) -> str:
+        if REGION_NAME.match(v):
+            return v
+        suggestion = name_form(v)
+        if suggestion is not None:
+            raise ValueError(
+                f"write the region's name, not its display name: '{suggestion}' (the Name column of "
+                "`az account list-locations -o table`)"
+            )
+        raise ValueError("must be an Azure region's name: lowercase letters and digits, e.g. eastus or westeurope")
 
     @field_validator("vm_size")
     @classmethod
@@ -222,28 +283,6 @@ class StackConfig(_Model):
         except ValueError as e:
             raise ValueError(f"must be an IPv4 network in CIDR form such as {DEFAULT_VNET} ({e})") from None
         return v
-
-
-def check_ssh_public_key(key: str) -> None:
-    """Raise ValueError unless `key` is one OpenSSH public key line Azure accepts."""
-    parts = key.strip().split()
-    if len(parts) < 2:
-        raise ValueError(
-            "must be an OpenSSH public key line: '<type> <base64> [comment]' (the contents of ~/.ssh/id_*.pub)"
-        )
-    key_type, blob = parts[0], parts[1]
-    if key_type not in SSH_KEY_TYPES:
-        raise ValueError(f"key type {key_type!r} is not accepted; valid: {', '.join(SSH_KEY_TYPES)}")
-    try:
-        raw = base64.b64decode(blob, validate=True)
-        (length,) = struct.unpack(">I", raw[:4])
-        embedded = raw[4 : 4 + length].decode("ascii")
-    except (binascii.Error, struct.error, UnicodeDecodeError):
-        raise ValueError("the key body is not valid base64 OpenSSH key data") from None
-    if embedded != key_type:
-        raise ValueError(f"the key body says {embedded!r} but the line says {key_type!r}: the key is damaged")
-    if key_type == "ssh-rsa" and len(raw) < 256 + 20:
-        raise ValueError("RSA keys must be at least 2048 bits (Azure's minimum)")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -412,13 +451,32 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+_TYPE_MESSAGES = {
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping of settings",
+    "model_type": "must be a mapping of settings",
+    "list_type": "must be a list",
+}
+
+
 def _friendly(err: Mapping[str, Any]) -> str:
+    kind, value = err["type"], err.get("input")
+    if kind in _TYPE_MESSAGES:
+        got = "a boolean" if isinstance(value, bool) else type(value).__name__ if value is not None else "null"
+        got = {"str": "a string", "int": "a number", "float": "a fraction", "dict": "a mapping", "list": "a list"}.get(
+            got, got
+        )
+        return f"{_TYPE_MESSAGES[kind]}, not {got}"
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    if err["type"] == "string_pattern_mismatch":
+    if kind == "string_pattern_mismatch":
         return f"does not match the allowed form {err['ctx']['pattern']}"
-    return msg[0].lower() + msg[1:] if msg else msg
+    # Lower-case the first letter of pydantic's sentences ("Input should ..."), not of an acronym ("RSA keys").
+    return msg[0].lower() + msg[1:] if len(msg) > 1 and msg[1].islower() else msg
 
 
 def _show(value: Any) -> str:
@@ -430,24 +488,70 @@ def _known_keys(model: type[BaseModel]) -> list[str]:
     return sorted(f.alias or name for name, f in model.model_fields.items())
 
 
+def _did_you_mean(key: str, known: list[str]) -> str | None:
+    by_case = {k.lower(): k for k in known}
+    if key.lower() in by_case:
+        return by_case[key.lower()]
+    match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _problem(err: Mapping[str, Any]) -> str:
+    """One line for one per-setting error: the setting's full path, the value given (never a private key) and
+    what is valid."""
+    loc = tuple(err["loc"])
+    path = _path(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        known = _known_keys(_model_at(loc[:-1]))
+        guess = _did_you_mean(str(loc[-1]), known)
+        hint = f"did you mean '{_path((*loc[:-1], guess))}'? " if guess else ""
+        return f"{path} is not a known setting; {hint}known settings here: {', '.join(known)}"
+    if kind == "missing":
+        example = _REQUIRED_EXAMPLES.get(str(loc[-1])) if len(loc) == 1 else None
+        return f"{path} is required" + (f": {example}" if example else "")
+    if loc == ("nodes",) and kind == "less_than_equal":
+        return f"{path} = {_show(err['input'])}: {NODES_BOUND}"
+    if loc == ("islands",) and kind == "too_long":
+        return f"{path}: {len(err['input'])} islands; {NODES_BOUND}"
+    value = err.get("input")
+    if loc == ("sshPublicKey",) and isinstance(value, str) and looks_private(value):
+        return f"{path} (value not shown): {_friendly(err)}"
+    return f"{path} = {_show(value)}: {_friendly(err)}"
+
+
 def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
-    """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError."""
+    """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError.
+
+    Every problem in one go: the settings are checked one by one, then the checks across settings (VNet size,
+    islands, Lustre zone, ...) run over the settings that passed, skipping those that read a failed one.
+    """
+    problems: list[str] = []
+    name_problem = stack_name_problem(stack)
+    if name_problem is not None:
+        problems.append(name_problem)
+        stack = "invalid-stack-name"
+    raw = dict(raw)
+    broken: set[str] = set()
     try:
-        config = StackConfig.model_validate(dict(raw))
+        config = StackConfig.model_validate(raw)
     except ValidationError as e:
-        problems = []
         for err in e.errors():
-            loc = tuple(err["loc"])
-            path = _path(loc)
-            if err["type"] == "extra_forbidden":
-                parent: type[BaseModel] = _model_at(loc[:-1])
-                problems.append(f"{path} is not a known setting; known settings here: {', '.join(_known_keys(parent))}")
-            elif err["type"] == "missing":
-                problems.append(f"{path} is required")
-            else:
-                problems.append(f"{path} = {_show(err['input'])}: {_friendly(err)}")
-        raise SpecError(problems) from None
-    return build_spec(config, stack)
+            problems.append(_problem(err))
+            broken.add(str(err["loc"][0]) if err["loc"] else "")
+        kept = {k: v for k, v in raw.items() if k not in broken}
+        for key, stand_in in _STAND_INS.items():
+            kept.setdefault(key, stand_in)
+        try:
+            config = StackConfig.model_validate(kept)
+        except ValidationError:  # cannot happen: every failed key was dropped; report what we have
+            raise SpecError(problems) from None
+    broken |= {k for k in _STAND_INS if k not in raw}
+    spec, cross_problems = build_spec(config, stack, frozenset(broken))
+    problems += cross_problems
+    if problems or spec is None:
+        raise SpecError(problems)
+    return spec
 
 
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel]:
@@ -478,8 +582,7 @@ def split_islands(nodes: int, max_per_island: int) -> list[int]:
 
 
 def compute_subnet_prefix(nodes: int) -> int:
-    headroom = max(NODE_HEADROOM_MIN, math.ceil(nodes * NODE_HEADROOM_FRACTION))
-    needed = nodes + headroom + AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    needed = nodes + node_headroom(nodes) + AZURE_RESERVED_ADDRESSES_PER_SUBNET
     return min(MIN_COMPUTE_PREFIX, 32 - math.ceil(math.log2(needed)))
 
 
@@ -500,15 +603,25 @@ def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dic
     return out
 
 
-def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
+def build_spec(
+    config: StackConfig, stack: str, broken: frozenset[str] = frozenset()
+) -> tuple[ClusterSpec | None, list[str]]:
+    """The checks across settings and the derived spec. `broken`: top-level settings that failed their own
+    check (replaced by defaults in `config`); a check that reads one of them is skipped, so that it neither
+    repeats the problem nor reports one the user did not write. Returns (spec, []) or (None, problems)."""
     problems: list[str] = []
     warnings: list[str] = []
     profile = PROFILES[config.vm_size]
     limit = config.max_nodes_per_island
 
+    def ok(*keys: str) -> bool:
+        return not broken.intersection(keys)
+
     # Islands: a total to split, or an explicit list; exactly one of the two.
     islands: list[IslandSpec] = []
-    if (config.nodes is None) == (config.islands is None):
+    if not ok("nodes", "islands", "maxNodesPerIsland"):
+        pass
+    elif (config.nodes is None) == (config.islands is None):
         problems.append(
             f"{NAMESPACE}:nodes / {NAMESPACE}:islands: set exactly one: 'nodes' (a total, split into islands "
             f"of at most maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
@@ -533,6 +646,9 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
                     + (" or raise maxNodesPerIsland (up to 300 after an Azure support request)" if limit < 300 else "")
                 )
             islands.append(IslandSpec(name=island.name, index=i, nodes=island.nodes))
+        total = sum(i.nodes for i in islands)
+        if total > MAX_NODES:
+            problems.append(f"{NAMESPACE}:islands: {total:,} nodes in all; {NODES_BOUND}")
     if limit > DEFAULT_MAX_NODES_PER_ISLAND:
         warnings.append(
             f"{NAMESPACE}:maxNodesPerIsland = {limit}: scale sets above {DEFAULT_MAX_NODES_PER_ISLAND} VMs with "
@@ -543,17 +659,19 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
     vnet = ipaddress.IPv4Network(config.vnet_address_space)
     rdma = ipaddress.IPv4Network(RDMA_RESERVED_CIDR)
     network: NetworkSpec | None = None
-    if vnet.overlaps(rdma):
+    vnet_fits = ok("vnetAddressSpace")
+    if vnet_fits and vnet.overlaps(rdma):
+        vnet_fits = False
         problems.append(
             f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: overlaps {RDMA_RESERVED_CIDR}, which the "
             f"InfiniBand RDMA network of ND-series VMs uses; choose a range outside it, e.g. {DEFAULT_VNET}"
         )
-    if not vnet.is_private:
+    if ok("vnetAddressSpace") and not vnet.is_private:
         warnings.append(f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range")
     total_nodes = sum(i.nodes for i in islands)
     # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
     slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0
-    if islands and not problems:
+    if islands and vnet_fits and total_nodes <= MAX_NODES and ok("storage", "bastion"):
         compute_prefix = compute_subnet_prefix(total_nodes + slurm_machines)
         wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
         if config.storage.lustre is not None:
@@ -582,7 +700,16 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
                 ),
             )
 
-    # Storage: Managed Lustre capacity must be a step of its SKU.
+    # Region: known to the table (else a warning: a new region or another cloud).
+    if ok("location") and has_zones(config.location) is None:
+        guess = closest(config.location)
+        warnings.append(
+            f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE})"
+            + (f"; did you mean {guess!r}?" if guess else "; check the name")
+        )
+
+    # Storage: Managed Lustre capacity must be a step of its SKU, and the file system sits in one zone where
+    # the region has zones.
     lustre: LustreSpec | None = None
     if config.storage.lustre is not None:
         sku = LUSTRE_SKUS[config.storage.lustre.sku]
@@ -594,10 +721,31 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
             )
         else:
             lustre = LustreSpec(sku=sku, capacity_tib=cap)
+        if ok("location", "zone") and config.zone is None:
+            zonal = has_zones(config.location)
+            if zonal:
+                problems.append(
+                    f"{NAMESPACE}:zone is not set, but {config.location} has availability zones and Azure Managed "
+                    f"Lustre (storage.lustre) is created in one of them: set {NAMESPACE}:zone to '1', '2' or '3' "
+                    "(the islands go to the same zone, next to their file system)"
+                )
+            elif zonal is None:
+                warnings.append(
+                    f"{NAMESPACE}:storage.lustre without {NAMESPACE}:zone: if {config.location} has availability "
+                    "zones, Azure Managed Lustre needs one; set zone"
+                )
 
-    # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap.
-    if config.priority == "Spot" and not (config.spot_max_price == -1 or config.spot_max_price > 0):
-        problems.append(f"{NAMESPACE}:spotMaxPrice = {config.spot_max_price}: use -1 (up to on-demand) or a price > 0")
+    # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
+    if ok("priority", "spotMaxPrice"):
+        if config.priority == "Spot" and not (config.spot_max_price == -1 or config.spot_max_price > 0):
+            problems.append(
+                f"{NAMESPACE}:spotMaxPrice = {config.spot_max_price}: use -1 (up to on-demand) or a price > 0"
+            )
+        if config.priority == "Regular" and "spot_max_price" in config.model_fields_set:
+            problems.append(
+                f"{NAMESPACE}:spotMaxPrice = {_show(config.spot_max_price)}: applies only to Spot VMs, and "
+                f"{NAMESPACE}:priority is 'Regular'; remove spotMaxPrice or set priority: Spot"
+            )
     if config.priority == "Spot":
         warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
     if config.scheduler != "slurm" and "slurm" in config.model_fields_set:
@@ -608,13 +756,14 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
     reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
+    if ok("sshPublicKey") and is_example_key(config.ssh_public_key):
+        warnings.append(EXAMPLE_KEY_WARNING)
 
-    if problems:
-        raise SpecError(problems)
-    assert network is not None
+    if problems or network is None:
+        return None, problems
     publisher, offer, sku_name, version = config.image.split(":")
     prefix = config.name_prefix or _default_prefix(stack)
-    return ClusterSpec(
+    spec = ClusterSpec(
         stack=stack,
         name_prefix=prefix,
         location=config.location,
@@ -643,6 +792,7 @@ def build_spec(config: StackConfig, stack: str) -> ClusterSpec:
         scheduler=config.scheduler,
         slurm=config.slurm if config.scheduler == "slurm" else None,
     )
+    return spec, []
 
 
 def _default_prefix(stack: str) -> str:

@@ -1,8 +1,8 @@
 """Everything that varies by VM size, in one place.
 
 Components, the bootstrap templates and the node validator read hardware figures and health thresholds
-from here only. Figures come from `shared/reference/azure-nd-h100-v5.md` (Microsoft Learn size pages and
-Azure/azurehpc-health-checks `conf/nd96isr_h100_v5.conf` / `conf/nd96isr_h200_v5.conf`).
+from here only. Figures come from the Microsoft Learn size pages and Azure/azurehpc-health-checks
+`conf/nd96isr_h100_v5.conf` / `conf/nd96isr_h200_v5.conf`; docs/sources.md restates each with its source.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ class HealthThresholds(BaseModel):
     dcgm_diag_timeout_s: tuple[int, int, int] = (120, 900, 1800)  # dcgmi diag -r 1 / 2 / 3
     setup_timeout_s: int = 600  # node set-up: RAID0, fabric manager, storage mounts
     fabricmanager_wait_s: int = 120  # how long set-up waits for nvidia-fabricmanager to become active
+    # Set-up retries a storage mount (blob, Lustre) with backoff for at most this long before declaring it failed
+    # (the storage account's private endpoint or the Lustre MGS may answer a little after the node boots). It is
+    # part of setup_timeout_s, which is part of the budget the Application Health grace period must cover.
+    mount_retry_s: int = 240
+    setup_step_timeout_s: int = 120  # each tool call of set-up (mdadm, mkfs.xfs, mount, blobfuse2, modprobe, ...)
 
 
 class VmSizeProfile(BaseModel):

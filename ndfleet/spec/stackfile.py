@@ -16,8 +16,59 @@ from typing import Any
 import yaml
 
 from ndfleet.spec.config import NAMESPACE, from_engine
+from ndfleet.spec.names import stack_name_problem
 
 PROJECT_FILE_NAME = "Pulumi.yaml"
+# A stack file is a few dozen lines; anything past this is not one (and would only cost time and memory).
+MAX_STACK_FILE_BYTES = 1 << 20
+
+
+class StackFileError(Exception):
+    """The stack file is missing or not in Pulumi's stack-file format."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key written twice in one mapping is an error (Pulumi refuses such a stack file;
+    PyYAML would silently keep the last value)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is written twice (lines {first_line[key]} and {line}): keep one",
+                    key_node.start_mark,
+                )
+            first_line[key] = line
+        except TypeError:  # an unhashable key: let the normal constructor report it
+            break
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def read_yaml(file: Path) -> Any:
+    """Parse a Pulumi YAML file: bounded in size, duplicate keys refused. Raises StackFileError."""
+    try:
+        with file.open("rb") as f:
+            data = f.read(MAX_STACK_FILE_BYTES + 1)
+    except OSError as e:
+        raise StackFileError(f"cannot read {file}: {e.strerror or e}") from None
+    if len(data) > MAX_STACK_FILE_BYTES:
+        raise StackFileError(f"{file} is larger than {MAX_STACK_FILE_BYTES // 1024} KiB: not a stack file")
+    try:
+        return yaml.load(data.decode("utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except UnicodeDecodeError:
+        raise StackFileError(f"{file} is not UTF-8 text") from None
+    except yaml.YAMLError as e:
+        raise StackFileError(f"{file} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise StackFileError(f"{file} is nested too deeply to be a stack file") from None
 
 
 def find_project_file(start: Path | None = None) -> Path | None:
@@ -37,15 +88,11 @@ def stacks_dir(project_file: Path | None = None) -> Path:
     if project_file is None:
         return Path.cwd()
     try:
-        project = yaml.safe_load(project_file.read_text()) or {}
-    except yaml.YAMLError:
+        project = read_yaml(project_file) or {}
+    except StackFileError:
         project = {}
     configured = project.get("stackConfigDir") if isinstance(project, dict) else None
     return project_file.parent / configured if isinstance(configured, str) else project_file.parent
-
-
-class StackFileError(Exception):
-    """The stack file is missing or not in Pulumi's stack-file format."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +115,12 @@ class StackFile:
         stack's key, which an offline tool does not have) become "[secret]"; a key set to null is unset."""
         merged: dict[str, Any] = project_defaults()
         secret_keys: list[str] = []
+        seen: dict[str, str] = {}
         for key, value in config.items():
             full = key if ":" in key else f"{NAMESPACE}:{key}"
+            if full in seen:
+                raise StackFileError(f"{path}: {seen[full]!r} and {key!r} are the same setting ({full}); keep one")
+            seen[full] = str(key)
             if isinstance(value, dict) and set(value) == {"secure"}:
                 secret_keys.append(full)
                 value = "[secret]"
@@ -97,9 +148,10 @@ def project_defaults(project_file: Path | None = None) -> dict[str, Any]:
     project_file = project_file or find_project_file()
     if project_file is None or not project_file.exists():
         return {}
-    project = yaml.safe_load(project_file.read_text()) or {}
+    project = read_yaml(project_file) or {}
+    declared = project.get("config") if isinstance(project, dict) else None
     out: dict[str, Any] = {}
-    for key, decl in (project.get("config") or {}).items():
+    for key, decl in (declared if isinstance(declared, dict) else {}).items():
         full = key if ":" in key else f"{NAMESPACE}:{key}"
         if isinstance(decl, dict) and "default" in decl:
             out[full] = decl["default"]
@@ -120,6 +172,9 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
         raise StackFileError("give either a stack name (--stack) or a stack file (--stack-file)")
     if path is None:
         assert name is not None
+        problem = stack_name_problem(name)
+        if problem is not None:
+            raise StackFileError(f"--stack: {problem}")
         file = stack_path(name)
         if not file.exists():
             known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in file.parent.glob("Pulumi.*.yaml"))
@@ -134,10 +189,15 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
         name = (
             stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
         )
-    try:
-        doc = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise StackFileError(f"{file} is not valid YAML: {e}") from None
+        problem = stack_name_problem(name)
+        if problem is not None:
+            raise StackFileError(
+                f"{file}: the stack's name is taken from the file name (Pulumi.<stack>.yaml) and {problem}; "
+                "rename the file"
+            )
+    if file.is_dir():
+        raise StackFileError(f"{file} is a folder, not a stack file")
+    doc = read_yaml(file) or {}
     if not isinstance(doc, dict):
         raise StackFileError(f"{file} is not a Pulumi stack file: expected a mapping with a 'config' key")
     config = doc.get("config") or {}

@@ -1,18 +1,19 @@
 """`ndfleet-node COMMAND ...`: one entry point for everything that runs on a node.
 
 Each subcommand lives in its own module, which exposes `register(subparsers)`; the registered handler returns
-the process exit code.
+the process exit code. Invoked as `validate-node` (a link or a wrapper of that name), it runs `validate`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("slurm_health", "slurm_reap")
+COMMAND_MODULES: tuple[str, ...] = ("setup", "validate", "health", "slurm_health", "slurm_reap")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and os.path.basename(sys.argv[0]) == "validate-node":
+        from ndfleet_node.validate import main as validate_main
+
+        return validate_main(sys.argv[1:])
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ FAKE_BIN = FAKES / "bin"
 
 # What the validator itself needs from the base system (everything else must come from the fakes).
 SYSTEM_TOOLS = (
-    "bash", "env", "timeout", "awk", "grep", "head", "readlink", "hostname", "mktemp", "date", "dirname",
-    "mkdir", "rm", "mv", "sleep", "cat", "sed", "seq", "tr", "wc",
+    "sh", "bash", "env", "awk", "grep", "head", "readlink", "dirname", "mkdir", "rm", "sleep", "cat", "sed", "tr",
+    "touch", "ls",
 )  # fmt: skip
 
 # Faults the fake tools inject (environment) and the ones the fake tree carries (sysroot).
@@ -30,15 +31,18 @@ TOOL_FAULTS = frozenset(
     "ib_rate_200 hca_pcie_x8 fm_inactive xid79 ib_flap nccl_low ib_bw_low h2d_low dcgm_fail".split()
 )
 SYSROOT_FAULTS = frozenset("peermem_absent ib_flap nvme_missing memory_low cpu_low lustre_unmounted".split())
+# Faults of the set-up fakes (mount, blobfuse2, systemctl).
+SETUP_FAULTS = frozenset("lustre_down lustre_flaky blob_fail fm_stopped dcgm_installed".split())
 
 HCA_BDFS = [f"01{i + 1:02d}:00:00.0" for i in range(8)]
+BASE_MOUNTS = ("/dev/sda1 / ext4 rw,relatime,discard 0 0", "tmpfs /run tmpfs rw,nosuid,nodev,size=195338456k 0 0")
 GIB_KB = 1024 * 1024
 
 
 def build_sysroot(root: Path, mounts: Iterable[str], faults: Iterable[str] = ()) -> Path:
     """A /proc and /sys tree of a healthy 96-vCPU ND H100 v5 node, with the given sysroot faults."""
     faults = set(faults)
-    unknown = faults - SYSROOT_FAULTS - TOOL_FAULTS
+    unknown = faults - SYSROOT_FAULTS - TOOL_FAULTS - SETUP_FAULTS
     assert not unknown, f"unknown faults {unknown}"
     proc = root / "proc"
     proc.mkdir(parents=True)
@@ -51,6 +55,9 @@ def build_sysroot(root: Path, mounts: Iterable[str], faults: Iterable[str] = ())
         "mlx5_core 2424832 1 mlx5_ib, Live 0x0000000000000000 (OE)",
     ]
     (proc / "modules").write_text("\n".join(modules) + "\n")
+    for i in range(7 if "nvme_missing" in faults else 8):
+        (root / "dev").mkdir(exist_ok=True)
+        (root / "dev" / f"nvme{i}n1").touch()
     mem_gib = 1430 if "memory_low" in faults else 1866
     (proc / "meminfo").write_text(
         f"MemTotal:       {mem_gib * GIB_KB} kB\nMemFree:        {(mem_gib - 20) * GIB_KB} kB\n"
@@ -63,7 +70,7 @@ def build_sysroot(root: Path, mounts: Iterable[str], faults: Iterable[str] = ())
             for i in range(cpus)
         )
     )
-    lines = ["/dev/sda1 / ext4 rw,relatime,discard 0 0", "tmpfs /run tmpfs rw,nosuid,nodev,size=195338456k 0 0"]
+    lines = list(BASE_MOUNTS)
     for m in mounts:
         if m == "/mnt/lustre":
             if "lustre_unmounted" not in faults:
@@ -100,8 +107,10 @@ def hermetic_path(bindir: Path, missing: Iterable[str] = ()) -> str:
     for name in SYSTEM_TOOLS:
         found = shutil.which(name)
         assert found, f"base tool {name} is not installed"
-        if name not in missing:
+        if name not in missing and not (bindir / name).exists():
             (bindir / name).symlink_to(found)
+    # The node's python3 (the zipapp's interpreter): the one running the tests.
+    (bindir / "python3").symlink_to(sys.executable)
     return str(bindir)
 
 
@@ -123,8 +132,17 @@ class Run:
         return next(c for c in self.report["checks"] if c["id"] == check_id)
 
 
+def write_bundle(folder: Path, files: dict[str, tuple[bytes, int]]) -> Path:
+    """`ndfleet render`'s output for one island (render_output_files) as files: validate-node, ndfleet-node, ..."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (data, mode) in files.items():
+        (folder / name).write_bytes(data)
+        (folder / name).chmod(mode)
+    return folder
+
+
 def run_validator(
-    script: Path,
+    bundle: Path,
     workdir: Path,
     level: str = "quick",
     faults: Iterable[str] = (),
@@ -133,23 +151,69 @@ def run_validator(
     env: dict[str, str] | None = None,
     args: list[str] | None = None,
     timeout: float = 60,
+    sysroot: Path | None = None,
+    bindir: Path | None = None,
 ) -> Run:
     faults = list(faults)
-    sysroot = build_sysroot(workdir / "root", mounts, faults)
-    path = hermetic_path(workdir / "bin", missing)
+    sysroot = sysroot or build_sysroot(workdir / "root", mounts, faults)
+    path = str(bindir) if bindir else hermetic_path(workdir / "bin", missing)
     report = workdir / "out" / "report.json"
     environ = {
         "PATH": path,
+        "NDFLEET_NODE_CONFIG": str(bundle / "node.json"),
         "NDFLEET_SYSROOT": str(sysroot),
         "NDFLEET_FAKES": str(FAKES),
         "NDFLEET_FAKE_FAULTS": ",".join(faults),
         **(env or {}),
     }
-    bash = shutil.which("bash")
-    assert bash
-    argv = [bash, str(script), *(args if args is not None else ["--level", level, "--report", str(report)])]
+    # As systemd runs it: the validate-node wrapper, which runs the ndfleet-node zipapp with python3.
+    argv = [str(bundle / "validate-node"), *(args if args is not None else ["--level", level, "--report", str(report)])]
     t0 = time.monotonic()
     proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout, check=False)
     seconds = time.monotonic() - t0
-    data = json.loads(report.read_text()) if report.exists() else None
+    data = json.loads(report.read_bytes().decode("utf-8")) if report.is_file() else None
+    return Run(proc.returncode, proc.stdout, proc.stderr, seconds, data)
+
+
+def reboot(root: Path) -> None:
+    """What a reboot does to the fake node: /run, /dev/md and the mounts are gone, modules reload from
+    modules-load.d; the NVMe disks keep their RAID superblock and file system (var/fake)."""
+    shutil.rmtree(root / "run", ignore_errors=True)
+    shutil.rmtree(root / "dev" / "md", ignore_errors=True)
+    (root / "proc" / "mounts").write_text("\n".join(BASE_MOUNTS) + "\n")
+    modules = [ln for ln in (root / "proc" / "modules").read_text().splitlines() if not ln.startswith("nvidia_peermem")]
+    if (root / "etc" / "modules-load.d" / "ndfleet-peermem.conf").exists():
+        modules.append("nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)")
+    (root / "proc" / "modules").write_text("\n".join(modules) + "\n")
+
+
+def reimage(root: Path) -> None:
+    """A reimage: a fresh OS disk (no /etc state) and empty NVMe disks (no superblock, no file system)."""
+    reboot(root)
+    for name in ("md-superblock", "xfs"):
+        (root / "var" / "fake" / name).unlink(missing_ok=True)
+    shutil.rmtree(root / "etc", ignore_errors=True)
+    shutil.rmtree(root / "mnt", ignore_errors=True)
+
+
+def calls(root: Path) -> list[str]:
+    """Every call the set-up fakes logged, in order."""
+    log = root / "var" / "fake" / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def run_setup(bundle: Path, root: Path, bindir: Path, faults: Iterable[str] = (), timeout: float = 120) -> Run:
+    """`ndfleet-node setup` as its unit runs it (python3 and the zipapp), against the fake node at `root`."""
+    environ = {
+        "PATH": str(bindir),
+        "NDFLEET_SYSROOT": str(root),
+        "NDFLEET_FAKES": str(FAKES),
+        "NDFLEET_FAKE_FAULTS": ",".join(faults),
+    }
+    argv = [sys.executable, str(bundle / "ndfleet-node"), "setup", "--config", str(bundle / "node.json")]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout, check=False)
+    seconds = time.monotonic() - t0
+    results = root / "run" / "ndfleet" / "setup.json"
+    data = json.loads(results.read_text()) if results.exists() else None
     return Run(proc.returncode, proc.stdout, proc.stderr, seconds, data)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.bootstrap import render_bootstrap
+from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
     config_files,
     dynamic_node_conf,
@@ -113,8 +113,8 @@ def test_compute_bootstrap_carries_the_slurm_files_only_with_slurm() -> None:
     with_slurm = spec_of(nodes=2)
     without = load_spec(base_config(nodes=2), "prod")
     dropin = "path: /etc/systemd/system/slurmd.service.d/ndfleet.conf"
-    assert dropin in render_bootstrap(with_slurm, with_slurm.islands[0]).user_data
-    assert "path: /etc/systemd/system/slurmd.service.d/" not in render_bootstrap(without, without.islands[0]).user_data
+    assert dropin in prepare(with_slurm).islands[0].bootstrap.user_data
+    assert "path: /etc/systemd/system/slurmd.service.d/" not in prepare(without).islands[0].bootstrap.user_data
 
 
 def test_machines_fetch_secrets_at_boot_and_carry_none(prod: ClusterSpec) -> None:

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the fake node tools: the node they pretend to be and the faults they can inject.
 # NDFLEET_FAKE_FAULTS is a comma-separated list of fault names (see tests/fakes/node.py: FAULTS).
 
@@ -40,10 +41,33 @@ LOG
     echo "kernel: NVRM: Xid (PCI:0008:00:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
   fi
   if fault ib_flap; then
-    local i
-    for i in 1 2 3 4 5 6 7 8; do
+    for _ in 1 2 3 4 5 6 7 8; do
       echo "kernel: mlx5_core 0104:00:00.0 ib3: lost carrier"
       echo "kernel: mlx5_core 0104:00:00.0 ib3: carrier on"
     done
   fi
+}
+
+# Set-up fakes keep the node's state under the sysroot: what survives a reboot in var/fake (the NVMe disks'
+# RAID superblock and file system), what does not in dev/md, run and proc (rebuilt by tests/fakes/node.py).
+SR="${NDFLEET_SYSROOT:-}"
+FAKE_STATE="$SR/var/fake"
+
+# called ARGS...: log this call (tests assert what set-up did, and that a second boot redid nothing).
+called() {
+  mkdir -p "$FAKE_STATE"
+  printf "%s %s\n" "${0##*/}" "$*" >>"$FAKE_STATE/calls.log"
+}
+
+# mounted SOURCE MOUNTPOINT TYPE OPTIONS: add a line to the fake /proc/mounts.
+mounted() {
+  printf '%s %s %s %s 0 0\n' "$1" "$2" "$3" "$4" >>"$SR/proc/mounts"
+}
+
+# flaky NAME: true while the fault NAME still fails (the first two calls), false from the third on.
+flaky() {
+  local n=0 f="$FAKE_STATE/flaky.$1"
+  [[ -r $f ]] && n=$(<"$f")
+  echo $((n + 1)) >"$f"
+  ((n < 2))
 }

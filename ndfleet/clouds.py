@@ -1,0 +1,81 @@
+"""The storage DNS names that differ between Azure clouds: the one table ndfleet reads them from.
+
+The cloud is the one the Azure provider deploys to: the stack's `azure-native:environment` (Pulumi's names
+`public`, `usgovernment`, `china`), else the `ARM_ENVIRONMENT` environment variable the provider also reads,
+else Azure public. Resource Manager endpoints for preflight live in `ndfleet.preflight.CLOUDS`.
+
+Sources (Microsoft Learn):
+- Blob endpoint suffixes: "Compare Azure Government and global Azure" (blob.core.usgovcloudapi.net),
+  https://learn.microsoft.com/azure/azure-government/compare-azure-government-global-azure, and the Azure China
+  developer guide (blob.core.chinacloudapi.cn), https://learn.microsoft.com/azure/china/resources-developer-guide
+- Private DNS zone of a blob private endpoint per cloud: "Azure Private Endpoint private DNS zone values"
+  (Storage account, sub-resource blob: privatelink.blob.core.windows.net / .usgovcloudapi.net /
+  .chinacloudapi.cn), https://learn.microsoft.com/azure/private-link/private-endpoint-dns
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENVIRONMENT_SETTING = "azure-native:environment"
+ENV_ARM_ENVIRONMENT = "ARM_ENVIRONMENT"
+
+
+@dataclass(frozen=True)
+class StorageCloud:
+    name: str  # the Azure CLI's cloud name
+    blob_endpoint_suffix: str  # https://<account>.<suffix>/
+    blob_private_dns_zone: str  # the private DNS zone a blob private endpoint registers in
+
+
+STORAGE_CLOUDS: dict[str, StorageCloud] = {
+    "AzureCloud": StorageCloud("AzureCloud", "blob.core.windows.net", "privatelink.blob.core.windows.net"),
+    "AzureUSGovernment": StorageCloud(
+        "AzureUSGovernment", "blob.core.usgovcloudapi.net", "privatelink.blob.core.usgovcloudapi.net"
+    ),
+    "AzureChinaCloud": StorageCloud(
+        "AzureChinaCloud", "blob.core.chinacloudapi.cn", "privatelink.blob.core.chinacloudapi.cn"
+    ),
+}
+PUBLIC_CLOUD = STORAGE_CLOUDS["AzureCloud"]
+
+# Pulumi's `azure-native:environment` values first, then the Azure CLI's and azure-core's names.
+_ALIASES = {
+    "public": "AzureCloud",
+    "azurecloud": "AzureCloud",
+    "azurepubliccloud": "AzureCloud",
+    "usgovernment": "AzureUSGovernment",
+    "azureusgovernment": "AzureUSGovernment",
+    "azureusgovernmentcloud": "AzureUSGovernment",
+    "usgovernmentcloud": "AzureUSGovernment",
+    "china": "AzureChinaCloud",
+    "azurechinacloud": "AzureChinaCloud",
+    "chinacloud": "AzureChinaCloud",
+}
+
+
+class UnknownCloud(ValueError):
+    """The configured cloud is not one ndfleet knows the storage names of."""
+
+
+def storage_cloud(value: str | None, setting: str = ENVIRONMENT_SETTING) -> StorageCloud:
+    """The cloud named `value` (None or empty: Azure public); UnknownCloud names the setting and the valid values."""
+    if not value:
+        return PUBLIC_CLOUD
+    key = _ALIASES.get(value.strip().lower().replace("-", "").replace("_", "").replace(" ", ""))
+    if key is None:
+        raise UnknownCloud(
+            f"{setting} = {value!r}: not a known Azure cloud; valid: public, usgovernment, china "
+            "(Azure Stack and private clouds are not supported)"
+        )
+    return STORAGE_CLOUDS[key]
+
+
+def cloud_from_config(engine_config: Mapping[str, str], env: Mapping[str, str] | None = None) -> StorageCloud:
+    """The cloud a stack deploys to, from its engine config, as the azure-native provider picks it."""
+    env = os.environ if env is None else env
+    if engine_config.get(ENVIRONMENT_SETTING):
+        return storage_cloud(engine_config[ENVIRONMENT_SETTING])
+    return storage_cloud(env.get(ENV_ARM_ENVIRONMENT), ENV_ARM_ENVIRONMENT)

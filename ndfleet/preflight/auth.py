@@ -1,0 +1,97 @@
+"""Credentials: azure-identity's DefaultAzureCredential, without the managed-identity probe unless it is wanted,
+one token shared by every client, and one clear message when there is none."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ndfleet.preflight.clouds import ENV_MANAGED_IDENTITY, MANAGED_IDENTITY_SIGNALS, CloudSettings
+from ndfleet.preflight.errors import CannotCheck
+
+
+def managed_identity_wanted(env: Mapping[str, str]) -> bool:
+    flag = (env.get(ENV_MANAGED_IDENTITY) or "").strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return True
+    if flag in ("0", "false", "no", "off"):
+        return False
+    return any(env.get(name) for name in MANAGED_IDENTITY_SIGNALS)
+
+
+def build_credential(cloud: CloudSettings, env: Mapping[str, str]) -> Any:
+    """DefaultAzureCredential for `cloud`, without the managed-identity probe unless it is wanted (module doc)."""
+    from azure.identity import DefaultAzureCredential
+
+    kwargs: dict[str, Any] = {"authority": cloud.authority_host}
+    if not env.get("AZURE_TOKEN_CREDENTIALS") and not managed_identity_wanted(env):
+        kwargs["exclude_managed_identity_credential"] = True
+    return DefaultAzureCredential(**kwargs)
+
+
+class SharedTokenCredential:
+    """Asks the wrapped credential once per scope set, so three SDK clients do not each run `az` for a token."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple[Any, ...], Any] = {}
+
+    def get_token(self, *scopes: str, claims: str | None = None, tenant_id: str | None = None, **kwargs: Any) -> Any:
+        key = (scopes, claims, tenant_id)
+        with self._lock:
+            token = self._tokens.get(key)
+            if token is None or token.expires_on - 300 < time.time():
+                token = self._inner.get_token(*scopes, claims=claims, tenant_id=tenant_id, **kwargs)
+                self._tokens[key] = token
+            return token
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+def first_lines(text: str, limit: int = 12) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("To mitigate this issue", "Visit https://"))]
+    # DefaultAzureCredential lists one attempted credential per line after a header: show them as a list.
+    lines = [("- " + line if re.match(r"^\w+Credential: ", line) else line) for line in lines]
+    if len(lines) > limit:
+        lines = lines[:limit] + ["..."]
+    return "\n".join("    " + line for line in lines)
+
+
+def _no_credentials_message(cloud: CloudSettings, detail: str) -> str:
+    return (
+        f"could not check: no usable Azure credentials for {cloud.name} ({cloud.resource_manager}).\n"
+        "  Sign in with `az login` (for a sovereign cloud first `az cloud set --name AzureUSGovernment` or "
+        "AzureChinaCloud),\n"
+        "  or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET (service principal) or workload identity;\n"
+        f"  on an Azure VM with a managed identity set {ENV_MANAGED_IDENTITY}=true.\n"
+        "  azure-identity said:\n" + first_lines(detail)
+    )
+
+
+def first_token(credential: SharedTokenCredential, cloud: CloudSettings) -> None:
+    """Get a token before any request, so "no credentials" is one clear message and not one per check."""
+    from azure.core.exceptions import ClientAuthenticationError
+
+    # DefaultAzureCredential also logs its failure as a warning; the message below says it once, better.
+    identity_log = logging.getLogger("azure.identity")
+    level = identity_log.level
+    identity_log.setLevel(logging.ERROR)
+    try:
+        credential.get_token(cloud.credential_scope)
+    except ClientAuthenticationError as exc:
+        raise CannotCheck(_no_credentials_message(cloud, exc.message or str(exc))) from None
+    except ValueError as exc:  # e.g. an authority host azure-identity refuses
+        raise CannotCheck(f"could not check: the credential settings are invalid: {exc}") from None
+    finally:
+        identity_log.setLevel(level)
+
+

@@ -1,0 +1,190 @@
+"""`ndfleet preflight` and the Pulumi hook: load the stack, run every check, print or raise the result."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import struct
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ndfleet.preflight.arm import RetrySettings
+from ndfleet.preflight.auth import SharedTokenCredential, build_credential, first_token
+from ndfleet.preflight.checks import run_checks
+from ndfleet.preflight.clouds import resolve_cloud, resolve_subscription
+from ndfleet.preflight.errors import CannotCheck, PreflightFailed
+from ndfleet.preflight.permissions import Mode
+from ndfleet.preflight.read import gather_facts
+from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
+from ndfleet.prepare import PrepareError, prepare_config
+from ndfleet.spec.config import ClusterSpec, SpecError
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+
+
+def run_preflight(
+    spec: ClusterSpec,
+    *,
+    env: Mapping[str, str] | None = None,
+    provider_config: Mapping[str, str] | None = None,
+    credential: Any = None,
+    transport: Any = None,
+    retry: RetrySettings | None = None,
+    mode: Mode = "up",
+) -> Report:
+    """Run every check against Azure. Never raises for Azure trouble: a Report with `error` says what went wrong.
+    `mode`: the Pulumi operation to check permissions for (`preview` needs reads, `up` writes)."""
+    env = os.environ if env is None else env
+    started = time.monotonic()
+    report = Report(stack=spec.stack, subscription_id=None, cloud=None, spec=spec, checks=[])
+    owned = None
+    try:
+        report.cloud = cloud = resolve_cloud(env, provider_config)
+        report.subscription_id = subscription_id = resolve_subscription(spec, env, provider_config)
+        if credential is None:
+            credential = owned = build_credential(cloud, env)
+        shared = SharedTokenCredential(credential)
+        first_token(shared, cloud)
+        facts = gather_facts(spec, subscription_id, shared, cloud, retry=retry, transport=transport)
+        report.checks = run_checks(spec, facts, cloud, subscription_id, mode)
+    except CannotCheck as exc:
+        report.error = str(exc)
+    finally:
+        if owned is not None:
+            owned.close()
+        report.elapsed_s = round(time.monotonic() - started, 3)
+    return report
+
+def enforce_preflight(
+    spec: ClusterSpec,
+    *,
+    env: Mapping[str, str] | None = None,
+    credential: Any = None,
+    transport: Any = None,
+    retry: RetrySettings | None = None,
+    mode: Mode | None = None,
+) -> None:
+    """For `pulumi preview` / `pulumi up` with `ndfleet:preflight: true`: run the checks, raise PreflightFailed
+    (str() = the same text `ndfleet preflight` prints) when one fails or Azure cannot be asked. Never call it
+    under the mock runtime. The permissions are checked for the operation that runs (`pulumi preview` needs
+    reads, `pulumi up` writes). The keyword arguments exist for tests."""
+    report = run_preflight(
+        spec,
+        env=env,
+        provider_config=_pulumi_provider_config(),
+        credential=credential,
+        transport=transport,
+        retry=retry,
+        mode=mode if mode is not None else _pulumi_operation(),
+    )
+    if report.exit_code != EXIT_OK:
+        raise PreflightFailed(render_table(report), report.exit_code)
+
+def _pulumi_operation() -> Mode:
+    """`preview` during `pulumi preview` (a dry run), else `up`."""
+    try:
+        import pulumi
+
+        return "preview" if pulumi.runtime.is_dry_run() else "up"
+    except Exception:  # noqa: BLE001 - outside a Pulumi program: check for the stricter one
+        return "up"
+
+
+def _pulumi_provider_config() -> dict[str, str]:
+    """`azure-native:environment` / `subscriptionId` of the running Pulumi program, so the checks hit the same
+    cloud and subscription the provider deploys to."""
+    try:
+        import pulumi
+
+        cfg = pulumi.Config("azure-native")
+        return {k: v for k in ("environment", "subscriptionId") if (v := cfg.get(k))}
+    except Exception:  # noqa: BLE001 - outside a Pulumi program there is simply no provider config
+        return {}
+
+def _placeholder_ssh_key() -> str:
+    """A well-formed ed25519 key line that stands in for an encrypted (secure) sshPublicKey: preflight never uses it."""
+    kind = b"ssh-ed25519"
+    blob = struct.pack(">I", len(kind)) + kind + struct.pack(">I", 32) + bytes(32)
+    return "ssh-ed25519 " + base64.b64encode(blob).decode() + " ndfleet-preflight-placeholder"
+
+def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
+    try:
+        stack = load_stack(name=args.stack, path=args.stack_file)
+    except StackFileError as exc:
+        raise CannotCheck(f"could not check: {exc}") from None
+    raw = stack.ndfleet_config
+    if "ndfleet:sshPublicKey" in stack.secret_keys:
+        raw["sshPublicKey"] = _placeholder_ssh_key()
+    try:
+        # The same prepare step as plan, render and `pulumi up`: a stack they refuse is not checked either.
+        spec = prepare_config(raw, stack.name, stack.engine_config).spec
+    except (SpecError, PrepareError) as exc:
+        raise CannotCheck(f"could not check: {exc}") from None
+    prefix = "azure-native:"
+    provider = {k[len(prefix) :]: v for k, v in stack.engine_config.items() if k.startswith(prefix)}
+    return spec, provider
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "preflight",
+        help="check quota, VM size, zone availability and permissions in Azure before anything is created",
+        description="Ask Azure Resource Manager whether the stack can be deployed: location, VM size in the region "
+        "and zone, subscription restrictions, family and regional vCPU quota, Managed Lustre SKU, the caller's "
+        "permissions on the deployment scope, and the Trusted Launch default feature. "
+        "Exit 0: all passed; 1: a check failed; 2: could not check. Details: docs/preflight.md.",
+    )
+    add_stack_arguments(p)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--for",
+        dest="mode",
+        choices=("up", "preview"),
+        default="up",
+        help="the Pulumi operation to check permissions for: up (default; writes, role assignments and locks) "
+        "or preview (reads only; what up would lack is a warning)",
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_cli(args)
+
+def run_cli(
+    args: argparse.Namespace,
+    *,
+    env: Mapping[str, str] | None = None,
+    credential: Any = None,
+    transport: Any = None,
+    retry: RetrySettings | None = None,
+) -> int:
+    """The command; tests call it with a fake credential and a recorded transport."""
+    try:
+        spec, provider = _load(args)
+    except CannotCheck as exc:
+        report = Report(
+            stack=args.stack or str(args.stack_file), subscription_id=None, cloud=None, spec=None, checks=[]
+        )
+        report.error = str(exc)
+        _emit(report, args.format)
+        return report.exit_code
+    report = run_preflight(
+        spec,
+        env=env,
+        provider_config=provider,
+        credential=credential,
+        transport=transport,
+        retry=retry,
+        mode=getattr(args, "mode", "up"),
+    )
+    _emit(report, args.format)
+    return report.exit_code
+
+def _emit(report: Report, fmt: str) -> None:
+    if fmt == "json":
+        print(render_json(report))
+    elif report.error is not None:
+        print(report.error, file=sys.stderr)
+    else:
+        print(render_table(report))

@@ -1,0 +1,148 @@
+"""Reading the facts: the SDK management clients for locations, SKUs and usages, `ArmReader` for permissions and
+preview features, all in parallel, each failure kept as an `Unavailable` for the checks that needed it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
+from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.preflight.facts import (
+    Facts,
+    FeatureRegistration,
+    Region,
+    RolePermission,
+    Sku,
+    Unavailable,
+    Usage,
+    sku_from_model,
+    wire_text,
+)
+from ndfleet.preflight.features import FEATURES_API, TRUSTED_LAUNCH_DEFAULT_FEATURE
+from ndfleet.preflight.permissions import PERMISSIONS_API, deployment_scope
+from ndfleet.spec.config import ClusterSpec
+
+
+def gather_facts(
+    spec: ClusterSpec,
+    subscription_id: str,
+    credential: Any,
+    cloud: CloudSettings,
+    *,
+    retry: RetrySettings | None = None,
+    transport: Any = None,
+) -> Facts:
+    """Read locations, resource SKUs, usages, (when needed) Managed Lustre SKUs, the caller's permissions at the
+    deployment scope and the Trusted Launch default feature, in parallel."""
+    from azure.core.exceptions import AzureError
+    from azure.mgmt.compute import ComputeManagementClient
+    from azure.mgmt.resource.subscriptions import SubscriptionClient
+
+    retry = retry or RetrySettings()
+
+    def kwargs() -> dict[str, Any]:
+        # A fresh policy set per client: a pipeline links its policies (`policy.next`), so one RetryPolicy
+        # shared by several clients would send their requests down the last client's pipeline.
+        return client_kwargs(cloud, retry, transport)
+
+    location = spec.location
+
+    def locations() -> list[Region]:
+        with SubscriptionClient(credential, **kwargs()) as client:
+            out = []
+            for loc in client.subscriptions.list_locations(subscription_id):
+                meta = getattr(loc, "metadata", None)
+                out.append(
+                    Region(
+                        name=loc.name or "",
+                        display_name=loc.display_name or "",
+                        region_type=wire_text(getattr(meta, "region_type", None)),
+                    )
+                )
+            return out
+
+    def compute_skus() -> list[Sku]:
+        with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
+            return [
+                sku_from_model(s)
+                for s in client.resource_skus.list(filter=f"location eq '{location}'")
+                if (s.resource_type or "").lower() == "virtualmachines"
+            ]
+
+    def usages() -> list[Usage]:
+        with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
+            return [
+                Usage(
+                    name=u.name.value or "",
+                    localized_name=u.name.localized_value or "",
+                    current=int(u.current_value),
+                    limit=int(u.limit),
+                )
+                for u in client.usage.list(location)
+            ]
+
+    def lustre_skus() -> list[Sku]:
+        from azure.mgmt.storagecache import StorageCacheManagementClient
+
+        with StorageCacheManagementClient(credential, subscription_id, **kwargs()) as client:
+            return [sku_from_model(s) for s in client.skus.list()]
+
+    scope = deployment_scope(spec, subscription_id)
+
+    def permissions() -> list[RolePermission]:
+        with ArmReader(credential, cloud, retry, transport) as arm:
+            return [
+                RolePermission(
+                    actions=tuple(str(a) for a in entry.get("actions") or []),
+                    not_actions=tuple(str(a) for a in entry.get("notActions") or []),
+                )
+                for entry in arm.list(f"{scope}/providers/Microsoft.Authorization/permissions", PERMISSIONS_API)
+            ]
+
+    def trusted_launch_default() -> FeatureRegistration:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        namespace, name = TRUSTED_LAUNCH_DEFAULT_FEATURE
+        path = f"/subscriptions/{subscription_id}/providers/Microsoft.Features/providers/{namespace}/features/{name}"
+        with ArmReader(credential, cloud, retry, transport) as arm:
+            try:
+                doc = arm.get(path, FEATURES_API)
+            except ResourceNotFoundError:  # a cloud without the preview: nothing registered
+                return FeatureRegistration(namespace, name, "NotFound")
+        state = (doc.get("properties") or {}).get("state")
+        return FeatureRegistration(namespace, name, str(state or "NotRegistered"))
+
+    jobs: dict[str, tuple[Callable[[], Any], str]] = {
+        "locations": (locations, "the subscription's locations"),
+        "compute_skus": (compute_skus, f"Microsoft.Compute resource SKUs in {location}"),
+        "usages": (usages, f"Microsoft.Compute usages (quota) in {location}"),
+    }
+    if spec.storage.lustre is not None:
+        jobs["lustre_skus"] = (lustre_skus, "Microsoft.StorageCache SKUs")
+    jobs["permissions"] = (permissions, f"the caller's permissions on {scope}")
+    jobs["trusted_launch_default"] = (
+        trusted_launch_default,
+        f"the {'/'.join(TRUSTED_LAUNCH_DEFAULT_FEATURE)} preview feature",
+    )
+
+    def run(job: tuple[Callable[[], Any], str]) -> Any:
+        fn, what = job
+        try:
+            return fn()
+        except AzureError as exc:
+            return Unavailable(describe_error(exc, what, cloud, retry))
+
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        results = dict(zip(jobs, pool.map(run, jobs.values()), strict=True))
+    return Facts(
+        locations=results["locations"],
+        compute_skus=results["compute_skus"],
+        usages=results["usages"],
+        lustre_skus=results.get("lustre_skus"),
+        permissions=results["permissions"],
+        trusted_launch_default=results["trusted_launch_default"],
+    )
+
+

@@ -1,0 +1,159 @@
+"""The prepare step: everything decided about a stack before the first resource is registered.
+
+`prepare(spec, cloud)` turns a validated ClusterSpec into what the components receive: each island's rendered
+bootstrap (customData, size-checked against Azure's limit), the node's worst-case set-up + validation budget,
+the effective Application Health grace period, and the cloud's storage DNS names. `ndfleet.program.main`
+(`pulumi up`), `ndfleet plan`, `ndfleet render` and `ndfleet preflight` all run it first, so they accept and
+refuse exactly the same stacks, with the same messages, before anything exists.
+
+The probe grace period rule (the Application Health extension's `gracePeriod`):
+- not set by the user: the node's worst-case set-up + validation budget plus a margin of 25 % (at least
+  10 minutes) for boot and cloud-init before set-up starts, rounded up to whole 5 minutes, capped at the
+  extension's maximum of 14,400 s;
+- set by the user: used as given, but refused when shorter than the budget (a node still validating would
+  be judged unhealthy and repaired in a loop);
+- either way, a budget over 14,400 s is refused: no grace period can cover it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ndfleet.bootstrap import (
+    BootstrapExtensions,
+    BootstrapTooLarge,
+    RenderedBootstrap,
+    render_bootstrap,
+    validation_budget_s,
+)
+from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud, UnknownCloud, cloud_from_config
+from ndfleet.spec.config import NAMESPACE, ClusterSpec, IslandSpec, load_spec
+
+# The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
+# Health extension with Virtual Machine Scale Sets", extension schema: gracePeriod).
+MAX_PROBE_GRACE_PERIOD_S = 14_400
+GRACE_MARGIN_FRACTION = 0.25
+GRACE_MARGIN_MIN_S = 600
+GRACE_ROUND_S = 300
+GRACE_SETTING = f"{NAMESPACE}:health.probeGracePeriodSeconds"
+
+
+class PrepareError(Exception):
+    """The stack is valid setting by setting but cannot be deployed as a whole; every problem, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class PreparedIsland:
+    island: IslandSpec
+    bootstrap: RenderedBootstrap
+
+
+@dataclass(frozen=True)
+class PreparedCluster:
+    spec: ClusterSpec
+    cloud: StorageCloud
+    islands: tuple[PreparedIsland, ...]
+    validation_budget_s: int  # worst-case node set-up + validation
+    probe_grace_period_s: int  # what the Application Health extension gets
+    probe_grace_period_explicit: bool  # set by the user (else derived from the budget)
+
+
+def default_probe_grace_period_s(budget_s: int) -> int:
+    """The grace period when the user sets none: budget + margin, rounded up to 5 minutes, capped (module doc)."""
+    margin = max(GRACE_MARGIN_MIN_S, math.ceil(budget_s * GRACE_MARGIN_FRACTION))
+    rounded = math.ceil((budget_s + margin) / GRACE_ROUND_S) * GRACE_ROUND_S
+    return min(MAX_PROBE_GRACE_PERIOD_S, rounded)
+
+
+def explicit_probe_grace_period(spec: ClusterSpec) -> int | None:
+    """The grace period the user wrote, or None when they left it out (a `None` value, or a pydantic default
+    the stack never set)."""
+    health = spec.health
+    value = getattr(health, "probe_grace_period_seconds", None)
+    if value is None or "probe_grace_period_seconds" not in health.model_fields_set:
+        return None
+    return int(value)
+
+
+def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
+    """What optional features add to an island's bootstrap: Slurm's slurmd set-up (ndfleet/slurm/machines.py)."""
+    if spec.scheduler == "slurm":
+        from ndfleet.slurm.machines import slurm_bootstrap_extensions
+
+        return slurm_bootstrap_extensions(spec, island)
+    return None
+
+
+def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
+    """Render and check everything for `spec`; PrepareError lists every problem found."""
+    problems: list[str] = []
+    budget = validation_budget_s(spec)
+    explicit = explicit_probe_grace_period(spec)
+    level = f"validationLevel {spec.health.validation_level!r}, dcgmLevel {spec.health.dcgm_level}"
+    if budget > MAX_PROBE_GRACE_PERIOD_S:
+        problems.append(
+            f"{NAMESPACE}:health: the node's worst-case set-up and validation takes {budget} s ({level}), longer "
+            f"than the Application Health extension's largest grace period ({MAX_PROBE_GRACE_PERIOD_S} s); "
+            "lower dcgmLevel or use validationLevel 'quick'"
+        )
+    elif explicit is not None and explicit < budget:
+        # Azure would count a node still validating as unhealthy and repair it in a loop.
+        problems.append(
+            f"{GRACE_SETTING} = {explicit}: shorter than the node's worst-case set-up and validation ({budget} s "
+            f"at {level}); set it to at least {budget}, or leave it out to get "
+            f"{default_probe_grace_period_s(budget)} s"
+        )
+    grace = explicit if explicit is not None else default_probe_grace_period_s(budget)
+
+    islands: list[PreparedIsland] = []
+    for island in spec.islands:
+        try:
+            bootstrap = render_bootstrap(
+                spec, island, bootstrap_extensions(spec, island), blob_endpoint_suffix=cloud.blob_endpoint_suffix
+            )
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
+            continue
+        islands.append(PreparedIsland(island=island, bootstrap=bootstrap))
+    if problems:
+        raise PrepareError(problems)
+    return PreparedCluster(
+        spec=spec,
+        cloud=cloud,
+        islands=tuple(islands),
+        validation_budget_s=budget,
+        probe_grace_period_s=grace,
+        probe_grace_period_explicit=explicit is not None,
+    )
+
+
+def prepare_config(
+    raw: Mapping[str, object], stack: str, engine_config: Mapping[str, str], env: Mapping[str, str] | None = None
+) -> PreparedCluster:
+    """load_spec + the cloud of the stack + prepare: what every command runs first. Raises SpecError or
+    PrepareError (both: a message naming each setting, no traceback)."""
+    spec = load_spec(raw, stack)
+    try:
+        cloud = cloud_from_config(engine_config, env)
+    except UnknownCloud as error:
+        raise PrepareError([str(error)]) from None
+    return prepare(spec, cloud)
+
+
+__all__ = [
+    "MAX_PROBE_GRACE_PERIOD_S",
+    "PrepareError",
+    "bootstrap_extensions",
+    "PreparedCluster",
+    "PreparedIsland",
+    "default_probe_grace_period_s",
+    "explicit_probe_grace_period",
+    "prepare",
+    "prepare_config",
+]

@@ -1,0 +1,22 @@
+"""Stack names, checked as Pulumi checks them, before a name reaches a file path or a rendered script.
+
+Pulumi allows letters, digits, '-', '_' and '.', 1 to 100 characters (pulumi/pulumi,
+sdk/go/common/tokens: `stackNameAndProjectRegexp = ^[A-Za-z0-9_.-]{1,100}$`, and the Pulumi docs, "Stacks":
+"Stack names may only contain alphanumeric characters, hyphens, underscores, or periods"). A name that passes
+holds no newline, quote, slash or shell metacharacter, so it is safe in paths, tags and templates.
+"""
+
+from __future__ import annotations
+
+import re
+
+STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+STACK_NAME_RULE = "1-100 characters: letters, digits, '-', '_' or '.' (Pulumi's rule for stack names)"
+
+
+def stack_name_problem(name: str) -> str | None:
+    """None for a valid stack name, else the reason (the name shown only when it is printable and short)."""
+    if STACK_NAME.fullmatch(name):
+        return None
+    shown = repr(name) if name.isprintable() and len(name) <= 60 else f"of {len(name)} characters"
+    return f"stack name {shown} is not valid: {STACK_NAME_RULE}"

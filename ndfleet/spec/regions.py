@@ -1,0 +1,100 @@
+"""Azure regions of the public cloud by name, with whether each has availability zones.
+
+Offline, ndfleet cannot ask Azure which regions have zones, so it keeps the table below, copied from
+Microsoft Learn, "Azure regions list" (https://learn.microsoft.com/azure/reliability/regions-list, page dated
+2025-09-23; columns "Programmatic name" and "Availability zone support"). It is used for two things only:
+- a region written by its display name ("West Europe") is told its name form (`westeurope`);
+- Azure Managed Lustre is created in one zone where the region has zones (Microsoft Learn, "Create an Azure
+  Managed Lustre file system", Basics tab: "Availability zone"), so a Lustre stack there must set `zone`.
+A region missing from the table (a new region, a sovereign cloud) is accepted with a warning: refresh the table
+from the page above when Azure adds regions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+REGIONS_SOURCE = "Microsoft Learn, Azure regions list (learn.microsoft.com/azure/reliability/regions-list, 2025-09-23)"
+
+# name -> (display name, has availability zones)
+REGIONS: dict[str, tuple[str, bool]] = {
+    "australiacentral": ("Australia Central", False),
+    "australiacentral2": ("Australia Central 2", False),
+    "australiaeast": ("Australia East", True),
+    "australiasoutheast": ("Australia Southeast", False),
+    "austriaeast": ("Austria East", True),
+    "belgiumcentral": ("Belgium Central", True),
+    "brazilsouth": ("Brazil South", True),
+    "brazilsoutheast": ("Brazil Southeast", False),
+    "canadacentral": ("Canada Central", True),
+    "canadaeast": ("Canada East", False),
+    "centralindia": ("Central India", True),
+    "centralus": ("Central US", True),
+    "chilecentral": ("Chile Central", True),
+    "denmarkeast": ("Denmark East", True),
+    "eastasia": ("East Asia", True),
+    "eastus": ("East US", True),
+    "eastus2": ("East US 2", True),
+    "francecentral": ("France Central", True),
+    "francesouth": ("France South", False),
+    "germanynorth": ("Germany North", False),
+    "germanywestcentral": ("Germany West Central", True),
+    "indonesiacentral": ("Indonesia Central", True),
+    "israelcentral": ("Israel Central", True),
+    "italynorth": ("Italy North", True),
+    "japaneast": ("Japan East", True),
+    "japanwest": ("Japan West", True),
+    "koreacentral": ("Korea Central", True),
+    "koreasouth": ("Korea South", False),
+    "malaysiawest": ("Malaysia West", True),
+    "mexicocentral": ("Mexico Central", True),
+    "newzealandnorth": ("New Zealand North", True),
+    "northcentralus": ("North Central US", False),
+    "northeurope": ("North Europe", True),
+    "norwayeast": ("Norway East", True),
+    "norwaywest": ("Norway West", False),
+    "polandcentral": ("Poland Central", True),
+    "qatarcentral": ("Qatar Central", True),
+    "southafricanorth": ("South Africa North", True),
+    "southafricawest": ("South Africa West", False),
+    "southcentralus": ("South Central US", True),
+    "southindia": ("South India", False),
+    "southeastasia": ("Southeast Asia", True),
+    "spaincentral": ("Spain Central", True),
+    "swedencentral": ("Sweden Central", True),
+    "switzerlandnorth": ("Switzerland North", True),
+    "switzerlandwest": ("Switzerland West", False),
+    "uaecentral": ("UAE Central", False),
+    "uaenorth": ("UAE North", True),
+    "uksouth": ("UK South", True),
+    "ukwest": ("UK West", False),
+    "westcentralus": ("West Central US", False),
+    "westeurope": ("West Europe", True),
+    "westindia": ("West India", False),
+    "westus": ("West US", False),
+    "westus2": ("West US 2", True),
+    "westus3": ("West US 3", True),
+}
+
+# The form Azure Resource Manager takes for `location`: lowercase letters and digits, no spaces.
+REGION_NAME = re.compile(r"^[a-z][a-z0-9]{2,40}$")
+
+
+def has_zones(region: str) -> bool | None:
+    """Whether the region has availability zones; None when the table does not know the region."""
+    entry = REGIONS.get(region)
+    return entry[1] if entry else None
+
+
+def name_form(text: str) -> str | None:
+    """The name form of a region written as its display name or with other case/spaces ("West Europe" ->
+    "westeurope"); None if that still is no region name."""
+    candidate = re.sub(r"[\s_-]+", "", text.strip().lower())
+    return candidate if REGION_NAME.match(candidate) else None
+
+
+def closest(region: str) -> str | None:
+    """The known region a misspelt name most likely means (`eastu` -> `eastus`)."""
+    match = difflib.get_close_matches(region, REGIONS, n=1, cutoff=0.8)
+    return match[0] if match else None

@@ -1,0 +1,139 @@
+"""Full-level checks: bandwidth against the profile's floors. They contend for the GPUs and HCAs, so they run
+one after another (concurrent=False), each under its own timeout from the node JSON."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ndfleet_node.checks import Context, Result, check, failed, failed_list, passed
+from ndfleet_node.parsers import ParseError
+from ndfleet_node.parsers.dcgm import parse_diag_json, parse_diag_text
+from ndfleet_node.parsers.perf import parse_all_reduce_perf, parse_ib_write_bw, parse_nvbandwidth
+from ndfleet_node.runner import ToolResult, run_tool
+
+NVB_TESTS = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce")
+
+
+def _tool_path(ctx: Context) -> str:
+    return (ctx.runner.env or os.environ).get("PATH", os.defpath)
+
+
+@check("perf.nccl_allreduce", calls=(("nccl_allreduce", 1),), concurrent=False)
+def perf_nccl_allreduce(ctx: Context) -> Result:
+    floor = float(ctx.th["nccl_busbw_gbps"])
+    size, gpus = int(ctx.th["nccl_bytes"]), int(ctx.hw["gpu_count"])
+    expected = f">= {floor} GB/s busbw"
+    env = {str(k): str(v) for k, v in ctx.config.section("nccl").get("test_env", {}).items()}
+    argv = ["all_reduce_perf", "-b", str(size), "-e", str(size), "-f", "2", "-g", str(gpus), "-c", "1"]
+    r = ctx.run(argv, "nccl_allreduce", env=env)
+    if not r.ok:
+        return failed("", expected, r.error)
+    result = parse_all_reduce_perf(r.text)
+    busbw = f"{result.avg_busbw_gbps:g}"
+    if result.out_of_bounds or result.wrong:
+        return failed(f"{busbw} GB/s", expected, "all_reduce_perf found wrong results (Out of bounds values FAILED)")
+    what = f"{gpus}-GPU all-reduce of {size} bytes: busbw {busbw} GB/s"
+    if result.avg_busbw_gbps >= floor:
+        return passed(f"{busbw} GB/s", expected, what)
+    return failed(f"{busbw} GB/s", expected, f"{what}, expected >= {floor} GB/s (NVLink/NVSwitch)")
+
+
+def _ib_write_bw_pair(ctx: Context, i: int, device: str, env: dict[str, str]) -> ToolResult:
+    """GPUDirect RDMA loopback on one HCA with GPU i: a server, and a client that retries until it listens."""
+    timeout = ctx.timeout("ib_write_bw")
+    port = int(ctx.th["ib_write_bw_base_port"]) + i
+    args = ["ib_write_bw", "-d", device, "-i", str(ctx.hw["ib_port"]), "-s", str(ctx.th["ib_write_bw_bytes"]),
+            "-F", "--report_gbits", f"--use_cuda={i}", "-p", str(port)]  # fmt: skip
+    deadline = time.monotonic() + timeout
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        server = pool.submit(run_tool, args, timeout, env)
+        client = ToolResult(tuple(args), None, b"", b"", True, 0.0, f"ib_write_bw did not answer within {timeout} s")
+        while (left := deadline - time.monotonic()) > 0:
+            client = run_tool([*args, "localhost"], left, env)
+            if client.ok or b"Couldn't connect" not in client.stdout + client.stderr:
+                break
+            time.sleep(0.2)
+        server.result()
+    return client
+
+
+@check("perf.ib_write_bw", calls=(("ib_write_bw", 1),), concurrent=False)
+def perf_ib_write_bw(ctx: Context) -> Result:
+    floor, size = float(ctx.th["ib_write_bw_gbps"]), int(ctx.th["ib_write_bw_bytes"])
+    expected = f">= {floor} Gb/s per HCA (GPUDirect loopback)"
+    env = {**(ctx.runner.env or os.environ)}
+    if shutil.which("ib_write_bw", path=_tool_path(ctx)) is None:
+        return failed("", expected, "ib_write_bw not found on PATH")
+    devices = list(ctx.hw["ib_devices"])
+    with ThreadPoolExecutor(max_workers=len(devices) or 1) as pool:
+        clients = list(pool.map(lambda a: _ib_write_bw_pair(ctx, a[0], a[1], env), enumerate(devices)))
+    bad, results = [], []
+    for i, (device, r) in enumerate(zip(devices, clients, strict=True)):
+        try:
+            bw: float | None = parse_ib_write_bw(r.text, size)
+        except ParseError:
+            bw = None
+        if bw is None:
+            said = r.error or (r.text.strip().splitlines() or [""])[0]
+            bad.append(f"{device} (GPU {i}): no result: {said}")
+        elif bw < floor:
+            bad.append(f"{device} (GPU {i}): {bw:g} Gb/s, expected >= {floor} Gb/s")
+        results.append(f"{device}={'none' if bw is None else f'{bw:g}'}")
+    if bad:
+        return failed_list(bad, expected)
+    return passed(" ".join(results), expected, f"every HCA at >= {floor} Gb/s")
+
+
+@check("perf.nvbandwidth", calls=(("nvbandwidth", 1),), concurrent=False)
+def perf_nvbandwidth(ctx: Context) -> Result:
+    hd, dd = float(ctx.th["nvbw_host_device_gbps"]), float(ctx.th["nvbw_device_device_gbps"])
+    expected = f"host<->device >= {hd} GB/s, device<->device >= {dd} GB/s"
+    r = ctx.run(["nvbandwidth", "-t", *NVB_TESTS], "nvbandwidth")
+    if not r.ok:
+        return failed("", expected, r.error)
+    matrices = parse_nvbandwidth(r.text)
+    bad = []
+    for test in NVB_TESTS:
+        cells = matrices.get(test)
+        if not cells:
+            bad.append(f"no result for {test}")
+            continue
+        for (row, col), v in sorted(cells.items()):
+            if test == "device_to_device_memcpy_read_ce":
+                if v < dd:
+                    bad.append(f"GPU {row} <- GPU {col}: {v:g} GB/s, expected >= {dd}")
+            elif v < hd:
+                direction = "host->device" if test.startswith("host") else "device->host"
+                bad.append(f"{direction} GPU {col}: {v:g} GB/s, expected >= {hd}")
+    if bad:
+        return failed_list(bad, expected)
+    return passed("within floors", expected, "host<->device and device<->device bandwidth above the floors")
+
+
+@check("perf.dcgm", calls=(("dcgm_diag", 1),), concurrent=False)
+def perf_dcgm(ctx: Context) -> Result:
+    level = int(ctx.config.validation.get("dcgm_level", 0))
+    expected = f"dcgmi diag -r {level} passes"
+    if level == 0:
+        return Result("skip", "", expected, "skipped: health.dcgmLevel is 0 for this stack")
+    if shutil.which("dcgmi", path=_tool_path(ctx)) is None:
+        return Result("skip", "", expected, "skipped: DCGM (dcgmi) is not installed on this image")
+    r = ctx.run(["dcgmi", "diag", "-r", str(level), "-j"], "dcgm_diag")
+    if r.timed_out:
+        return failed("", expected, r.error)
+    try:
+        tests = parse_diag_json(r.text)
+    except ParseError:
+        try:
+            tests = parse_diag_text(r.text)
+        except ParseError as e:
+            return failed("", expected, r.error or str(e))
+    bad = [f"{t.name}: {t.result}" + (f" - {t.detail}" if t.detail else "") for t in tests if t.failed]
+    if bad:
+        return Result("fail", bad[0], expected, f"dcgmi diag -r {level}: {'; '.join(bad)}")
+    if not r.ok:
+        return failed("", expected, r.error)
+    return passed("pass", expected, f"dcgmi diag -r {level} passed")

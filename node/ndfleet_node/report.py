@@ -1,0 +1,60 @@
+"""The validator's report: always valid UTF-8 JSON (ASCII-escaped), written atomically (temp file + rename).
+
+{"status": "healthy"|"unhealthy"|"error", "vm_size", "level", "started", "duration_s", "stack", "island",
+ "host", "checks": [{"id", "status": "pass"|"fail"|"skip", "value", "expected", "message"}], "error"?}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any, Protocol
+
+from ndfleet_node.text import clip, decode
+
+MESSAGE_MAX = 2000  # characters of a check's message or value kept in the report
+
+
+class CheckResult(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def expected(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def entry(check_id: str, r: CheckResult) -> dict[str, str]:
+    """A check's report entry: one-line strings, at most MESSAGE_MAX characters each."""
+
+    def field(s: object) -> str:
+        return clip(decode(str(s)).replace("\n", "; ").replace("\t", " "), MESSAGE_MAX)
+
+    return {"id": check_id, "status": r.status, "value": field(r.value), "expected": field(r.expected),
+            "message": field(r.message)}  # fmt: skip
+
+
+def to_json(report: dict[str, Any]) -> str:
+    # ensure_ascii: every byte is ASCII, so the file is valid UTF-8 whatever the tools printed.
+    return json.dumps(report, ensure_ascii=True) + "\n"
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the new one, never half of one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".report.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,264 @@
+"""`ndfleet-node setup` on a fake node: fake mdadm, mkfs.xfs, mount, blobfuse2, systemctl, modprobe and a fake
+sysroot. First boot, second run (nothing redone), reboot (assemble and mount only), reimage (empty NVMe: all
+again), failing and flaky mounts (retried with backoff within the budget, then reported by the validator)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from ndfleet_node.config import parse
+from ndfleet_node.setup.storage import blobfuse2_config
+
+from ndfleet.bootstrap import render_output_files
+from ndfleet.spec.config import load_spec
+from ndfleet.spec.stackfile import load_stack
+from tests.fakes.node import (
+    build_sysroot,
+    calls,
+    hermetic_path,
+    reboot,
+    reimage,
+    run_setup,
+    run_validator,
+    write_bundle,
+)
+from tests.test_health_endpoint import loopback_up
+
+TAGS = [
+    {"name": "ndfleet:storage-account", "value": "ndfleetprodsa"},
+    {"name": "ndfleet:lustre-mgs", "value": "10.50.2.4"},
+    {"name": "team", "value": "ml-infra"},
+]
+MOUNT_RETRY_S = 3  # the stack default is 240; small here so that a mount that never works fails fast
+PROD_MOUNTS = ["/mnt/resource_nvme", "/mnt/blob/datasets", "/mnt/blob/checkpoints", "/mnt/lustre"]
+DOES_WORK = ("mdadm --create", "mkfs.xfs", "mount ", "blobfuse2 mount", "modprobe", "systemctl enable")
+
+
+@pytest.fixture(scope="module")
+def imds() -> Iterator[str]:
+    """A stand-in for the instance metadata service's tagsList, on 127.0.0.1; insists on `Metadata: true`."""
+    loopback_up()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            ok = self.headers.get("Metadata") == "true"
+            body = json.dumps(TAGS if ok else {"error": "Bad request"}).encode()
+            self.send_response(200 if ok else 400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metadata/instance/compute/tagsList"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory, imds) -> Path:
+    spec = load_spec(load_stack("prod").ndfleet_config, "prod")
+    folder = write_bundle(tmp_path_factory.mktemp("bundle"), render_output_files(spec, spec.islands[0]))
+    data = json.loads((folder / "node.json").read_text())
+    data["imds"]["tags_url"] = imds
+    data["timeouts"]["mount_retry"] = MOUNT_RETRY_S
+    (folder / "node.json").write_text(json.dumps(data))
+    return folder
+
+
+class Node:
+    """A fake node: its sysroot and its PATH; `cloud_init()` writes what cloud-init writes before set-up."""
+
+    def __init__(self, base: Path, bundle: Path, faults: tuple[str, ...] = ()):
+        self.root = build_sysroot(base / "root", (), ("peermem_absent", *faults))
+        self.bin = Path(hermetic_path(base / "bin"))
+        self.bundle, self.faults = bundle, faults
+        self.cloud_init()
+
+    def cloud_init(self) -> None:
+        etc = self.root / "etc" / "ndfleet"
+        etc.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.bundle / "nccl.conf", etc / "nccl.conf")
+
+    def setup(self):
+        return run_setup(self.bundle, self.root, self.bin, self.faults)
+
+    def validate(self, base: Path):
+        return run_validator(self.bundle, base, "quick", self.faults, sysroot=self.root, bindir=self.bin)
+
+    def mounts(self) -> list[str]:
+        return [ln.split()[1] for ln in (self.root / "proc" / "mounts").read_text().splitlines()]
+
+
+def steps(run) -> dict[str, dict[str, str]]:
+    assert run.report is not None, run.stdout + run.stderr
+    return {s["step"]: s for s in run.report["steps"]}
+
+
+def work_done(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if ln.startswith(DOES_WORK)]
+
+
+@pytest.fixture
+def node(tmp_path, bundle) -> Node:
+    return Node(tmp_path, bundle, ("fm_stopped",))
+
+
+def test_first_boot_sets_up_everything(node, tmp_path):
+    run = node.setup()
+    assert run.rc == 0, run.stdout + run.stderr
+    assert {name: s["status"] for name, s in steps(run).items()} == {
+        n: "ok" for n in ("nvme", "nccl", "fabricmanager", "peermem", "dcgm", "blob", "lustre")
+    }
+    done = calls(node.root)
+    assert any(c.startswith("mdadm --create /dev/md/ndfleet-nvme --level=0 --raid-devices=8") for c in done)
+    assert "mkfs.xfs -q -f /dev/md/ndfleet-nvme" in done
+    assert "mount -o noatime /dev/md/ndfleet-nvme /mnt/resource_nvme" in done
+    assert "mount -t lustre -o noatime,flock 10.50.2.4@tcp:/lustrefs /mnt/lustre" in done
+    assert "modprobe nvidia-peermem" in done
+    assert "systemctl enable --now nvidia-fabricmanager.service" in done
+    assert set(PROD_MOUNTS) <= set(node.mounts())
+    assert (node.root / "etc" / "nccl.conf").read_text() == (node.bundle / "nccl.conf").read_text()
+    assert (node.root / "etc" / "modules-load.d" / "ndfleet-peermem.conf").read_text() == "nvidia-peermem\n"
+    assert stat.S_IMODE((node.root / "mnt" / "resource_nvme").stat().st_mode) == 0o1777
+
+
+def test_blob_containers_use_the_managed_identity_and_private_config(node):
+    node.setup()
+    cfg = node.root / "etc" / "ndfleet" / "blobfuse2-datasets.yaml"
+    text = cfg.read_text()
+    assert "  mode: msi" in text and "account-name: ndfleetprodsa" in text
+    assert "endpoint: https://ndfleetprodsa.blob.core.windows.net" in text
+    assert "key" not in text.replace("-key", "")  # no account key, no SAS
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
+
+
+def test_the_node_then_validates_healthy(node, tmp_path):
+    assert node.setup().rc == 0
+    r = node.validate(tmp_path / "v")
+    assert r.rc == 0, r.stdout + r.stderr
+    assert r.report and [s["status"] for s in r.report["setup"]] == ["ok"] * 7
+
+
+def test_a_second_run_redoes_nothing(node):
+    node.setup()
+    before = len(calls(node.root))
+    run = node.setup()
+    assert run.rc == 0
+    assert work_done(calls(node.root)[before:]) == []
+    assert "already mounted" in steps(run)["nvme"]["message"]
+    assert steps(run)["nccl"]["message"] == "/etc/nccl.conf is up to date"
+
+
+def test_a_reboot_assembles_and_mounts_without_recreating(node):
+    node.setup()
+    reboot(node.root)
+    before = len(calls(node.root))
+    run = node.setup()
+    assert run.rc == 0, run.stdout + run.stderr
+    after = calls(node.root)[before:]
+    assert "mdadm --assemble --scan" in after
+    assert not any(c.startswith(("mdadm --create", "mkfs.xfs", "modprobe")) for c in after)
+    assert "mount -o noatime /dev/md/ndfleet-nvme /mnt/resource_nvme" in after
+    assert set(PROD_MOUNTS) <= set(node.mounts())
+
+
+def test_a_reimaged_node_with_empty_nvme_is_set_up_again(node):
+    node.setup()
+    reimage(node.root)
+    node.cloud_init()
+    before = len(calls(node.root))
+    run = node.setup()
+    assert run.rc == 0
+    after = calls(node.root)[before:]
+    assert any(c.startswith("mdadm --create") for c in after) and "mkfs.xfs -q -f /dev/md/ndfleet-nvme" in after
+    assert set(PROD_MOUNTS) <= set(node.mounts())
+
+
+def test_a_failing_mount_is_retried_then_reported_by_the_validator(tmp_path, bundle):
+    node = Node(tmp_path, bundle, ("blob_fail",))
+    run = node.setup()
+    assert run.rc == 0  # set-up carries on; the validator judges
+    blob = steps(run)["blob"]
+    assert blob["status"] == "failed"
+    assert "failed to authenticate credentials" in blob["message"]
+    attempts = [c for c in calls(node.root) if c.startswith("blobfuse2 mount /mnt/blob/datasets")]
+    assert len(attempts) >= 2, "the mount must be retried before set-up gives up"
+    assert steps(run)["lustre"]["status"] == "ok"  # one failed step does not stop the others
+    r = node.validate(tmp_path / "v")
+    assert r.rc == 1 and r.failed == {"host.mounts"}
+    message = r.check("host.mounts")["message"]
+    assert "not mounted: /mnt/blob/datasets /mnt/blob/checkpoints" in message
+    assert "set-up step blob failed: blob container datasets mounted at /mnt/blob/datasets failed after" in message
+
+
+def test_a_flaky_lustre_mount_succeeds_on_a_later_attempt(tmp_path, bundle):
+    node = Node(tmp_path, bundle, ("lustre_flaky",))
+    run = node.setup()
+    assert steps(run)["lustre"]["status"] == "ok"
+    assert steps(run)["lustre"]["message"].endswith("(attempt 3)")
+    assert "/mnt/lustre" in node.mounts()
+
+
+def test_no_unused_nvme_fails_the_step_clearly(tmp_path, bundle):
+    node = Node(tmp_path, bundle)
+    for disk in (node.root / "dev").glob("nvme*n1"):
+        disk.unlink()
+    run = node.setup()
+    assert steps(run)["nvme"] == {
+        "step": "nvme", "status": "failed", "message": "no unused local NVMe disk found; /mnt/resource_nvme not created"
+    }  # fmt: skip
+
+
+def test_unreadable_node_json_cannot_run(tmp_path, bundle):
+    broken = tmp_path / "bundle"
+    shutil.copytree(bundle, broken)
+    (broken / "node.json").write_text("{not json")
+    node = Node(tmp_path / "n", broken)
+    run = node.setup()
+    assert run.rc == 2 and "not valid JSON" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_sovereign_cloud_blob_suffix_comes_from_the_node_json():
+    assert "endpoint: https://acct.blob.core.usgovcloudapi.net" in blobfuse2_config(
+        "acct", "data", "/cache", "", "blob.core.usgovcloudapi.net"
+    )
+    base = {"schema": 1, "stack": "s", "island": "i", "vm_size": "v", "paths": {}, "validation": {}, "timeouts": {},
+            "hardware": {}, "thresholds": {}}  # fmt: skip
+    assert parse(json.dumps({**base, "mounts": {}})).blob_endpoint_suffix == "blob.core.windows.net"
+    sovereign = {**base, "mounts": {"blob_endpoint_suffix": "blob.core.chinacloudapi.cn"}}
+    assert parse(json.dumps(sovereign)).blob_endpoint_suffix == "blob.core.chinacloudapi.cn"
+
+
+def test_mount_retries_end_before_the_set_up_unit_is_killed(bundle):
+    from ndfleet_node.runner import Runner
+    from ndfleet_node.setup import SETUP_MARGIN_S, SetupContext
+
+    data = json.loads((bundle / "node.json").read_text())
+    data["timeouts"].update({"mount_retry": 240, "setup": 600})
+    ctx = SetupContext(parse(json.dumps(data)), Runner())
+    assert ctx.mount_deadline() <= ctx.started + 600 - SETUP_MARGIN_S
+    ctx2 = SetupContext(parse(json.dumps(data)), Runner())
+    ctx2.started -= 500  # set-up already ran 500 s: the retries get what is left, not 240 s
+    assert ctx2.mount_deadline() <= ctx2.started + 600 - SETUP_MARGIN_S
+
+
+def test_the_retry_window_fits_the_set_up_budget_of_every_vm_size():
+    from ndfleet.spec.profiles import PROFILES
+
+    for profile in PROFILES.values():
+        t = profile.thresholds
+        assert t.mount_retry_s + t.fabricmanager_wait_s <= t.setup_timeout_s, profile.name
