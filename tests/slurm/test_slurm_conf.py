@@ -181,3 +181,11 @@ def test_bad_slurm_settings_are_named(overrides: dict[str, object], message: str
     with pytest.raises(SpecError) as error:
         load_spec(config, "dev")
     assert message in str(error.value)
+
+
+def test_docs_list_every_slurm_setting() -> None:
+    from ndfleet.spec.config import SlurmConfig
+
+    doc = (REPO / "docs" / "slurm.md").read_text()
+    for name, field in SlurmConfig.model_fields.items():
+        assert f"slurm.{field.alias or name}" in doc, f"docs/slurm.md does not describe slurm.{field.alias or name}"
