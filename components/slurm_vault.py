@@ -70,7 +70,9 @@ class SlurmVault(pulumi.ComponentResource):
                 soft_delete_retention_in_days=SOFT_DELETE_DAYS,
                 enable_purge_protection=True,
                 public_network_access="Disabled",
-                network_acls=keyvault.NetworkRuleSetArgs(default_action="Deny", bypass="None"),
+                # Deny every network; the machines come through the private endpoint. Trusted Azure services keep
+                # access so that Resource Manager can write the secrets below during deployment.
+                network_acls=keyvault.NetworkRuleSetArgs(default_action="Deny", bypass="AzureServices"),
                 enabled_for_deployment=False,
                 enabled_for_template_deployment=False,
                 enabled_for_disk_encryption=False,

@@ -67,6 +67,7 @@ NFS_MOUNTS = ({"share": "home", "path": "/shared/home"}, {"share": "shared", "pa
 NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
 STATE_DISK_LUN = 0
 SETUP_TIMEOUT_S = 1200
+HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 HTTP_TIMEOUT_S = 20
 
 
@@ -117,7 +118,9 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "validator": VALIDATE_NODE_PATH,
         "node_app": NODE_APP_PATH,
         "report_path": REPORT_PATH,
-        "validate_timeout_s": 300,
+        # slurmd kills a HealthCheckProgram that runs longer than 60 s (slurm.conf, HealthCheckProgram): decide
+        # (a hung validation counts as a failure) before that.
+        "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     }
 
 

@@ -8,6 +8,7 @@ not the bandwidth tests), then:
 - a passing node that ndfleet drained (reason starting "ndfleet:") is resumed; a drain by an administrator (any
   other reason) is left alone.
 
+slurmd kills the program after 60 s (slurm.conf, HealthCheckProgram): `--validate-timeout` must stay below that.
 The validator is a seam: any command that takes `--level quick --report PATH`, exits 0 healthy / 1 unhealthy /
 2 could not run and writes the report format of docs/bootstrap.md. Every external call has a timeout.
 """
@@ -145,13 +146,17 @@ def default_node_name() -> str:
 def handle(args: argparse.Namespace) -> int:
     verdict = run_validation(args.validator, Path(args.report), args.validate_timeout)
     node = args.node_name or default_node_name()
+    code = 0 if verdict.healthy else 1
     try:
         message = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict)
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as error:
-        print(f"ndfleet-slurm-health: {node}: {error}", file=sys.stderr)
-        return 2
+        # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
+        # run the program at start until it exits 0 and only then register, which keeps a failing node out.
+        print(f"ndfleet-slurm-health: {node}: {verdict.reason if not verdict.healthy else 'healthy'}; {error}",
+              file=sys.stderr)
+        return code
     print(f"ndfleet-slurm-health: {message}")
-    return 0 if verdict.healthy else 1
+    return code
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
