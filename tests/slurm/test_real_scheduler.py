@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ndfleet_node.health import health_state
 
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.spec.config import load_spec
@@ -115,11 +116,14 @@ def test_a_failing_node_is_drained_with_the_check_id_and_returns_when_it_passes(
     try:
         wait_for(f"{node} to drain", lambda: "DRAIN" in cluster.node_line(node), timeout_s=90)
         assert "Reason=ndfleet:gpu.ecc" in cluster.node_line(node)
-        report = (cluster.root / "reports" / f"{node}.json").read_text()
-        assert '"status": "unhealthy"' in report  # what the health endpoint reads: Unhealthy, repairs act
+        # The report stays where the node's health endpoint reads it: Unhealthy, so automatic repairs act.
+        report = str(cluster.root / "reports" / f"{node}.json")
+        state, why = health_state(report, str(cluster.root / "no-marker"))
+        assert (state, "gpu.ecc" in why) == ("Unhealthy", True)
     finally:
         fault.unlink()
     wait_for(f"{node} to return", lambda: _idle(cluster, node), timeout_s=90)
+    assert health_state(report, str(cluster.root / "no-marker"))[0] == "Healthy"
 
 
 def test_an_admin_drain_is_left_alone(cluster: SlurmSandbox) -> None:
