@@ -3,17 +3,17 @@ home, controller and login node(s); compute nodes join by themselves (see ndflee
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs
+from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import KEY_VAULT_SECRETS_USER_ROLE_ID, SlurmHost, SlurmHostArgs, role_definition
-from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs
-from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
+from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
+from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs, vault_name
 from ndfleet.slurm.conf import controller_host, slurm_addresses
-from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT
+from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
 from ndfleet.spec.config import ClusterSpec
 
 
@@ -39,23 +39,34 @@ class SlurmCluster(pulumi.ComponentResource):
         assert spec.slurm is not None
         child = pulumi.ResourceOptions(parent=self)
         rg = args.resource_group_name
+        sub = pulumi.Output.from_input(args.subscription_id)
+        endpoints = {"private_endpoint_subnet_id": args.storage_subnet_id, "vnet_id": args.vnet_id}
         vault = SlurmVault(
             f"{name}-secrets",
-            SlurmVaultArgs(spec=spec, resource_group_name=rg, vnet_id=args.vnet_id, subnet_id=args.storage_subnet_id,
-                           tenant_id=args.tenant_id, subscription_id=args.subscription_id),
+            SlurmVaultArgs(
+                resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
+                vault_name=sub.apply(lambda s: vault_name(spec.name_prefix, s, spec.stack)), **endpoints,
+            ),
             opts=child,
         )
         database = SlurmDatabase(
             f"{name}-accounting",
-            SlurmDatabaseArgs(spec=spec, resource_group_name=rg, vnet_id=args.vnet_id,
-                              subnet_id=args.storage_subnet_id, subscription_id=args.subscription_id,
-                              admin_password=vault.db_password),
+            SlurmDatabaseArgs(
+                resource_group_name=rg, location=spec.location, admin_password=vault.db_password,
+                server_name=sub.apply(lambda s: server_name(spec.name_prefix, s, spec.stack)),
+                sku=spec.slurm.database_sku, storage_gb=spec.slurm.database_storage_gb, zone=spec.zone,
+                tags=spec.tags, **endpoints,
+            ),
             opts=child,
         )
         share = SlurmShare(
             f"{name}-shared",
-            SlurmShareArgs(spec=spec, resource_group_name=rg, vnet_id=args.vnet_id, subnet_id=args.storage_subnet_id,
-                           subscription_id=args.subscription_id),
+            SlurmShareArgs(
+                resource_group_name=rg, location=spec.location,
+                account_name=sub.apply(lambda s: share_account_name(spec.name_prefix, s, spec.stack)),
+                home_gib=spec.slurm.home_share_gib, shared_gib=spec.slurm.shared_share_gib, zone=spec.zone,
+                tags=spec.tags, **endpoints,
+            ),
             opts=child,
         )
         # The compute nodes read the munge key only.
@@ -69,28 +80,30 @@ class SlurmCluster(pulumi.ComponentResource):
         )
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
         controller_ip, login_ips = slurm_addresses(spec)
+
+        def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
+            return SlurmHostArgs(
+                resource_group_name=rg, location=spec.location, role=role, computer_name=computer_name,
+                vm_size=vm_size, private_ip=ip, subnet_id=args.compute_subnet_id,
+                subscription_id=args.subscription_id, admin_username=spec.admin_username,
+                ssh_public_key=spec.ssh_public_key, custom_data=machine_bootstrap(spec, role).custom_data,
+                user_data=machine_user_data(spec, role), zone=spec.zone, tags=spec.tags,
+                secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags),
+            )
+
         controller = SlurmHost(
             f"{name}-ctl",
-            SlurmHostArgs(
-                spec=spec, role="controller", computer_name=controller_host(spec),
-                vm_size=spec.slurm.controller_vm_size,
-                private_ip=controller_ip, resource_group_name=rg, subnet_id=args.compute_subnet_id,
-                subscription_id=args.subscription_id, secret_ids=[vault.munge_secret_id, vault.db_secret_id],
-                tags={**self.node_tags, TAG_DB_HOST: database.host}, state_disk_gb=spec.slurm.controller_state_disk_gb,
+            replace(
+                host("controller", controller_host(spec), spec.slurm.controller_vm_size, controller_ip),
+                secret_ids=[vault.munge_secret_id, vault.db_secret_id],
+                boot_tags={**self.node_tags, TAG_DB_HOST: database.host},
+                state_disk_gb=spec.slurm.controller_state_disk_gb,
             ),
             opts=child,
         )
         logins = [
-            SlurmHost(
-                f"{name}-login{i}",
-                SlurmHostArgs(
-                    spec=spec, role="login", computer_name=f"{spec.name_prefix}-login{i}",
-                    vm_size=spec.slurm.login_vm_size, private_ip=ip, resource_group_name=rg,
-                    subnet_id=args.compute_subnet_id, subscription_id=args.subscription_id,
-                    secret_ids=[vault.munge_secret_id], tags=dict(self.node_tags),
-                ),
-                opts=child,
-            )
+            SlurmHost(f"{name}-login{i}", host("login", f"{spec.name_prefix}-login{i}", spec.slurm.login_vm_size, ip),
+                      opts=child)
             for i, ip in enumerate(login_ips)
         ]
         first = logins[0]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.dbformysql as dbformysql
 
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
-from ndfleet.spec.config import ClusterSpec
 
 MYSQL_PRIVATE_DNS_ZONE = "privatelink.mysql.database.azure.com"
 MYSQL_VERSION = "8.0.21"
@@ -39,12 +39,16 @@ def sku_tier(sku: str) -> str:
 
 @dataclass(frozen=True)
 class SlurmDatabaseArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
+    location: str
+    server_name: pulumi.Input[str]  # globally unique, a DNS name (server_name)
+    admin_password: pulumi.Input[str]  # a Pulumi secret
+    private_endpoint_subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    subscription_id: pulumi.Input[str]
-    admin_password: pulumi.Input[str]
+    sku: str = "Standard_B2ms"  # Standard_B* / D* / E*: the tier follows from the prefix
+    storage_gb: int = 32
+    zone: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmDatabase(pulumi.ComponentResource):
@@ -52,24 +56,21 @@ class SlurmDatabase(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SlurmDatabaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmDatabase", name, None, opts)
-        spec = args.spec
-        assert spec.slurm is not None
+        tags = dict(args.tags)
         server = dbformysql.Server(
             f"{name}-mysql",
-            server_name=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: server_name(spec.name_prefix, sub, spec.stack)
-            ),
+            server_name=args.server_name,
             resource_group_name=args.resource_group_name,
-            location=spec.location,
+            location=args.location,
             version=MYSQL_VERSION,
             administrator_login=ADMIN_LOGIN,
             administrator_login_password=args.admin_password,
-            sku=dbformysql.MySQLServerSkuArgs(name=spec.slurm.database_sku, tier=sku_tier(spec.slurm.database_sku)),
-            storage=dbformysql.StorageArgs(storage_size_gb=spec.slurm.database_storage_gb, auto_grow="Enabled"),
+            sku=dbformysql.MySQLServerSkuArgs(name=args.sku, tier=sku_tier(args.sku)),
+            storage=dbformysql.StorageArgs(storage_size_gb=args.storage_gb, auto_grow="Enabled"),
             backup=dbformysql.BackupArgs(backup_retention_days=BACKUP_RETENTION_DAYS, geo_redundant_backup="Disabled"),
             network=dbformysql.NetworkArgs(public_network_access="Disabled"),
-            availability_zone=spec.zone,
-            tags=spec.tags,
+            availability_zone=args.zone,
+            tags=tags,
             opts=pulumi.ResourceOptions(
                 parent=self, protect=True, additional_secret_outputs=["administratorLoginPassword"]
             ),
@@ -88,13 +89,13 @@ class SlurmDatabase(pulumi.ComponentResource):
             f"{name}-mysql",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
-                location=spec.location,
-                subnet_id=args.subnet_id,
+                location=args.location,
+                subnet_id=args.private_endpoint_subnet_id,
                 vnet_id=args.vnet_id,
                 target_id=server.id,
                 group_id="mysqlServer",
                 zone_name=MYSQL_PRIVATE_DNS_ZONE,
-                tags=spec.tags,
+                tags=tags,
             ),
             self,
         )

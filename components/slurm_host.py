@@ -8,8 +8,8 @@ secrets it needs (Key Vault Secrets User on each secret, nothing wider). It boot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
@@ -19,8 +19,7 @@ import pulumi_azure_native.network as network
 
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.components.slurm_private_link import cannot_delete_lock
-from ndfleet.slurm.machines import STATE_DISK_LUN, machine_bootstrap, machine_user_data
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.slurm.machines import STATE_DISK_LUN
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).
 HOST_IMAGE = compute.ImageReferenceArgs(
@@ -38,17 +37,24 @@ def role_definition(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.
 
 @dataclass(frozen=True)
 class SlurmHostArgs:
-    spec: ClusterSpec
-    role: str  # "controller" | "login"
+    resource_group_name: pulumi.Input[str]
+    location: str
+    role: str  # "controller" | "login" (the tag ndfleet:slurm-role)
     computer_name: str
     vm_size: str
-    private_ip: str
-    resource_group_name: pulumi.Input[str]
+    private_ip: str  # static, in the subnet (ndfleet.slurm.conf.slurm_addresses)
     subnet_id: pulumi.Input[str]
-    subscription_id: pulumi.Input[str]
-    secret_ids: Sequence[pulumi.Input[str]]  # the Key Vault secrets (resource ids) this machine may read
-    tags: dict[str, pulumi.Input[str]]  # values the machine reads at boot (vault, NFS account, database host)
-    state_disk_gb: int | None = None  # the controller's managed data disk
+    subscription_id: pulumi.Input[str]  # for the role definition id
+    admin_username: str
+    ssh_public_key: str
+    custom_data: str  # base64 cloud-config (ndfleet.slurm.machines.machine_bootstrap): fixed for the VM's life
+    user_data: str  # base64 Slurm release and configuration (machine_user_data): updated in place
+    secret_ids: Sequence[pulumi.Input[str]] = ()  # the Key Vault secrets (resource ids) this machine may read
+    # Values the machine reads at boot from its tags (vault, NFS account, database host), besides `tags`.
+    boot_tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    state_disk_gb: int | None = None  # the controller's managed data disk (slurmctld's StateSaveLocation)
+    zone: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmHost(pulumi.ComponentResource):
@@ -57,11 +63,11 @@ class SlurmHost(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SlurmHostArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmHost", name, None, opts)
-        spec = args.spec
         child = pulumi.ResourceOptions(parent=self)
-        zones = [spec.zone] if spec.zone else None
+        zones = [args.zone] if args.zone else None
+        base_tags = dict(args.tags)
         identity = managedidentity.UserAssignedIdentity(
-            f"{name}-id", resource_group_name=args.resource_group_name, location=spec.location, tags=spec.tags,
+            f"{name}-id", resource_group_name=args.resource_group_name, location=args.location, tags=base_tags,
             opts=child,
         )
         for i, secret_id in enumerate(args.secret_ids):
@@ -75,15 +81,15 @@ class SlurmHost(pulumi.ComponentResource):
                 opts=child,
             )
         tags: dict[str, pulumi.Input[str]] = {
-            **spec.tags,
-            **args.tags,
+            **base_tags,
+            **args.boot_tags,
             TAG_SLURM_ROLE: args.role,
             TAG_IDENTITY_CLIENT_ID: identity.client_id,
         }
         nic = network.NetworkInterface(
             f"{name}-nic",
             resource_group_name=args.resource_group_name,
-            location=spec.location,
+            location=args.location,
             enable_accelerated_networking=True,
             ip_configurations=[
                 # No public IP: reached through Bastion or from inside the VNet.
@@ -95,7 +101,7 @@ class SlurmHost(pulumi.ComponentResource):
                     subnet=network.SubnetArgs(id=args.subnet_id),
                 )
             ],
-            tags=spec.tags,
+            tags=base_tags,
             opts=child,
         )
         data_disks: list[compute.DataDiskArgs] | None = None
@@ -103,14 +109,14 @@ class SlurmHost(pulumi.ComponentResource):
             disk = compute.Disk(
                 f"{name}-state",
                 resource_group_name=args.resource_group_name,
-                location=spec.location,
+                location=args.location,
                 disk_size_gb=args.state_disk_gb,
-                sku=compute.DiskSkuArgs(name="Premium_ZRS" if spec.zone is None else "Premium_LRS"),
+                sku=compute.DiskSkuArgs(name="Premium_ZRS" if args.zone is None else "Premium_LRS"),
                 creation_data=compute.CreationDataArgs(create_option="Empty"),
                 network_access_policy="DenyAll",
                 public_network_access="Disabled",
                 zones=zones,
-                tags=spec.tags,
+                tags=base_tags,
                 opts=pulumi.ResourceOptions(parent=self, protect=True),
             )
             cannot_delete_lock(f"{name}-state-lock", disk.id, "slurmctld's state (the job queue)", self)
@@ -123,11 +129,10 @@ class SlurmHost(pulumi.ComponentResource):
                     managed_disk=compute.ManagedDiskParametersArgs(id=disk.id),
                 )
             ]
-        bootstrap = machine_bootstrap(spec, args.role)
         vm = compute.VirtualMachine(
             f"{name}-vm",
             resource_group_name=args.resource_group_name,
-            location=spec.location,
+            location=args.location,
             zones=zones,
             hardware_profile=compute.HardwareProfileArgs(vm_size=args.vm_size),
             identity=compute.VirtualMachineIdentityArgs(
@@ -145,15 +150,16 @@ class SlurmHost(pulumi.ComponentResource):
             ),
             os_profile=compute.OSProfileArgs(
                 computer_name=args.computer_name,
-                admin_username=spec.admin_username,
-                custom_data=bootstrap.custom_data,
+                admin_username=args.admin_username,
+                custom_data=args.custom_data,
                 linux_configuration=compute.LinuxConfigurationArgs(
                     disable_password_authentication=True,
                     provision_vm_agent=True,
                     ssh=compute.SshConfigurationArgs(
                         public_keys=[
                             compute.SshPublicKeyArgs(
-                                path=f"/home/{spec.admin_username}/.ssh/authorized_keys", key_data=spec.ssh_public_key
+                                path=f"/home/{args.admin_username}/.ssh/authorized_keys",
+                                key_data=args.ssh_public_key,
                             )
                         ]
                     ),
@@ -163,7 +169,7 @@ class SlurmHost(pulumi.ComponentResource):
                 network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]
             ),
             # The Slurm release and configuration: updated in place, picked up by the machine (no rebuild).
-            user_data=machine_user_data(spec, args.role),
+            user_data=args.user_data,
             diagnostics_profile=compute.DiagnosticsProfileArgs(boot_diagnostics=compute.BootDiagnosticsArgs(enabled=True)),
             tags=tags,
             opts=child,

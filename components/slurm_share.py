@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.storage as storage
 
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
-from ndfleet.spec.config import ClusterSpec
 
 FILE_PRIVATE_DNS_ZONE = "privatelink.file.core.windows.net"
 HOME_SHARE = "home"
@@ -34,11 +34,15 @@ def share_account_name(prefix: str, subscription_id: str, stack: str) -> str:
 
 @dataclass(frozen=True)
 class SlurmShareArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
+    location: str
+    account_name: pulumi.Input[str]  # 3-24 lowercase letters and digits, globally unique (share_account_name)
+    private_endpoint_subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    subscription_id: pulumi.Input[str]
+    home_gib: int = 1024
+    shared_gib: int = 1024
+    zone: str | None = None  # zonal: LRS in that zone's region; regional: ZRS
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmShare(pulumi.ComponentResource):
@@ -46,18 +50,15 @@ class SlurmShare(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SlurmShareArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmShare", name, None, opts)
-        spec = args.spec
-        assert spec.slurm is not None
+        tags = dict(args.tags)
         keep = pulumi.ResourceOptions(parent=self, protect=True)
         account = storage.StorageAccount(
             f"{name}-account",
-            account_name=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: share_account_name(spec.name_prefix, sub, spec.stack)
-            ),
+            account_name=args.account_name,
             resource_group_name=args.resource_group_name,
-            location=spec.location,
+            location=args.location,
             kind="FileStorage",
-            sku=storage.SkuArgs(name="Premium_ZRS" if spec.zone is None else "Premium_LRS"),
+            sku=storage.SkuArgs(name="Premium_ZRS" if args.zone is None else "Premium_LRS"),
             # NFS shares cannot be mounted with secure transfer required (NFS has no TLS in Azure Files).
             enable_https_traffic_only=False,
             allow_blob_public_access=False,
@@ -66,10 +67,10 @@ class SlurmShare(pulumi.ComponentResource):
             allow_cross_tenant_replication=False,
             public_network_access="Disabled",
             network_rule_set=storage.NetworkRuleSetArgs(default_action=storage.DefaultAction.DENY, bypass="None"),
-            tags=spec.tags,
+            tags=tags,
             opts=keep,
         )
-        for share, quota in ((HOME_SHARE, spec.slurm.home_share_gib), (SHARED_SHARE, spec.slurm.shared_share_gib)):
+        for share, quota in ((HOME_SHARE, args.home_gib), (SHARED_SHARE, args.shared_gib)):
             storage.FileShare(
                 f"{name}-{share}",
                 account_name=account.name,
@@ -87,13 +88,13 @@ class SlurmShare(pulumi.ComponentResource):
             f"{name}-file",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
-                location=spec.location,
-                subnet_id=args.subnet_id,
+                location=args.location,
+                subnet_id=args.private_endpoint_subnet_id,
                 vnet_id=args.vnet_id,
                 target_id=account.id,
                 group_id="file",
                 zone_name=FILE_PRIVATE_DNS_ZONE,
-                tags=spec.tags,
+                tags=tags,
             ),
             self,
         )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.keyvault as keyvault
 import pulumi_random as random
 
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
-from ndfleet.spec.config import ClusterSpec
 
 VAULT_PRIVATE_DNS_ZONE = "privatelink.vaultcore.azure.net"
 MUNGE_KEY_SECRET = "munge-key"
@@ -37,12 +37,13 @@ def vault_name(prefix: str, subscription_id: str, stack: str) -> str:
 
 @dataclass(frozen=True)
 class SlurmVaultArgs:
-    spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
-    vnet_id: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
+    location: str
+    vault_name: pulumi.Input[str]  # globally unique (vault_name)
     tenant_id: pulumi.Input[str]
-    subscription_id: pulumi.Input[str]
+    private_endpoint_subnet_id: pulumi.Input[str]
+    vnet_id: pulumi.Input[str]  # linked to the vault's private DNS zone
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmVault(pulumi.ComponentResource):
@@ -53,15 +54,13 @@ class SlurmVault(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: SlurmVaultArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmVault", name, None, opts)
-        spec = args.spec
         child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
         vault = keyvault.Vault(
             f"{name}-kv",
-            vault_name=pulumi.Output.from_input(args.subscription_id).apply(
-                lambda sub: vault_name(spec.name_prefix, sub, spec.stack)
-            ),
+            vault_name=args.vault_name,
             resource_group_name=args.resource_group_name,
-            location=spec.location,
+            location=args.location,
             properties=keyvault.VaultPropertiesArgs(
                 tenant_id=args.tenant_id,
                 sku=keyvault.SkuArgs(family="A", name=keyvault.SkuName.STANDARD),
@@ -77,7 +76,7 @@ class SlurmVault(pulumi.ComponentResource):
                 enabled_for_template_deployment=False,
                 enabled_for_disk_encryption=False,
             ),
-            tags=spec.tags,
+            tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
         cannot_delete_lock(f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self)
@@ -85,13 +84,13 @@ class SlurmVault(pulumi.ComponentResource):
             f"{name}-kv",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
-                location=spec.location,
-                subnet_id=args.subnet_id,
+                location=args.location,
+                subnet_id=args.private_endpoint_subnet_id,
                 vnet_id=args.vnet_id,
                 target_id=vault.id,
                 group_id="vault",
                 zone_name=VAULT_PRIVATE_DNS_ZONE,
-                tags=spec.tags,
+                tags=tags,
             ),
             self,
         )
