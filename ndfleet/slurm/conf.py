@@ -19,7 +19,7 @@ import functools
 import ipaddress
 import math
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import jinja2
@@ -83,7 +83,6 @@ class SlurmSite:
     gpu_device_files: str = ""
     health_check_program: str = HEALTH_CHECK_PROGRAM
     slurmd_timeout_s: int = 300
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def conf_server(self) -> str:
