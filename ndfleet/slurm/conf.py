@@ -227,8 +227,3 @@ def dynamic_node_conf(site: SlurmSite, island: str) -> str:
 def slurmd_args(site: SlurmSite, island: str) -> list[str]:
     """slurmd's arguments on a compute node of `island`: dynamic, configless."""
     return ["-Z", "--conf-server", site.conf_server, "--conf", dynamic_node_conf(site, island)]
-
-
-def slurmd_options(site: SlurmSite, island: str) -> str:
-    """The same arguments as one shell-quoted string (SLURMD_OPTIONS in /etc/default/slurmd)."""
-    return " ".join(shlex.quote(a) for a in slurmd_args(site, island))

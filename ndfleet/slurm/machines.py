@@ -33,9 +33,9 @@ from ndfleet.slurm.conf import (
     SLURMDBD_PORT,
     SlurmSite,
     config_files,
+    dynamic_node_conf,
     render,
     slurm_site,
-    slurmd_options,
 )
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
@@ -109,7 +109,8 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "nfs_options": NFS_OPTIONS,
         "state_disk_lun": STATE_DISK_LUN,
         "state_mount": CONTROLLER_STATE_MOUNT,
-        "slurmd_options": slurmd_options(site, island) if island else "",
+        "conf_server": site.conf_server,
+        "slurmd_conf": dynamic_node_conf(site, island) if island else "",
         "setup_timeout_s": SETUP_TIMEOUT_S,
         "reap_after_s": spec.slurm.remove_gone_nodes_after_minutes * 60,
         "slurmdbd_port": SLURMDBD_PORT,

@@ -103,8 +103,9 @@ def test_slurmd_starts_only_after_validation_on_a_compute_node(prod: ClusterSpec
     assert "Requires=ndfleet-validated.target ndfleet-slurm-setup.service" in dropin
     assert "After=ndfleet-validated.target ndfleet-slurm-setup.service" in dropin
     assert "Wants=slurmd.service" in files["/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf"]
+    assert "ExecStart=/usr/sbin/slurmd -D -Z --conf-server ${SLURMD_CONF_SERVER} --conf ${SLURMD_CONF}" in dropin
     setup = files["/usr/local/sbin/ndfleet-slurm-setup"]
-    assert "Feature=island-ib00" in setup and "--conf-server" in setup
+    assert "Feature=island-ib00 Gres=gpu:8 RealMemory=1843200" in setup and "SLURMD_CONF_SERVER=" in setup
     assert "HealthCheckProgram" not in setup
     assert files["/usr/local/sbin/ndfleet-slurm-health"].startswith("#!/bin/sh")
 
