@@ -15,6 +15,7 @@ import pulumi_azure_native.authorization as authorization
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
+from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
@@ -133,6 +134,11 @@ class Cluster(pulumi.ComponentResource):
         )
         image = ImageArgs(
             publisher=spec.image.publisher, offer=spec.image.offer, sku=spec.image.sku, version=spec.image.version
+        )
+        ImpactReporting(
+            f"{name}-impact",
+            ImpactReportingArgs(spec=spec, principal_id=identity.principal_id, subscription_id=subscription_id),
+            opts=child,
         )
         self.islands = [
             IbIsland(

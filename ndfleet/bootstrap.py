@@ -46,6 +46,7 @@ from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
 
 from ndfleet import nodeapp
+from ndfleet.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodeconfig import (  # re-exported: components and other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
@@ -225,6 +226,7 @@ def build_context(
         "health_port": spec.health.probe_port,
         "health_path": HEALTH_PATH,
         "health_nofile": HEALTH_NOFILE,
+        "impact_timeout_s": IMPACT_UNIT_TIMEOUT_S,
         # generic lists other features fill (BootstrapExtensions); empty by default
         "extra_files": [dict(f) for f in ext.files],
         "enable_units": list(ext.enable_units),

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "ndfleet.policy_cmd",
     "ndfleet.render_cmd",
     "ndfleet.preflight",
+    "ndfleet.impact_cmd",
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS
 
+from ndfleet.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 SCHEMA = 1
@@ -163,6 +164,9 @@ def node_config(
             "backlog": HEALTH_BACKLOG,
         },
     }
+    # Burn-in figures and impact reporting (issue 11): every node can start a burn-in and report its own host.
+    data["burnin"] = burnin_node_section(p)
+    data["impact"] = impact_node_section(spec)
     for name, section in (extra or {}).items():
         if name in data:
             raise ValueError(f"node JSON section {name!r} already exists")

@@ -83,7 +83,9 @@ def test_custom_data_headroom(stack_render):
     name, _, r = stack_render
     size = len(r.custom_data_bytes)
     print(f"{name}: customData {size:,} of {CUSTOM_DATA_MAX_BYTES:,} bytes ({r.headroom_bytes:,} to spare)")
-    assert size <= CUSTOM_DATA_MAX_BYTES // 2, "less than half of Azure's customData limit left"
+    # A quarter of the limit stays free for what other features add (the node program with burn-in and impact
+    # reporting, issue 11, is about 41 KB of the 64 KB).
+    assert size <= CUSTOM_DATA_MAX_BYTES * 3 // 4, "less than a quarter of Azure's customData limit left"
 
 
 def test_oversized_bootstrap_names_stack_island_size_and_limit(monkeypatch):

@@ -156,6 +156,10 @@ class HealthConfig(_Settings):
     # follow the node's worst-case set-up and validation time (computed in the prepare step from the profile);
     # an explicit value must cover that time. The extension allows at most 14,400 s.
     probe_grace_period_seconds: int | None = Field(default=None, ge=600, le=14400, alias="probeGracePeriodSeconds")
+    # Guest Health Reporting: a node that finds a hardware fault files an impact report with its managed identity
+    # (Microsoft.Impact/workloadImpacts) so Azure takes the host out of service. Needs the subscription onboarded
+    # (docs/burnin.md); off, the node only logs the report it would have sent.
+    impact_reporting: bool = Field(default=False, alias="impactReporting")
 
 
 class SlurmConfig(_Settings):

@@ -50,6 +50,63 @@ class HealthThresholds(BaseModel):
     setup_step_timeout_s: int = 120  # each tool call of set-up (mdadm, mkfs.xfs, mount, blobfuse2, modprobe, ...)
 
 
+class BurninFigures(BaseModel):
+    """Cross-node NCCL burn-in (`ndfleet-node burnin`, docs/burnin.md): floors, test size, timeouts, NCCL settings.
+
+    Floors are all_reduce_perf bus bandwidth (GB/s) at `message_bytes`, the lower of out-of-place and in-place:
+
+    - `pair_busbw_gbps`, every 2-node test, run with NCCL_ALGO=Ring so the figure measures the fabric (a ring
+      runs at the pace of its slowest link). 8 x NDR 400 Gb/s rails per VM (Microsoft Learn, ND H100 v5 /
+      ND H200 v5 size pages) are 400 GB/s of line rate; NCCL reaches about 46-48 GB/s per rail, so a healthy
+      pair measures about 370-385 GB/s. The floor, 85 % of line rate = 340 GB/s, is what a pair still reaches
+      with one rail of eight lost (7/8 x 385 = 337 GB/s fails it) while leaving ~10 % for run-to-run noise.
+      Derived, not measured by us: confirm on real hardware (docs/burnin.md says how).
+    - `island_busbw_gbps`, the island-wide test with Azure's settings for Hopper ND VMs (Azure/ai-infrastructure-
+      on-azure, infrastructure_validations/slurm/NCCL, NCCL all-reduce validation: about 450 GB/s at 16 GiB on
+      8 ND H100 v5 VMs with SHARP; it warns below 400 GB/s). The floor is that warning threshold, 400 GB/s.
+      The same fabric and settings serve ND H200 v5 (the validation's Hopper configuration covers both).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    pair_busbw_gbps: float
+    island_busbw_gbps: float
+    message_bytes: int = 16 * 1024**3  # Azure's NCCL validation runs its quick test at 16 GiB
+    warmup_iters: int = 5
+    iters_quick: int = 10  # Azure's quick validation: 16 GiB x 10 iterations, about 2 minutes
+    iters_full: int = 50
+    # A 2-node test at 16 GiB needs under a second per iteration; launch and NCCL set-up dominate.
+    pair_timeout_s_quick: int = 300
+    pair_timeout_s_full: int = 600
+    island_timeout_s_quick: int = 900  # launch across up to 300 VMs takes longer than across 2
+    island_timeout_s_full: int = 1800
+    max_rounds: int = 8
+    # Every test (Azure HPC image defaults and azurehpc-health-checks' NCCL run): see nccl_env().
+    common_env: tuple[tuple[str, str], ...] = (
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+        ("NCCL_IB_PCI_RELAXED_ORDERING", "1"),
+        ("NCCL_IGNORE_CPU_AFFINITY", "1"),
+        ("NCCL_SOCKET_IFNAME", "eth0"),
+    )
+    pair_env: tuple[tuple[str, str], ...] = (("NCCL_ALGO", "Ring"),)
+    # Azure's Hopper NCCL validation settings (ai-infrastructure-on-azure, configs/hopper.conf).
+    island_env: tuple[tuple[str, str], ...] = (
+        ("NCCL_COLLNET_ENABLE", "1"),
+        ("NCCL_MIN_NCHANNELS", "32"),
+        ("NCCL_IB_QPS_PER_CONNECTION", "4"),
+        ("NCCL_PXN_DISABLE", "1"),
+    )
+    # Modelled wall time of one test, for the simulation benchmark (tests/bench/bench_burnin.py): launch plus
+    # NCCL set-up plus result checking, about a minute for 2 VMs (Azure's whole quick test is about 2 minutes),
+    # plus fan-out per VM. Assumptions, not measurements: docs/burnin.md shows how the table moves with them.
+    model_test_overhead_s: float = 60.0
+    model_test_overhead_per_node_s: float = 0.5
+
+
+# Both Hopper ND sizes: same 8 x NDR fabric, same validation settings (see BurninFigures).
+HOPPER_BURNIN = BurninFigures(pair_busbw_gbps=340.0, island_busbw_gbps=400.0)
+
+
 class VmSizeProfile(BaseModel):
     """The hardware an Azure VM size promises, and how to tell a healthy node of that size."""
 
@@ -81,6 +138,7 @@ class VmSizeProfile(BaseModel):
     # (an empty NCCL_TOPO_FILE fixed a spurious 15 GB/s on H200, azurehpc-health-checks #142/#143).
     nccl_topo_file: str
     thresholds: HealthThresholds
+    burnin: BurninFigures = HOPPER_BURNIN
 
     @property
     def gpus_total_label(self) -> str:
@@ -113,6 +171,7 @@ H100_V5 = VmSizeProfile(
     quota_family="standardNDSH100v5Family",
     hyper_v_generation="V2",
     nccl_topo_file="/opt/microsoft/ndv5-topo.xml",
+    burnin=HOPPER_BURNIN,
     thresholds=HealthThresholds(
         nccl_allreduce_busbw_gbps=460.0,
         nccl_allreduce_bytes=16 * 1024**3,
@@ -153,6 +212,7 @@ H200_V5 = VmSizeProfile(
     quota_family="standardNDISRH200V5Family",
     hyper_v_generation="V2",
     nccl_topo_file="",
+    burnin=HOPPER_BURNIN,
     thresholds=HealthThresholds(
         nccl_allreduce_busbw_gbps=431.0,
         nccl_allreduce_bytes=16 * 1024**3,
@@ -208,3 +268,9 @@ RDMA_RESERVED_CIDR = "172.16.0.0/16"
 
 # Storage Blob Data Contributor (built-in role id, the same in every Azure cloud).
 STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+
+# Impact Reporter (built-in role "Allows access to create/report, read and delete impacts"; Microsoft Learn, Azure
+# Impact Reporting / Guest Health Reporting overview: the reporting identity needs this role). Same id in every cloud.
+IMPACT_REPORTER_ROLE_ID = "36e80216-a7e8-4f42-a7e1-f12c98cbaf8a"
+# Impact Reader: read-only access to reported impacts and categories (for `ndfleet impact list|show` users).
+IMPACT_READER_ROLE_ID = "68ff5d27-c7f5-4fa9-a21c-785d0df7bd9e"

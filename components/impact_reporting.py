@@ -1,0 +1,46 @@
+"""Impact reporting access: lets the node identity file Guest Health Reporting impacts, only when the stack opts in.
+
+A node that finds a hardware fault files `Microsoft.Impact/workloadImpacts` with its managed identity
+(`ndfleet-node impact report`). Azure's Guest Health Reporting overview names the built-in role for that: Impact
+Reporter (actions `Microsoft.Impact/WorkloadImpacts/*`, nothing else). Workload impacts are subscription-level
+resources (`/subscriptions/{id}/providers/Microsoft.Impact/workloadImpacts/{name}`), so the subscription is the
+narrowest scope that covers the request; a resource-group scope would not. The role can create, read and delete
+impact reports only, and Azure acts on a report only for a subscription onboarded to Guest Health Reporting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_azure_native.authorization as authorization
+
+from ndfleet.spec.config import ClusterSpec
+from ndfleet.spec.profiles import IMPACT_REPORTER_ROLE_ID
+
+
+@dataclass(frozen=True)
+class ImpactReportingArgs:
+    spec: ClusterSpec
+    principal_id: pulumi.Input[str]  # the node identity's
+    subscription_id: pulumi.Input[str]
+
+
+class ImpactReporting(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ImpactReportingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("ndfleet:cluster:ImpactReporting", name, None, opts)
+        self.enabled = args.spec.health.impact_reporting
+        if self.enabled:
+            subscription = pulumi.Output.from_input(args.subscription_id)
+            authorization.RoleAssignment(
+                f"{name}-reporter",
+                scope=subscription.apply(lambda sub: f"/subscriptions/{sub}"),
+                principal_id=args.principal_id,
+                principal_type="ServicePrincipal",
+                role_definition_id=subscription.apply(
+                    lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
+                    f"{IMPACT_REPORTER_ROLE_ID}"
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"enabled": self.enabled})

@@ -1,0 +1,148 @@
+"""`ndfleet-node burnin`: cross-node fabric burn-in of an island that pins every bad host in few rounds.
+
+    ndfleet-node burnin --hostfile FILE --report PATH [--level quick|full] [--config /etc/ndfleet/node.json]
+
+Exit 0: every host healthy and the island-wide test at its floor; 1: some host unhealthy or unresolved, or the
+island-wide test below its floor; 2: could not run (bad hostfile, settings, mpirun missing, or not one test could
+start: then the report's status is "error"). How the rounds are
+chosen is in `planner.py`; running the tests in `runner.py`; the report in `report.py`. See docs/burnin.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
+from ndfleet_node.burnin.planner import Planner, TestSpec
+from ndfleet_node.burnin.report import build_report, summary_lines, write_report
+from ndfleet_node.burnin.runner import ProcessRun, RunTest, mpirun_executor, run_bounded, run_round
+from ndfleet_node.burnin.settings import LEVELS, BurninSettings, SettingsError, load_settings
+
+EXIT_HEALTHY = 0
+EXIT_UNHEALTHY = 1
+EXIT_CANNOT_RUN = 2
+
+
+class HostfileError(Exception):
+    pass
+
+
+def read_hostfile(path: Path) -> list[str]:
+    """One host per line; blank lines and `#` comments ignored; Open MPI's `host slots=8` form accepted."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise HostfileError(f"cannot read hostfile {path}: {exc.strerror or exc}") from None
+    hosts: list[str] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host = line.split()[0]
+        if not all(c.isalnum() or c in "-._" for c in host):
+            raise HostfileError(f"{path}:{number}: {host!r} is not a host name")
+        if host in hosts:
+            raise HostfileError(f"{path}:{number}: host {host} listed twice")
+        hosts.append(host)
+    if len(hosts) < 2:
+        raise HostfileError(f"{path}: burn-in needs at least 2 hosts, found {len(hosts)}")
+    return hosts
+
+
+def run_burnin(
+    hosts: Sequence[str],
+    settings: BurninSettings,
+    level: str,
+    run_test: RunTest,
+    *,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """All rounds until the planner is done; returns the report."""
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t0 = time.monotonic()
+    planner = Planner(hosts, settings.pair_floor_gbps, settings.island_floor_gbps, settings.max_rounds)
+    while tests := planner.next_round():
+        log(f"round {planner.round} ({tests[0].phase}): {len(tests)} test(s)")
+        results = run_round(tests, run_test, settings.max_parallel)
+        for r in results:
+            if r.outcome != "pass":
+                log(f"  {r.test.id}: {r.outcome} {r.message}")
+        planner.record(results)
+    error = None
+    if planner.results and all(r.outcome == "error" for r in planner.results):
+        # Not one test started anywhere: the tools or the launch are broken, not the hosts.
+        error = f"no test could run ({len(planner.results)} tried); first: {planner.results[0].message}"
+    return build_report(planner, level, started, time.monotonic() - t0, error=error)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "burnin",
+        help="cross-node NCCL burn-in of an island: pin every bad host",
+        description="Pairwise all_reduce_perf across the island, re-pairing of suspects with known-good hosts "
+        "until each failure is pinned, then one island-wide all_reduce at the floor. "
+        "Exit 0: all healthy; 1: some host unhealthy (see the report); 2: could not run.",
+    )
+    p.add_argument("--hostfile", type=Path, required=True, help="one host per line")
+    p.add_argument("--report", type=Path, required=True, help="where to write the JSON report")
+    p.add_argument("--level", choices=LEVELS, default="quick")
+    p.add_argument("--config", type=Path, default=None,
+                   help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")  # fmt: skip
+    p.add_argument("--test-timeout", type=int, default=None, metavar="S",
+                   help="override every test's timeout (seconds)")  # fmt: skip
+    p.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N tests at once")
+    p.add_argument("--report-impact", action="store_true",
+                   help="ask each unhealthy host over ssh to file its impact report and go Unhealthy")  # fmt: skip
+    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        hosts = read_hostfile(args.hostfile)
+        settings = load_settings(args.config)
+    except (HostfileError, SettingsError) as exc:
+        log(f"burnin: {exc}")
+        return EXIT_CANNOT_RUN
+    if args.test_timeout is not None:
+        if args.test_timeout <= 0:
+            log(f"burnin: --test-timeout = {args.test_timeout}: must be a positive number of seconds")
+            return EXIT_CANNOT_RUN
+        per_level = {lvl: args.test_timeout for lvl in LEVELS}
+        settings = replace(settings, pair_timeout_s=per_level, island_timeout_s=per_level)
+    if args.max_parallel is not None:
+        settings = replace(settings, max_parallel=max(0, args.max_parallel))
+    with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:
+        executor = mpirun_executor(settings, args.level, Path(workdir))
+        if shutil.which(settings.mpirun) is None:
+            log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable)")
+            return EXIT_CANNOT_RUN
+        report = run_burnin(hosts, settings, args.level, executor, log=log)
+        write_report(args.report, report)
+        for line in summary_lines(report):
+            print(line)
+        if args.report_impact:
+
+            def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
+                return run_bounded(cmd, timeout, settings.kill_grace_s, Path(workdir))
+
+            report_impacts(report, run, args.node_program, log)
+    if report["status"] == "error":
+        log(f"burnin: {report['error']}")
+        return EXIT_CANNOT_RUN
+    return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
+
+
+__all__ = ["TestSpec", "read_hostfile", "register", "run_burnin"]

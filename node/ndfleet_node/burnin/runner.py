@@ -1,0 +1,184 @@
+"""Run a round's all_reduce_perf tests with mpirun: command lines, parallel runs, timeouts, verdict per test.
+
+Each test runs as `mpirun` (Open MPI / HPC-X syntax) in a new session, so the whole process tree (mpirun, its
+ssh / prted launchers and the ranks) is one process group: when the test outlives its timeout the group gets
+SIGTERM, then SIGKILL after a grace period, and the test counts as hung. Output goes to a file, not a pipe, so
+a straggler that keeps a descriptor open can never block the reader.
+
+Why not `ndfleet_node.runner` (the validator's runner): its `Runner` runs one call per tool name at a time (a
+round runs many `mpirun`s at once), and `run_tool` kills with SIGKILL at once, where mpirun gets SIGTERM first to
+take its remote ranks down; and an interrupted burn-in must stop every test still running (`stop_all`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ndfleet_node.burnin.parser import parse_nccl_test_output
+from ndfleet_node.burnin.planner import TestResult, TestSpec
+from ndfleet_node.burnin.settings import BurninSettings
+
+
+def env_for(settings: BurninSettings, test: TestSpec) -> dict[str, str]:
+    env = dict(settings.nccl_env)
+    env.update(settings.island_env if test.phase == "island" else settings.pair_env)
+    return env
+
+
+def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list[str]:
+    """`mpirun -np N -H a:8,b:8 ... -x NCCL_...=... all_reduce_perf -b S -e S ...` for one test.
+
+    One rank per GPU (`--map-by ppr:G:node`), one GPU per rank (`-g 1`); `-x` exports each NCCL setting to the
+    remote ranks; `-c 1` makes nccl-tests check every result (the `#wrong` column).
+    """
+    gpus = settings.gpus_per_node
+    cmd = [
+        settings.mpirun,
+        "-np",
+        str(gpus * len(test.hosts)),
+        "-H",
+        ",".join(f"{h}:{gpus}" for h in test.hosts),
+        "--map-by",
+        f"ppr:{gpus}:node",
+        "--bind-to",
+        "numa",
+        *settings.mpirun_args,
+    ]
+    for name, value in sorted(env_for(settings, test).items()):
+        cmd += ["-x", f"{name}={value}"]
+    size = str(settings.message_bytes)
+    cmd += [
+        settings.all_reduce_perf,
+        "-b", size, "-e", size, "-f", "2", "-g", "1",
+        "-w", str(settings.warmup_iters), "-n", str(settings.iters[level]), "-c", "1",
+    ]  # fmt: skip
+    return cmd
+
+
+def timeout_for(settings: BurninSettings, test: TestSpec, level: str) -> int:
+    return (settings.island_timeout_s if test.phase == "island" else settings.pair_timeout_s)[level]
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    returncode: int | None  # None: killed at the timeout
+    output: str
+    duration_s: float
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the test's process group, then SIGKILL what is left after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            # The leader is gone; members of its group may not be: one more SIGKILL for them.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        return
+
+
+# Process groups of the tests running now: an interrupted burn-in (Ctrl-C) stops them all (`stop_all`), since
+# each runs in its own session and would not see the terminal's SIGINT.
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all(grace_s: float = 5.0) -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        kill_group(proc, grace_s)
+
+
+def run_bounded(cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path) -> ProcessRun:
+    """Run `cmd` in its own process group; kill the group at the timeout. Never raises for the command's sake."""
+    start = time.monotonic()
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix="test-", suffix=".out", delete=False) as out:
+        out_path = Path(out.name)
+        try:
+            proc = subprocess.Popen(
+                list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as exc:
+            return ProcessRun(127, f"cannot start {cmd[0]}: {exc}", time.monotonic() - start)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc, grace_s)
+            code = None
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    output = out_path.read_text(errors="replace")
+    out_path.unlink(missing_ok=True)
+    return ProcessRun(code, output, time.monotonic() - start)
+
+
+def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:
+    """The test's outcome from what the process did and printed."""
+    if run.returncode is None:
+        return TestResult(test, "hang", None, 0, f"no result within {timeout_s:g} s; process group killed",
+                          run.duration_s)  # fmt: skip
+    parsed = parse_nccl_test_output(run.output)
+    busbw = parsed.busbw
+    if parsed.complete and busbw is not None:
+        if parsed.wrong > 0:
+            return TestResult(test, "wrong", busbw, parsed.wrong, f"nccl-tests found {parsed.wrong} wrong values",
+                              run.duration_s)  # fmt: skip
+        if busbw < test.floor_gbps:
+            return TestResult(test, "slow", busbw, 0, f"busbw {busbw:.2f} GB/s < floor {test.floor_gbps:g} GB/s",
+                              run.duration_s)  # fmt: skip
+        if run.returncode == 0:
+            return TestResult(test, "pass", busbw, 0, f"busbw {busbw:.2f} GB/s", run.duration_s)
+    tail = " | ".join(line.strip() for line in run.output.strip().splitlines()[-3:])[:300]
+    return TestResult(test, "error", busbw, parsed.wrong,
+                      f"mpirun exit {run.returncode}, no complete result: {tail or 'no output'}",
+                      run.duration_s)  # fmt: skip
+
+
+RunTest = Callable[[TestSpec], TestResult]
+
+
+def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunTest:
+    """A function that runs one test for real (mpirun) and judges it."""
+
+    def run(test: TestSpec) -> TestResult:
+        timeout = timeout_for(settings, test, level)
+        proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir)
+        return judge(test, proc, timeout)
+
+    return run
+
+
+def run_round(tests: Sequence[TestSpec], run_test: RunTest, max_parallel: int = 0) -> list[TestResult]:
+    """All tests of a round at once (they share no host), at most `max_parallel` when set."""
+    if not tests:
+        return []
+    workers = len(tests) if max_parallel <= 0 else min(max_parallel, len(tests))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        return list(pool.map(run_test, tests))
+    except BaseException:  # Ctrl-C: stop every running test's process group, then let the interrupt through
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)

@@ -1,0 +1,357 @@
+"""`ndfleet-node impact report`: tell Azure this node's host is bad (Guest Health Reporting), then go Unhealthy.
+
+    ndfleet-node impact report [--validator-report /run/ndfleet/report.json] [--check ID --detail TEXT]
+
+For each failed check with a hardware category (`impact_categories.py`) the node files one impact,
+`PUT {arm}/subscriptions/{sub}/providers/Microsoft.Impact/workloadImpacts/{name}?api-version=...` with body
+
+    {"properties": {"startDateTime", "reportedTimeUtc", "impactCategory", "impactDescription",
+                    "impactedResourceId", "additionalProperties": {"PhysicalHostName", "VmUniqueId"}}}
+
+(Microsoft Learn, "Report guest health status": PhysicalHostName or VmUniqueId required, PhysicalHostName
+preferred). The token comes from the instance metadata service for the node's managed identity (it needs the
+Impact Reporter role); the subscription, resource id and VM id from IMDS compute metadata; PhysicalHostName
+from Hyper-V's KVP pool 3, the key/value pairs the host gives the guest. A 429 is retried after its Retry-After;
+a 403 means the subscription is not onboarded or the identity lacks the role, said plainly.
+
+Only when the stack opted in (`ndfleet:health.impactReporting`, node JSON `impact.enabled`): otherwise the
+node logs the exact request it would have sent. Either way it then marks itself Unhealthy (a failed check in
+the validator report the health endpoint serves), so automatic repairs act: after the report, Azure moves the
+replacement off the bad host.
+
+Exit 0 reported (or logged), 1 Azure refused or could not be reached, 2 could not run (no node JSON, no KVP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ndfleet_node import config as node_config
+from ndfleet_node.impact_categories import category_for
+
+KVP_POOL_3 = Path("/var/lib/hyperv/.kvp_pool_3")
+KVP_KEY_BYTES = 512  # HV_KVP_EXCHANGE_MAX_KEY_SIZE (Linux include/uapi/linux/hyperv.h)
+KVP_VALUE_BYTES = 2048  # HV_KVP_EXCHANGE_MAX_VALUE_SIZE
+IMDS = "http://169.254.169.254"
+IMDS_TOKEN_API = "2018-02-01"
+IMDS_INSTANCE_API = "2021-02-01"
+ARM = "https://management.azure.com"
+DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
+VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
+IDENTITY_TAG = "ndfleet:identity-client-id"  # scale-set tag the bootstrap also reads (docs/bootstrap.md)
+HTTP_TIMEOUT_S = 20
+MAX_ATTEMPTS = 4
+MAX_RETRY_AFTER_S = 120
+
+
+class ImpactError(Exception):
+    """Could not report: the message says why and what to do."""
+
+
+# ------------------------------------------------------------------------------------------------ KVP
+
+
+def parse_kvp(data: bytes) -> dict[str, str]:
+    """Hyper-V KVP pool file: fixed records of a 512-byte key and a 2048-byte value, UTF-8, NUL-padded."""
+    size = KVP_KEY_BYTES + KVP_VALUE_BYTES
+    pairs: dict[str, str] = {}
+    for offset in range(0, len(data) - size + 1, size):
+        key = data[offset : offset + KVP_KEY_BYTES].split(b"\0", 1)[0].decode("utf-8", "replace")
+        value = data[offset + KVP_KEY_BYTES : offset + size].split(b"\0", 1)[0].decode("utf-8", "replace")
+        if key:
+            pairs[key] = value
+    return pairs
+
+
+def physical_host_name(pool: Path = KVP_POOL_3) -> str:
+    try:
+        pairs = parse_kvp(pool.read_bytes())
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise ImpactError(f"cannot read Hyper-V KVP pool {pool}: {why} (is hv_kvp_daemon running?)") from None
+    name = pairs.get("PhysicalHostName") or pairs.get("PhysicalHostNameFullyQualified", "").split(".")[0]
+    if not name:
+        raise ImpactError(f"no PhysicalHostName in {pool} (keys: {', '.join(sorted(pairs)) or 'none'})")
+    return name
+
+
+# ------------------------------------------------------------------------------------------------ HTTP
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body or b"null")
+        except ValueError:
+            return None
+
+
+def http(method: str, url: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - fixed endpoints
+            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
+    except urllib.error.HTTPError as exc:
+        return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ImpactError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}") from None
+
+
+Http = Callable[[str, str, dict[str, str], bytes | None], Reply]
+
+
+@dataclass(frozen=True)
+class Instance:
+    subscription_id: str
+    resource_id: str
+    vm_id: str
+    name: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def imds_instance(imds: str = IMDS, send: Http = http) -> Instance:
+    reply = send("GET", f"{imds}/metadata/instance/compute?api-version={IMDS_INSTANCE_API}", {"Metadata": "true"}, None)
+    doc = reply.json()
+    if reply.status != 200 or not isinstance(doc, dict):
+        raise ImpactError(f"instance metadata answered HTTP {reply.status}")
+    tags = {t.get("name", ""): t.get("value", "") for t in doc.get("tagsList") or [] if isinstance(t, dict)}
+    try:
+        return Instance(doc["subscriptionId"], doc["resourceId"], doc["vmId"], doc.get("name", ""), tags)
+    except KeyError as exc:
+        raise ImpactError(f"instance metadata lacks {exc}") from None
+
+
+def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/", send: Http = http) -> str:
+    query = {"api-version": IMDS_TOKEN_API, "resource": resource}
+    if client_id:
+        query["client_id"] = client_id
+    url = f"{imds}/metadata/identity/oauth2/token?{urllib.parse.urlencode(query)}"
+    reply = send("GET", url, {"Metadata": "true"}, None)
+    doc = reply.json()
+    if reply.status != 200 or not isinstance(doc, dict) or not doc.get("access_token"):
+        detail = doc.get("error_description", "") if isinstance(doc, dict) else ""
+        raise ImpactError(f"no managed-identity token from instance metadata (HTTP {reply.status}) {detail}".strip())
+    return str(doc["access_token"])
+
+
+# ------------------------------------------------------------------------------------------------ the impact
+
+
+def impact_body(category: str, description: str, instance: Instance, host: str, now: datetime) -> dict[str, Any]:
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "properties": {
+            "startDateTime": stamp,
+            "reportedTimeUtc": stamp,
+            "impactCategory": category,
+            "impactDescription": description[:1000],
+            "impactedResourceId": instance.resource_id,
+            "additionalProperties": {"PhysicalHostName": host, "VmUniqueId": instance.vm_id},
+        }
+    }
+
+
+@dataclass
+class Filed:
+    category: str
+    name: str
+    url: str
+    body: dict[str, Any]
+    sent: bool = False
+    status: int | None = None
+    attempts: int = 0
+    error: str = ""
+    waits_s: list[float] = field(default_factory=list)
+
+
+def _retry_after(reply: Reply, attempt: int) -> float:
+    try:
+        wait = float(reply.headers.get("retry-after", ""))
+    except ValueError:
+        wait = 2.0**attempt
+    return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _error_text(reply: Reply) -> str:
+    doc = reply.json()
+    error = doc.get("error", {}) if isinstance(doc, dict) else {}
+    code, message = error.get("code", ""), (error.get("message", "") or "").splitlines()
+    return f"{code}: {message[0]}" if code and message else code or f"HTTP {reply.status}"
+
+
+def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[float], None] = time.sleep) -> Filed:
+    """PUT the impact; retry 429 and 5xx after Retry-After (bounded); explain 401/403."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    data = json.dumps(filed.body).encode()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        filed.attempts = attempt
+        reply = send("PUT", filed.url, headers, data)
+        filed.status = reply.status
+        if reply.status in (200, 201, 202):
+            filed.sent = True
+            return filed
+        if reply.status == 429 or reply.status >= 500:
+            if attempt < MAX_ATTEMPTS:
+                wait = _retry_after(reply, attempt)
+                filed.waits_s.append(wait)
+                sleep(wait)
+                continue
+            filed.error = f"still HTTP {reply.status} after {attempt} attempts ({_error_text(reply)})"
+            return filed
+        if reply.status == 403:
+            filed.error = (
+                f"refused (HTTP 403 {_error_text(reply)}): the subscription must be onboarded to Guest Health "
+                "Reporting (register Microsoft.Impact and the 'Allow Impact Reporting' preview feature, then ask "
+                "Azure to allow-list it) and the node identity needs the Impact Reporter role (docs/burnin.md)"
+            )
+        else:
+            filed.error = f"refused (HTTP {reply.status} {_error_text(reply)})"
+        return filed
+    return filed
+
+
+# ------------------------------------------------------------------------------------------------ unhealthy
+
+
+def mark_unhealthy(report: Path, check_id: str, message: str) -> None:
+    """Add a failed check to the validator report the health endpoint serves (atomically): it answers Unhealthy."""
+    try:
+        doc = json.loads(report.read_text())
+        if not isinstance(doc, dict):
+            doc = {}
+    except (OSError, ValueError):
+        doc = {}
+    checks = [c for c in doc.get("checks", []) if isinstance(c, dict) and c.get("id") != check_id]
+    checks.append({"id": check_id, "status": "fail", "value": message, "expected": "healthy", "message": message})
+    doc.update(status="unhealthy", checks=checks)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=report.parent, prefix=".report.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, report)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def failed_checks(args: argparse.Namespace) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if args.validator_report is not None:
+        try:
+            doc = json.loads(Path(args.validator_report).read_text())
+        except (OSError, ValueError) as exc:
+            raise ImpactError(f"cannot read validator report {args.validator_report}: {exc}") from None
+        checks = doc.get("checks", []) if isinstance(doc, dict) else []
+        out += [(c["id"], str(c.get("message", ""))) for c in checks if c.get("status") == "fail" and "id" in c]
+    out += [(check, args.detail or check) for check in args.check or []]
+    return out
+
+
+def load_impact_settings(path: str | Path | None) -> dict[str, Any]:
+    try:
+        cfg = node_config.load(str(path) if path is not None else None)
+    except node_config.ConfigError as exc:
+        raise ImpactError(str(exc)) from None
+    section = cfg.data.get("impact")
+    if not isinstance(section, dict) or not isinstance(section.get("enabled"), bool):
+        raise ImpactError(f"node JSON {cfg.path}: 'impact.enabled' must be true or false")
+    return section
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("impact", help="report this node's bad host to Azure (Guest Health Reporting)")
+    sub = p.add_subparsers(dest="impact_command", metavar="ACTION", required=True)
+    r = sub.add_parser("report", help="file impacts for the failed checks, then mark the node Unhealthy")
+    r.add_argument("--validator-report", type=Path, default=None, help="failed checks from this validator report")
+    r.add_argument("--check", action="append", help="a failed check id (e.g. burnin.busbw-below-floor)")
+    r.add_argument("--detail", default="", help="what was measured, for --check")
+    r.add_argument("--config", type=Path, default=None, help="node JSON (default: /etc/ndfleet/node.json)")
+    r.add_argument("--health-report", type=Path, default=VALIDATOR_REPORT, help="report the endpoint serves")
+    r.add_argument("--kvp-pool", type=Path, default=KVP_POOL_3)
+    r.set_defaults(handler=run_report)
+
+
+def run_report(
+    args: argparse.Namespace, *, send: Http = http, sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> int:  # fmt: skip
+    def log(line: str) -> None:
+        print(f"impact: {line}", file=sys.stderr, flush=True)
+
+    try:
+        settings = load_impact_settings(args.config)
+        failed = failed_checks(args)
+    except ImpactError as exc:
+        log(str(exc))
+        return 2
+    reportable = [(c, m, cat) for c, m in failed if (cat := category_for(c, m)) is not None]
+    for check, message in failed:
+        if category_for(check, message) is None:
+            log(f"{check}: not a host fault Azure takes reports for; not reported")
+    code = 0
+    if reportable:
+        code = _file_all(reportable, settings, args.kvp_pool, send, sleep, now(), log)
+    # Checks given on the command line (the burn-in's) are not in the report the endpoint serves yet: add them.
+    explicit = [(c, m) for c, m in failed if c in (args.check or [])]
+    for check, message in explicit:
+        mark_unhealthy(args.health_report, check, message)
+    if explicit:
+        log(f"marked Unhealthy in {args.health_report}: {', '.join(c for c, _ in explicit)}")
+    return code
+
+
+def _file_all(
+    reportable: list[tuple[str, str, str]], settings: dict[str, Any], kvp_pool: Path, send: Http,
+    sleep: Callable[[float], None], now: datetime, log: Callable[[str], None],
+) -> int:  # fmt: skip
+    """File (or, opted out, log) one impact per reportable failed check. Exit code: 0, 1 refused, 2 no facts."""
+    imds = str(settings.get("imds_endpoint", IMDS))
+    arm = str(settings.get("arm_endpoint", ARM)).rstrip("/")
+    api = str(settings.get("api_version", DEFAULT_API_VERSION))
+    enabled = bool(settings["enabled"])
+    try:
+        host = physical_host_name(kvp_pool)
+        instance = imds_instance(imds, send)
+        # Which identity: the node JSON's, else the scale set's tag (set when a VM carries several identities).
+        client_id = str(settings.get("identity_client_id") or instance.tags.get(IDENTITY_TAG, ""))
+        token = imds_token(imds, client_id, arm + "/", send) if enabled else ""
+    except ImpactError as exc:
+        log(str(exc))
+        return 2
+    code = 0
+    for check, message, category in reportable:
+        name = str(uuid.uuid4())
+        url = f"{arm}/subscriptions/{instance.subscription_id}/providers/Microsoft.Impact/workloadImpacts/{name}"
+        body = impact_body(category, f"{check}: {message}", instance, host, now)
+        filed = Filed(category, name, f"{url}?api-version={api}", body)
+        if not enabled:
+            log(f"impact reporting is off for this stack (ndfleet:health.impactReporting); would send PUT "
+                f"{filed.url} {json.dumps(filed.body, sort_keys=True)}")  # fmt: skip
+            continue
+        send_impact(filed, token, send, sleep)
+        if filed.sent:
+            log(f"{check}: filed {category} as {name} (HTTP {filed.status}, {filed.attempts} attempt(s))")
+        else:
+            log(f"{check}: {category} not filed: {filed.error}")
+            code = 1
+    return code

@@ -1,0 +1,71 @@
+"""Which Guest Health Reporting category a failed check files under: one table, each row with its reason.
+
+Categories are Azure's `Resource.Hpc.Unhealthy.*` list (Microsoft Learn, "Guest Health Reporting impact
+categories", azure-impact-reporting/guest-health-impact-categories): each takes the host out of production
+for diagnosis and repair. Where a check maps to an NHC fault, the category is the one Azure's own NHC uses for
+it (Azure/azurehpc-health-checks, `triggerGHR.sh`: NHC2002 MissingIB, NHC2003 IBPerformance, NHC2004
+IBPortDown, NHC2005 IBPortFlapping, NHC2007 HpcRowRemapFailure, NHC2009 HpcMissingGpu, NHC2013 XID79,
+NHC2014 XID48, NHC2015 UnhealthyGPUNvidiasmi, NHC2016 NvLink, NHC2020 HpcGpuDcgmDiagFailure; anything else
+HpcGenericFailure). Checks that point at software or configuration (a module not loaded, a mount, a launch
+error) map to None: they fail the node, which automatic repairs replace, but Azure is not told the host is bad.
+
+Check ids are the validator's (docs/bootstrap.md) and the burn-in's `burnin.<reason>`.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "Resource.Hpc.Unhealthy."
+
+# check id -> category suffix, or None: not reported. Why each, as a comment (comments stay out of the zipapp).
+CHECK_CATEGORIES: dict[str, str | None] = {
+    "gpu.count": "HpcMissingGpu",  # fewer GPUs than the size has (NHC2009)
+    "gpu.ecc": "HpcGenericFailure",  # uncorrectable / excess ECC errors: no dedicated category
+    "gpu.row_remap": "HpcRowRemapFailure",  # row remap pending or failed (NHC2007)
+    "gpu.xid": "GpuXIDError",  # Xid in the kernel log; 48/79/94/95 have their own categories (refined below)
+    "gpu.nvlink": "NvLink",  # an NVLink down (NHC2016)
+    "gpu.fabricmanager": None,  # fabric manager not running: usually software; the node is replaced, not reported
+    "gpu.pcie": "HpcGenericFailure",  # GPU PCIe link downtrained: no dedicated category
+    "gpu.throttle": "HpcGenericFailure",  # hardware slowdown at idle: no dedicated category
+    "ib.peermem": None,  # nvidia-peermem not loaded: software
+    "ib.ports": "IBPortDown",  # an IB port not Active (NHC2004); a missing device is MissingIB (NHC2002)
+    "ib.rate": "IBPerformance",  # an IB port below its rate (NHC2003)
+    "ib.flap": "IBPortFlapping",  # IB link flapping (NHC2005)
+    "ib.pcie": "IBPerformance",  # HCA PCIe link downtrained: lowers IB bandwidth (NHC2003)
+    "host.nvme": "HpcGenericFailure",  # local NVMe disk missing: no dedicated category
+    "host.memory": "HpcGenericFailure",  # memory below the size's: no dedicated category
+    "host.cpu": None,  # vCPU count: a VM configuration matter, not the host
+    "host.mounts": None,  # storage mounts: software or network
+    "perf.nccl_allreduce": "HpcGenericFailure",  # 8-GPU all-reduce below floor inside the VM: NVLink/NVSwitch path
+    "perf.ib_write_bw": "IBPerformance",  # GPUDirect RDMA bandwidth below floor on an HCA (NHC2003)
+    "perf.nvbandwidth": "HpcGenericFailure",  # host/device copy bandwidth below floor: PCIe or NVLink
+    "perf.dcgm": "HpcGpuDcgmDiagFailure",  # DCGM diagnostic failed (NHC2020)
+    "burnin.busbw-below-floor": "IBPerformance",  # cross-node busbw below floor with several partners (NHC2003)
+    "burnin.hang": "HpcGenericFailure",  # cross-node NCCL test hung with several partners
+    "burnin.wrong-results": "HpcGenericFailure",  # cross-node all-reduce returned wrong values with several partners
+    "burnin.launch-error": None,  # the test could not start on the host: ssh / MPI, not hardware
+}
+
+# Xids with a category of their own (guest-health-impact-categories; NHC2011-NHC2014).
+_XID_CATEGORIES = {95: "XID95UncontainedECCError", 94: "XID94ContainedECCError", 79: "XID79FallenOffBus",
+                   48: "XID48DoubleBitECC"}  # fmt: skip
+_XID = re.compile(r"\bxid\D{0,3}(\d+)", re.IGNORECASE)
+_MISSING = re.compile(r"\b(missing|not found|absent|no such)\b", re.IGNORECASE)
+_TIMED_OUT = re.compile(r"\b(timed out|timeout|hung|no answer)\b", re.IGNORECASE)
+
+
+def category_for(check_id: str, message: str = "") -> str | None:
+    """The full category (`Resource.Hpc.Unhealthy.X`) a failed check files under, or None (do not report)."""
+    suffix = CHECK_CATEGORIES.get(check_id)
+    if suffix is None:
+        return None
+    if check_id.startswith("gpu.") and _TIMED_OUT.search(message):
+        suffix = "UnhealthyGPUNvidiasmi"  # nvidia-smi itself hung (NHC2015)
+    elif check_id == "gpu.xid":
+        codes = [int(c) for c in _XID.findall(message)]
+        special = [_XID_CATEGORIES[c] for c in sorted(_XID_CATEGORIES, reverse=True) if c in codes]
+        suffix = special[0] if special else suffix
+    elif check_id == "ib.ports" and _MISSING.search(message):
+        suffix = "MissingIB"
+    return PREFIX + suffix

@@ -1,0 +1,107 @@
+"""A local stand-in for Resource Manager and the instance metadata service: a real HTTP server on 127.0.0.1.
+
+Routes map (method, path prefix) to a queue of replies (status, headers, recorded body file); the last reply of
+a queue repeats. Every request is recorded (method, path with query, headers, body) for the assertions.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ARM_DATA = Path(__file__).resolve().parent.parent / "data" / "arm"
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def loopback_up() -> None:
+    """Bring `lo` up when down: under `unshare -rn` the namespace's loopback starts down (its root may raise it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, ifreq))[1]
+        if not flags & IFF_UP:
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    file: str | None = None  # under tests/data/arm
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def body(self) -> bytes:
+        return (ARM_DATA / self.file).read_bytes() if self.file else b""
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class FakeArm:
+    def __init__(self, routes: dict[tuple[str, str], list[Reply]]):
+        self.routes = {k: list(v) for k, v in routes.items()}
+        self.requests: list[Seen] = []
+        self.base = ""
+        self._lock = threading.Lock()
+
+    def calls(self, method: str, fragment: str) -> list[Seen]:
+        return [r for r in self.requests if r.method == method and fragment in r.path]
+
+    def reply_for(self, method: str, path: str) -> Reply:
+        with self._lock:
+            for (m, prefix), queue in self.routes.items():
+                if m == method and path.startswith(prefix):
+                    return queue.pop(0) if len(queue) > 1 else queue[0]
+        return Reply(404)
+
+
+@contextmanager
+def serve(routes: dict[tuple[str, str], list[Reply]]) -> Iterator[FakeArm]:
+    loopback_up()
+    arm = FakeArm(routes)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            arm.requests.append(Seen(self.command, self.path, dict(self.headers), body))
+            reply = arm.reply_for(self.command, self.path)
+            payload = reply.body()
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    arm.base = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()  # the socket is bound and listening already: clients cannot race the start
+    try:
+        yield arm
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -1,0 +1,31 @@
+"""Every node gets the burn-in and impact sections in its node JSON, and a failed validation starts the impact
+report (the validate unit's ExecStopPost, in a transient unit with its own time limit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ndfleet.bootstrap import render_bootstrap
+from ndfleet.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.spec.config import load_spec
+from tests.conftest import base_config
+
+
+@pytest.mark.parametrize("opted_in", [True, False])
+def test_node_json_carries_burnin_and_impact(opted_in: bool) -> None:
+    spec = load_spec(base_config(health={"impactReporting": opted_in}), "wiring")
+    node = json.loads(render_bootstrap(spec, spec.islands[0]).files["node.json"])
+    assert node["impact"]["enabled"] is opted_in
+    assert node["burnin"]["pair_busbw_floor_gbps"] == spec.profile.burnin.pair_busbw_gbps
+    assert node["burnin"]["island_busbw_floor_gbps"] == spec.profile.burnin.island_busbw_gbps
+
+
+def test_failed_validation_starts_the_impact_report() -> None:
+    spec = load_spec(base_config(), "wiring")
+    unit = render_bootstrap(spec, spec.islands[0]).files["ndfleet-validate.service"]
+    line = next(x for x in unit.splitlines() if "impact report" in x)
+    assert line.startswith("ExecStopPost=/bin/sh -c 'if [ \"$$EXIT_STATUS\" = 1 ]; then systemd-run --no-block")
+    assert f"--property=TimeoutStartSec={IMPACT_UNIT_TIMEOUT_S}" in line
+    assert "/opt/ndfleet/bin/ndfleet-node impact report --validator-report /run/ndfleet/report.json" in line
