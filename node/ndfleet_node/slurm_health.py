@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DRAIN_REASON_PREFIX = "ndfleet:"
+OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
@@ -82,8 +84,10 @@ class NodeState:
         return any(s in ("DRAIN", "DRAINED", "DRAINING") for s in self.states)
 
     @property
-    def drained_by_ndfleet(self) -> bool:
-        return self.drained and self.reason.startswith(DRAIN_REASON_PREFIX)
+    def drained_by_health_check(self) -> bool:
+        """Drained by this program: "ndfleet:" and check ids only. Other ndfleet drains ("ndfleet: awaiting
+        burn-in", "ndfleet:burnin:<reason>") and an administrator's are not ours to lift."""
+        return self.drained and OWN_REASON.fullmatch(self.reason) is not None
 
 
 def parse_node(text: str) -> NodeState:
@@ -130,9 +134,13 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict) -> str:
     if not verdict.healthy:
         if state.drained and state.reason == verdict.reason:
             return f"{node}: still failing ({verdict.reason}), already drained"
+        if state.drained and not state.drained_by_health_check:
+            # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
+            # turns the health endpoint Unhealthy.
+            return f"{node}: failing ({verdict.reason}), already drained for: {state.reason}"
         scontrol.drain(node, verdict.reason)
         return f"{node}: drained: {verdict.reason}"
-    if state.drained_by_ndfleet:
+    if state.drained_by_health_check:
         scontrol.resume(node)
         return f"{node}: validation passes again: resumed (was {state.reason})"
     return f"{node}: healthy"

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from ndfleet_node.slurm_health import Verdict, parse_node, run_validation
+from ndfleet_node.slurm_health import NodeState, Verdict, act, parse_node, run_validation
 from ndfleet_node.slurm_reap import gone, parse_nodes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -24,11 +24,18 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
          ("MIXED", "DRAIN"), "disk replacement by ops", True, False),
         ("NodeName=a State=DOWN*+DYNAMIC_NORM Reason=Not responding [slurm@2026-12-03T08:00:00]",
          ("DOWN", "DYNAMIC_NORM"), "Not responding", False, False),
+        # Burn-in's drains (ndfleet_node.burnin.slurm) are ndfleet's, but only the burn-in lifts them.
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet:burnin:busbw-below-floor [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet:burnin:busbw-below-floor", True, False),
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet: awaiting burn-in [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet: awaiting burn-in", True, False),
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet:gpu.ecc,ib.rate,+2 [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet:gpu.ecc,ib.rate,+2", True, True),
     ],
 )
 def test_parse_node(line: str, states: tuple[str, ...], reason: str, drained: bool, ours: bool) -> None:
     node = parse_node(line)
-    assert (node.states, node.reason, node.drained, node.drained_by_ndfleet) == (states, reason, drained, ours)
+    assert (node.states, node.reason, node.drained, node.drained_by_health_check) == (states, reason, drained, ours)
 
 
 def test_drain_reason_names_the_failed_checks() -> None:
@@ -76,3 +83,42 @@ def test_standalone_scripts_run_without_the_package(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, str(node_dir / f"{name}.py"), "--help"], capture_output=True,
                               text=True, timeout=60, cwd=tmp_path, check=False)
         assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+
+
+class FakeScontrol:
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.calls: list[str] = []
+
+    def node(self, name: str) -> NodeState:
+        return parse_node(self.line)
+
+    def drain(self, name: str, reason: str) -> None:
+        self.calls.append(f"drain {reason}")
+
+    def resume(self, name: str) -> None:
+        self.calls.append("resume")
+
+
+FAIL = Verdict(False, ("gpu.ecc",))
+PASS = Verdict(True, ())
+
+
+@pytest.mark.parametrize(
+    ("line", "verdict", "calls"),
+    [
+        ("State=IDLE+DYNAMIC_NORM", FAIL, ["drain ndfleet:gpu.ecc"]),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:ib.rate [x@2026-12-03T08:00:00]", FAIL, ["drain ndfleet:gpu.ecc"]),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", PASS, ["resume"]),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", PASS, []),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", PASS, []),
+        ("State=IDLE+DYNAMIC_NORM", PASS, []),
+    ],
+)
+def test_drain_and_resume_decisions(line: str, verdict: Verdict, calls: list[str]) -> None:
+    fake = FakeScontrol("NodeName=n " + line)
+    act(fake, "n", verdict)  # type: ignore[arg-type]
+    assert fake.calls == calls
