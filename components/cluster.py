@@ -18,32 +18,18 @@ from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
+from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import alerts
 from ndfleet.prepare import PreparedCluster
+from ndfleet.slurm.conf import island_partitions
 from ndfleet.spec.config import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:
-    """Slurm topology.conf: one leaf switch per island, since InfiniBand does not cross scale sets."""
-    lines = ["# ndfleet: one switch per InfiniBand island (scale set); jobs must not span islands over IB."]
-    for island in spec.islands:
-        last = island.nodes - 1
-        # Uniform scale sets name instances <computerNamePrefix><6-digit base-36 instance id>.
-        nodes = f"{spec.name_prefix}-{island.name}-[000000-{_base36(last)}]"
-        lines.append(f"SwitchName={island.name} Nodes={nodes}")
-    return "\n".join(lines) + "\n"
-
-
-def _base36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out.rjust(6, "0")
+    """The slurm.conf lines that keep every job inside one InfiniBand island (ndfleet/slurm/conf.py)."""
+    return island_partitions(spec)
 
 
 @dataclass(frozen=True)
@@ -72,7 +58,8 @@ class Cluster(pulumi.ComponentResource):
         prepared = args.prepared
         spec = prepared.spec
         child = pulumi.ResourceOptions(parent=self)
-        subscription_id = authorization.get_client_config_output().subscription_id
+        client_config = authorization.get_client_config_output()
+        subscription_id = client_config.subscription_id
 
         net = Network(f"{name}-net", network_args(spec), opts=child)
         self.network = net
@@ -124,6 +111,24 @@ class Cluster(pulumi.ComponentResource):
         }
         if store.lustre_mgs_address is not None:
             node_tags[TAG_LUSTRE_MGS] = store.lustre_mgs_address
+        slurm: SlurmCluster | None = None
+        if spec.scheduler == "slurm":
+            slurm = SlurmCluster(
+                f"{name}-slurm",
+                SlurmClusterArgs(
+                    spec=spec,
+                    resource_group_name=net.resource_group_name,
+                    vnet_id=net.vnet_id,
+                    compute_subnet_id=net.compute_subnet_id,
+                    storage_subnet_id=net.storage_subnet_id,
+                    subscription_id=subscription_id,
+                    tenant_id=client_config.tenant_id,
+                    node_principal_id=identity.principal_id,
+                ),
+                opts=child,
+            )
+            # The nodes find the vault (munge key) and the NFS share through their scale set's tags.
+            node_tags.update(slurm.node_tags)
         health = HealthArgs(
             probe_port=spec.health.probe_port,
             probe_grace_period_seconds=prepared.probe_grace_period_s,
@@ -214,4 +219,6 @@ class Cluster(pulumi.ComponentResource):
                 "grafanaName": monitoring.grafana_name,
                 "grafanaEndpoint": monitoring.grafana_endpoint,
             }
+        if slurm is not None:
+            self.outputs["slurm"] = slurm.outputs
         self.register_outputs(self.outputs)

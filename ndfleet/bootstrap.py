@@ -261,21 +261,6 @@ def _write_file(path: str, mode: str, content: str | None = None, data: bytes | 
     return {"path": path, "mode": mode, "encoding": "", "content": content or ""}
 
 
-def with_features(spec: ClusterSpec, island: IslandSpec, ext: BootstrapExtensions) -> BootstrapExtensions:
-    """`ext` plus what the stack's optional features add: monitoring (ndfleet/monitoring/agent.py)."""
-    from ndfleet.monitoring import agent as monitoring_agent
-
-    if not spec.monitoring.enabled:
-        return ext
-    return BootstrapExtensions(
-        files=[*ext.files, *monitoring_agent.bootstrap_files(spec, island)],
-        enable_units=[*ext.enable_units, *monitoring_agent.ENABLE_UNITS],
-        start_units=[*ext.start_units, *monitoring_agent.START_UNITS],
-        runcmd=list(ext.runcmd),
-        node_sections=dict(ext.node_sections),
-    )
-
-
 def render_bootstrap(
     spec: ClusterSpec,
     island: IslandSpec,
@@ -284,7 +269,7 @@ def render_bootstrap(
     blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
 ) -> RenderedBootstrap:
     """The island's cloud-init user data and every file it carries; raises BootstrapTooLarge over the limit."""
-    ext = with_features(spec, island, extensions or BootstrapExtensions())
+    ext = extensions or BootstrapExtensions()
     ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
     files = {name: _template(tpl).render(ctx) for tpl, name, _, _ in _NODE_FILES}
     files["node.json"] = _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
@@ -298,9 +283,6 @@ def render_bootstrap(
     for f in ext.files:
         raw = f.get("content_bytes")
         write.append(_write_file(f["path"], f.get("permissions", "0644"), f.get("content"), raw))
-        if raw is None:  # text files also show in `ndfleet render`, under their base name
-            name = f["path"].rsplit("/", 1)[-1]
-            files[name], paths[name], modes[name] = f["content"], f["path"], f.get("permissions", "0644")
     user_data = _template("cloud-config.yaml.j2").render({**ctx, "files": write})
     rendered = RenderedBootstrap(
         user_data=user_data,

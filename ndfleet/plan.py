@@ -120,19 +120,19 @@ def _fake_uuid(*parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "ndfleet:" + "/".join(parts)))
 
 
-# How the wire marks a secret value (pulumi.runtime.rpc: _special_sig_key / _special_secret_sig).
-_SIG_KEY = "4dabf18193072939515e22adb298388d"
-_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+# What the mock runtime answers for a generated secret (pulumi_random's `result`): a marker a test can look for,
+# since a plan must never show a secret, mocked or real.
+MOCK_SECRET_PREFIX = "ndfleet-mock-secret:"
 SECRET_PLACEHOLDER = "[secret]"
 
 
 def _plain(value: Any) -> Any:
-    """The wire carries every number as a double; show integral ones as integers (2, not 2.0). Secrets (a
-    webhook URL with its token) never reach the plan: they show as "[secret]"."""
+    """The wire carries every number as a double; show integral ones as integers (2, not 2.0). A Pulumi secret
+    is shown as "[secret]", never its value."""
+    if pulumi.runtime.rpc.is_rpc_secret(value):
+        return SECRET_PLACEHOLDER
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG:
-        return SECRET_PLACEHOLDER
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -186,6 +186,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["identity"] = {**(inputs.get("identity") or {}), "principalId": _fake_uuid(name, "principal")}
             endpoint = f"https://{physical}.grafana.azure.com"
             state["properties"] = {**(inputs.get("properties") or {}), "endpoint": endpoint}
+        elif typ.startswith("random:") and "result" not in inputs:
+            state["result"] = MOCK_SECRET_PREFIX + name
         return rid, state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:

@@ -48,10 +48,26 @@ VNET_TYPE = "azure-native:network:VirtualNetwork"
 SUBNET_TYPE = "azure-native:network:Subnet"
 PRIVATE_ENDPOINT_TYPE = "azure-native:network:PrivateEndpoint"
 ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
+# The Slurm cluster's data stores (components/slurm_*.py) and its controller.
+MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
+MYSQL_DATABASE_TYPE = "azure-native:dbformysql:Database"
+KEY_VAULT_TYPE = "azure-native:keyvault:Vault"
+FILE_SHARE_TYPE = "azure-native:storage:FileShare"
+DISK_TYPE = "azure-native:compute:Disk"
 # Resources whose deletion or replacement loses data.
 # The Azure Monitor workspace holds the fleet's metrics history (18 months): deleting it loses that history.
 MONITOR_WORKSPACE_TYPE = "azure-native:monitor:AzureMonitorWorkspace"
-DATA_HOLDING_TYPES = (STORAGE_ACCOUNT_TYPE, BLOB_CONTAINER_TYPE, AML_FILESYSTEM_TYPE, MONITOR_WORKSPACE_TYPE)
+DATA_HOLDING_TYPES = (
+    STORAGE_ACCOUNT_TYPE,
+    BLOB_CONTAINER_TYPE,
+    AML_FILESYSTEM_TYPE,
+    MYSQL_SERVER_TYPE,
+    MYSQL_DATABASE_TYPE,
+    KEY_VAULT_TYPE,
+    FILE_SHARE_TYPE,
+    DISK_TYPE,
+    MONITOR_WORKSPACE_TYPE,
+)
 # Management locks (CanNotDelete on what holds data): removing one is worth a warning.
 LOCK_TYPES = (
     "azure-native:authorization:ManagementLockByScope",
@@ -352,6 +368,55 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "changes the Managed Lustre capacity, chosen at creation: a new file system",
         "Azure docs: azure-managed-lustre create-file-system-resource-manager.md; ARM create-only property",
     ),
+    # --- the Slurm cluster (components/slurm_*.py)
+    ConsequenceRule(
+        "vm-os-profile", VM_TYPE, "osProfile", "replace", "danger",
+        "changes the VM's OS profile (customData, computer name, admin user), which is set at creation: the VM is "
+        "recreated. For the Slurm controller, slurmctld is down until the new VM has booted (the queue is kept on "
+        "its managed data disk); for a login node, users' sessions end",
+        "Azure docs: custom-data.md (custom data is only available at VM creation); REST API VirtualMachines "
+        "osProfile ('cannot be changed after the VM is provisioned': computerName, adminUsername, customData)",
+    ),
+    ConsequenceRule(
+        "vm-image", VM_TYPE, "storageProfile.imageReference", "replace", "danger",
+        "changes the VM's image: the OS disk is recreated from the new image (the VM is rebuilt)",
+        "Azure docs: REST API VirtualMachines storageProfile.imageReference (set at creation)",
+    ),
+    ConsequenceRule(
+        "vm-size", VM_TYPE, "hardwareProfile.vmSize", "deallocate", "warning",
+        "changes the VM size: Azure restarts the VM (the Slurm controller or login node is unavailable meanwhile)",
+        "Azure docs: resize-vm.md (resizing restarts a running VM)",
+    ),
+    ConsequenceRule(
+        "mysql-version", MYSQL_SERVER_TYPE, "version", "refused", "danger",
+        "changes the MySQL major version: only an in-place major version upgrade 5.7 -> 8.0 is possible, with "
+        "downtime; anything else needs a new server (the Slurm job history would be lost)",
+        "Azure docs: mysql/flexible-server/how-to-upgrade.md (major version upgrade)",
+    ),
+    ConsequenceRule(
+        "mysql-network", MYSQL_SERVER_TYPE, "network.delegatedSubnetResourceId", "refused", "danger",
+        "moves the database into or out of VNet integration, a connectivity method fixed at creation: a new server "
+        "(the Slurm job history would be lost unless restored from backup)",
+        "Azure docs: mysql/flexible-server/concepts-networking.md ('you can't change the connectivity method after "
+        "creating the server')",
+    ),
+    ConsequenceRule(
+        "mysql-sku", MYSQL_SERVER_TYPE, "sku", "deallocate", "warning",
+        "changes the database compute size: the server restarts (slurmdbd queues accounting records meanwhile)",
+        "Azure docs: mysql/flexible-server/concepts-compute.md (scaling compute restarts the server)",
+    ),
+    ConsequenceRule(
+        "fileshare-protocol", FILE_SHARE_TYPE, "enabledProtocols", "replace", "danger",
+        "changes the share's protocol (NFS / SMB), fixed at creation: a new, empty share (users' home directories "
+        "would be lost)",
+        "Azure docs: storage/files/files-nfs-protocol.md (a share is NFS or SMB, chosen at creation)",
+    ),
+    ConsequenceRule(
+        "disk-size", DISK_TYPE, "diskSizeGB", "deallocate", "warning",
+        "changes the size of the controller's state disk: growing needs the disk detached or the VM deallocated "
+        "(on some sizes), shrinking is refused",
+        "Azure docs: linux/expand-disks.md (disks can't be shrunk)",
+    ),
     # --- network
     ConsequenceRule(
         "subnet-prefix", SUBNET_TYPE, "addressPrefix", "refused", "danger",
@@ -397,7 +462,8 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
 
 # Built-in consequences (not tied to one property); docs/plan-diff.md lists them with the table above.
 BUILTIN_CONSEQUENCES: tuple[tuple[str, str, str, str], ...] = (
-    ("data-deleted", "danger", "A StorageAccount, BlobContainer or AmlFilesystem is deleted: its data is lost "
+    ("data-deleted", "danger", "A StorageAccount, BlobContainer or AmlFilesystem, or a Slurm data store (MySQL "
+     "server or database, Key Vault, NFS FileShare, the controller's state Disk) is deleted: its data is lost "
      "(protect/management locks make `pulumi up` fail first)", "Azure docs: storage-account-create / "
      "amlfs delete; Pulumi `protect`"),
     ("data-replaced", "danger", "A data-holding resource is replaced (any replace rule above): delete then "

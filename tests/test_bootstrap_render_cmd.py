@@ -7,6 +7,7 @@ import gzip
 
 from ndfleet.bootstrap import render_output_files
 from ndfleet.cli import main
+from ndfleet.prepare import bootstrap_extensions
 from ndfleet.spec.config import load_spec
 from ndfleet.spec.stackfile import load_stack
 
@@ -23,7 +24,7 @@ def test_single_island_stack_writes_every_file(tmp_path):
 def test_written_files_are_the_rendered_ones(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
-    rendered = render_output_files(spec, spec.islands[0])
+    rendered = render_output_files(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
     assert {n: (tmp_path / n).read_bytes() for n in rendered} == {n: data for n, (data, _) in rendered.items()}
 
 

@@ -333,12 +333,17 @@ def test_outputs_carry_storage_endpoints_and_resource_group(dev_plan: Plan) -> N
     ]
 
 
-def test_slurm_topology_has_one_switch_per_island(zonal_lustre_plan: Plan) -> None:
-    lines = [ln for ln in zonal_lustre_plan.outputs["slurmTopology"].splitlines() if ln.startswith("SwitchName=")]
+def test_slurm_topology_selects_each_island_by_feature_not_by_host_names(zonal_lustre_plan: Plan) -> None:
+    # Host names end in a base-36 instance id and change on repair: no node name may appear.
+    lines = [ln for ln in zonal_lustre_plan.outputs["slurmTopology"].splitlines() if not ln.startswith("#")]
     assert lines == [
-        "SwitchName=ib00 Nodes=prod-ib00-[000000-00002r]",
-        "SwitchName=ib01 Nodes=prod-ib01-[000000-00002r]",
-        "SwitchName=ib02 Nodes=prod-ib02-[000000-00001d]",
+        "NodeSet=ns-ib00 Feature=island-ib00",
+        "NodeSet=ns-ib01 Feature=island-ib01",
+        "NodeSet=ns-ib02 Feature=island-ib02",
+        "PartitionName=ib00 Nodes=ns-ib00 MaxTime=INFINITE State=UP",
+        "PartitionName=ib01 Nodes=ns-ib01 MaxTime=INFINITE State=UP",
+        "PartitionName=ib02 Nodes=ns-ib02 MaxTime=INFINITE State=UP",
+        "JobSubmitPlugins=all_partitions",
     ]
 
 

@@ -13,6 +13,9 @@ import pytest
 
 from ndfleet import cli, policy_rules
 from ndfleet.policy_rules import (
+    KEY_VAULT_TYPE,
+    MYSQL_SERVER_TYPE,
+    NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
     RULES_BY_ID,
     STORAGE_ACCOUNT_TYPE,
@@ -30,8 +33,17 @@ def good_plan() -> dict[str, Any]:
     return json.loads(PLAN.read_text())
 
 
+# The Slurm cluster's services (NIC, MySQL, Key Vault, NFS FileStorage account) from a `scheduler: slurm` plan.
+SLURM_PLAN = Path(__file__).parent / "data" / "plans" / "slurm-services.json"
+
+
 def good_props(rtype: str) -> dict[str, Any]:
-    return copy.deepcopy(next(r for r in good_plan()["resources"] if r["type"] == rtype)["inputs"])
+    resources = good_plan()["resources"] + json.loads(SLURM_PLAN.read_text())["resources"]
+    return copy.deepcopy(next(r for r in resources if r["type"] == rtype)["inputs"])
+
+
+def _nfs_public(p: dict[str, Any]) -> None:
+    p.update(kind="FileStorage", publicNetworkAccess="Enabled")
 
 
 def _nic(p: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +159,16 @@ CASES: list[tuple[str, str, Mutation, set[str]]] = [
     ("storage-private-network", STORAGE_ACCOUNT_TYPE, _storage_public, {"storage-private-network"}),
     ("identity-least-privilege", ROLE_ASSIGNMENT_TYPE, _owner_role, {"identity-least-privilege"}),
     ("identity-least-privilege", ROLE_ASSIGNMENT_TYPE, _group_scope, {"identity-least-privilege"}),
+    ("nic-no-public-ip", NIC_TYPE, lambda p: p["ipConfigurations"][0].update(publicIPAddress={"id": "pip"}),
+     {"nic-no-public-ip"}),
+    ("mysql-private", MYSQL_SERVER_TYPE, lambda p: p["network"].update(publicNetworkAccess="Enabled"),
+     {"mysql-private"}),
+    ("keyvault-rbac-private", KEY_VAULT_TYPE, lambda p: p["properties"].update(enableRbacAuthorization=False),
+     {"keyvault-rbac-private"}),
+    ("keyvault-rbac-private", KEY_VAULT_TYPE,
+     lambda p: p["properties"].update(publicNetworkAccess="Enabled", networkAcls={"defaultAction": "Allow"}),
+     {"keyvault-rbac-private"}),
+    ("nfs-account-private", STORAGE_ACCOUNT_TYPE, _nfs_public, {"nfs-account-private"}),
 ]
 CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 
@@ -249,6 +271,7 @@ def test_has_mandatory_is_false_for_advisory_only() -> None:
 
 def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
     plan = good_plan()
+    plan["resources"] += json.loads(SLURM_PLAN.read_text())["resources"]
     if rtype == SUBNET_TYPE:
         target = next(r for r in plan["resources"] if r["type"] == SUBNET_TYPE)["inputs"]
     else:

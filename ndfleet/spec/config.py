@@ -210,6 +210,34 @@ class MonitoringConfig(_Settings):
         return v
 
 
+class SlurmConfig(_Settings):
+    """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
+
+    version: str = Field(default="24.05.8-1", pattern=r"^[0-9]{2}\.[0-9]{2}\.[0-9]+-[0-9]+$")
+    controller_vm_size: str = Field(
+        default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$"
+    )
+    controller_state_disk_gb: int = Field(default=128, ge=32, le=4096, alias="controllerStateDiskGb")
+    login_count: int = Field(default=1, ge=1, le=10, alias="loginCount")
+    login_vm_size: str = Field(default="Standard_D8s_v5", alias="loginVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$")
+    database_sku: str = Field(default="Standard_B2ms", alias="databaseSku", pattern=r"^Standard_[A-Za-z0-9_]+$")
+    database_storage_gb: int = Field(default=32, ge=20, le=16384, alias="databaseStorageGb")
+    home_share_gib: int = Field(default=1024, ge=100, le=102400, alias="homeShareGiB")
+    shared_share_gib: int = Field(default=1024, ge=100, le=102400, alias="sharedShareGiB")
+    health_check_interval_s: int = Field(default=300, ge=60, le=3600, alias="healthCheckIntervalSeconds")
+    remove_gone_nodes_after_minutes: int = Field(default=30, ge=5, le=1440, alias="removeGoneNodesAfterMinutes")
+
+    @field_validator("database_sku")
+    @classmethod
+    def _database_tier(cls, v: str) -> str:
+        if not re.fullmatch(r"Standard_(B|D|E)[0-9A-Za-z_]+", v):
+            raise ValueError(
+                "must be an Azure Database for MySQL Flexible Server compute size of the Burstable (Standard_B*), "
+                "General Purpose (Standard_D*) or Business Critical (Standard_E*) tier, e.g. Standard_B2ms"
+            )
+        return v
+
+
 class StackConfig(_Settings):
     """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
 
@@ -239,6 +267,8 @@ class StackConfig(_Settings):
     health: HealthConfig = Field(default_factory=HealthConfig)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     preflight: bool = False
+    scheduler: Literal["none", "slurm"] = "none"
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     subscription_id: str | None = Field(
         default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
     )
@@ -383,6 +413,10 @@ class ClusterSpec(_Model):
     preflight: bool
     subscription_id: str | None
     warnings: tuple[str, ...] = ()
+    # `ndfleet:scheduler`: "slurm" adds the Slurm controller, login node(s), accounting database, vault and NFS
+    # share (components/slurm*.py); `slurm` holds their settings (None when the scheduler is "none").
+    scheduler: str = "none"
+    slurm: SlurmConfig | None = None
 
     @property
     def total_nodes(self) -> int:
@@ -695,8 +729,10 @@ def build_spec(
     if ok("vnetAddressSpace") and not vnet.is_private:
         warnings.append(f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range")
     total_nodes = sum(i.nodes for i in islands)
+    # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
+    slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0
     if islands and vnet_fits and total_nodes <= MAX_NODES and ok("storage", "bastion"):
-        compute_prefix = compute_subnet_prefix(total_nodes)
+        compute_prefix = compute_subnet_prefix(total_nodes + slurm_machines)
         wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
         if config.storage.lustre is not None:
             wanted.append(("lustre", LUSTRE_SUBNET_PREFIX))
@@ -772,6 +808,11 @@ def build_spec(
             )
     if config.priority == "Spot":
         warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
+    if config.scheduler != "slurm" and "slurm" in config.model_fields_set:
+        problems.append(
+            f"{NAMESPACE}:slurm is set but {NAMESPACE}:scheduler = {config.scheduler!r}: set {NAMESPACE}:scheduler to "
+            "'slurm' to deploy the Slurm cluster, or remove the slurm section"
+        )
     reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
@@ -812,6 +853,8 @@ def build_spec(
         preflight=config.preflight,
         subscription_id=config.subscription_id,
         warnings=tuple(warnings),
+        scheduler=config.scheduler,
+        slurm=config.slurm if config.scheduler == "slurm" else None,
     )
     return spec, []
 

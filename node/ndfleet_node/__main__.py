@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("setup", "validate", "health", "burnin", "burnin.slurm", "impact", "metrics")
+COMMAND_MODULES: tuple[str, ...] = (
+    "setup", "validate", "health", "burnin", "burnin.slurm", "impact", "slurm_health", "slurm_reap", "metrics"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -139,7 +139,10 @@ def test_every_download_and_call_in_setup_has_a_timeout(mon_spec: ClusterSpec) -
 
 
 def _user_data(spec: ClusterSpec) -> str:
-    rendered = bootstrap.render_bootstrap(spec, spec.islands[0])
+    from ndfleet.prepare import bootstrap_extensions
+
+    island = spec.islands[0]
+    rendered = bootstrap.render_bootstrap(spec, island, bootstrap_extensions(spec, island))
     assert gzip.decompress(base64.b64decode(rendered.custom_data)).decode() == rendered.user_data
     return rendered.user_data
 

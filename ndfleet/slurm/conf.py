@@ -1,0 +1,229 @@
+"""Render the Slurm configuration of a cluster from its spec: slurm.conf, gres.conf, cgroup.conf, slurmd options.
+
+Plain functions over a `SlurmSite` (every value the files hold). `slurm_site(spec, ...)` derives the site of a
+deployed cluster; the real-scheduler test derives the same site and points its paths into a temporary folder.
+
+Why the files look the way they do (docs/slurm.md has the sources):
+- Compute nodes are *dynamic nodes* (Slurm >= 22.05, `slurmd -Z --conf "Feature=island-<name> ..."`): a node
+  registers itself under its host name, so a node that automatic repairs replaced joins under its new name, and
+  slurm.conf never lists node names (scale-set host names end in a base-36 instance id, not a range Slurm parses).
+- One NodeSet per island selects the island's nodes by feature, one partition per island holds that NodeSet, and
+  `JobSubmitPlugins=all_partitions` submits a job without `-p` to every island partition: Slurm runs a job in
+  exactly one partition, so no job spans islands (InfiniBand does not cross scale sets).
+- Configless: slurmd fetches slurm.conf, gres.conf and cgroup.conf from slurmctld (`--conf-server`).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import math
+import shlex
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jinja2
+
+from ndfleet.bootstrap import TEMPLATES_DIR
+from ndfleet.spec.config import ClusterSpec
+
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SLURMDBD_PORT = 6819
+# Where the controller keeps its state: the managed data disk (components/slurm_controller.py mounts it here).
+CONTROLLER_STATE_MOUNT = "/srv/slurm"
+HEALTH_CHECK_PROGRAM = "/usr/local/sbin/ndfleet-slurm-health"
+# Room for dynamic nodes beyond the planned ones: automatic repairs create a new VM before the old one is gone.
+MAX_NODE_HEADROOM_FRACTION = 0.2
+MAX_NODE_HEADROOM_MIN = 8
+# The drain reason every ndfleet drain starts with; a node is resumed only when its reason starts with it.
+DRAIN_REASON_PREFIX = "ndfleet:"
+
+
+def island_feature(island: str) -> str:
+    return f"island-{island}"
+
+
+@dataclass(frozen=True)
+class SlurmIsland:
+    name: str
+    feature: str
+    nodeset: str
+    partition: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class SlurmSite:
+    """Every value the rendered Slurm files hold."""
+
+    cluster_name: str
+    controller_host: str
+    controller_addr: str
+    islands: tuple[SlurmIsland, ...]
+    max_node_count: int
+    gpus_per_node: int
+    real_memory_mib: int
+    health_check_interval_s: int
+    accounting_host: str | None
+    slurmctld_port: int = SLURMCTLD_PORT
+    slurmd_port: int = SLURMD_PORT
+    slurm_user: str = "slurm"
+    slurmd_user: str = "root"
+    auth_info: str = ""
+    state_save_location: str = f"{CONTROLLER_STATE_MOUNT}/state"
+    slurmd_spool_dir: str = "/var/spool/slurmd"
+    slurmctld_pid_file: str = "/run/slurmctld.pid"
+    slurmd_pid_file: str = "/run/slurmd.pid"
+    slurmctld_log_file: str = "/var/log/slurm/slurmctld.log"
+    slurmd_log_file: str = "/var/log/slurm/slurmd.log"
+    proctrack_type: str = "proctrack/cgroup"
+    task_plugin: str = "task/cgroup,task/affinity"
+    cgroup_plugin: str = "autodetect"
+    gpu_device_files: str = ""
+    health_check_program: str = HEALTH_CHECK_PROGRAM
+    slurmd_timeout_s: int = 300
+
+    @property
+    def conf_server(self) -> str:
+        return f"{self.controller_addr}:{self.slurmctld_port}"
+
+
+def island_partitions(spec: ClusterSpec) -> str:
+    """The slurm.conf lines that keep jobs inside one island, for any Slurm (ndfleet's or your own, >= 22.05).
+
+    Scale-set host names end in a base-36 instance id (no range Slurm parses) and a repaired node comes back under a
+    new name, so the nodes are selected by feature, not by name: a node registers with `Feature=island-<name>`
+    (`slurmd -Z --conf ...`), the island's NodeSet picks it up and the island's partition holds the NodeSet.
+    """
+    lines = [
+        "# ndfleet: one partition per InfiniBand island (scale set); InfiniBand does not cross islands.",
+        "# Nodes register as dynamic nodes: slurmd -Z --conf \"Feature=island-<island> ...\"",
+    ]
+    lines += [f"NodeSet=ns-{i.name} Feature={island_feature(i.name)}" for i in spec.islands]
+    lines += [f"PartitionName={i.name} Nodes=ns-{i.name} MaxTime=INFINITE State=UP" for i in spec.islands]
+    lines.append("JobSubmitPlugins=all_partitions")
+    return "\n".join(lines) + "\n"
+
+
+def max_node_count(total_nodes: int) -> int:
+    return total_nodes + max(MAX_NODE_HEADROOM_MIN, math.ceil(total_nodes * MAX_NODE_HEADROOM_FRACTION))
+
+
+def gpu_device_files(gpus: int) -> str:
+    """`/dev/nvidia[0-7]` for 8 GPUs: the device files of the GPUs, in gres.conf's range form."""
+    return f"/dev/nvidia[0-{gpus - 1}]" if gpus > 1 else "/dev/nvidia0"
+
+
+def controller_host(spec: ClusterSpec) -> str:
+    """The controller VM's host name (components/slurm_controller.py gives the VM this computer name)."""
+    return f"{spec.name_prefix}-slurmctld"
+
+
+def slurm_addresses(spec: ClusterSpec) -> tuple[str, list[str]]:
+    """Static private addresses of the controller and the login VMs: the top of the compute subnet.
+
+    Azure keeps the last address of a subnet and hands out dynamic addresses from the bottom, so the scale sets
+    never take these; a fixed controller address lets slurm.conf and the nodes' `--conf-server` be rendered
+    before deployment (no value only known after `pulumi up` in customData).
+    """
+    if spec.slurm is None:
+        raise ValueError("slurm_addresses needs a spec with ndfleet:scheduler = 'slurm'")
+    net = ipaddress.IPv4Network(spec.network.compute.cidr)
+    top = int(net.broadcast_address) - 1
+    controller = str(ipaddress.IPv4Address(top))
+    logins = [str(ipaddress.IPv4Address(top - 1 - i)) for i in range(spec.slurm.login_count)]
+    return controller, logins
+
+
+def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSite:
+    """The Slurm site of a cluster; `controller_addr` defaults to the controller's static private address."""
+    if spec.slurm is None:
+        raise ValueError("slurm_site needs a spec with ndfleet:scheduler = 'slurm'")
+    profile = spec.profile
+    if controller_addr is None:
+        controller_addr = slurm_addresses(spec)[0]
+    islands = tuple(
+        SlurmIsland(
+            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes
+        )
+        for i in spec.islands
+    )
+    return SlurmSite(
+        cluster_name=spec.name_prefix,
+        controller_host=controller_host(spec),
+        controller_addr=controller_addr,
+        islands=islands,
+        max_node_count=max_node_count(spec.total_nodes),
+        gpus_per_node=profile.gpus_per_vm,
+        # The validator's memory floor: a node that registers less fails validation first, and Slurm drains a node
+        # that reports less memory than RealMemory.
+        real_memory_mib=profile.memory_min_gib * 1024,
+        health_check_interval_s=spec.slurm.health_check_interval_s,
+        accounting_host=controller_host(spec),
+        gpu_device_files=gpu_device_files(profile.gpus_per_vm),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    return env
+
+
+def _context(site: SlurmSite) -> dict[str, Any]:
+    ctx = asdict(site)
+    ctx["islands"] = [asdict(i) for i in site.islands]
+    return ctx
+
+
+def render(template: str, site: SlurmSite, **extra: Any) -> str:
+    return _environment().get_template(template).render({**_context(site), **extra})
+
+
+def render_slurm_conf(site: SlurmSite) -> str:
+    return render("slurm/slurm.conf.j2", site)
+
+
+def render_gres_conf(site: SlurmSite) -> str:
+    return render("slurm/gres.conf.j2", site)
+
+
+def render_cgroup_conf(site: SlurmSite) -> str:
+    return render("slurm/cgroup.conf.j2", site)
+
+
+def config_files(site: SlurmSite) -> dict[str, str]:
+    """The files slurmctld serves to configless slurmd and clients: name -> content."""
+    return {
+        "slurm.conf": render_slurm_conf(site),
+        "gres.conf": render_gres_conf(site),
+        "cgroup.conf": render_cgroup_conf(site),
+    }
+
+
+def dynamic_node_conf(site: SlurmSite, island: str) -> str:
+    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory.
+
+    CPUs, sockets and cores are left to slurmd, which reads them from the hardware.
+    """
+    if island not in {i.name for i in site.islands}:
+        raise ValueError(f"unknown island {island!r}; the cluster has {[i.name for i in site.islands]}")
+    return (
+        f"Feature={island_feature(island)} Gres=gpu:{site.gpus_per_node} RealMemory={site.real_memory_mib}"
+    )
+
+
+def slurmd_args(site: SlurmSite, island: str) -> list[str]:
+    """slurmd's arguments on a compute node of `island`: dynamic, configless."""
+    return ["-Z", "--conf-server", site.conf_server, "--conf", dynamic_node_conf(site, island)]

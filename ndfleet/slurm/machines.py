@@ -1,0 +1,227 @@
+"""What each Slurm machine boots with: the files of the controller, the login node(s) and the compute nodes.
+
+Controller and login VMs get their own cloud-config (customData); compute nodes get extra files in their island's
+bootstrap (`slurm_node_files`, called by ndfleet/bootstrap.py). Nothing here holds a secret: the munge key and the
+database password are fetched from Key Vault at boot (ndfleet-slurm-setup), and the values Azure computes at
+deployment (vault name, NFS account, database host) come from the machine's tags.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib.resources
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ndfleet.bootstrap import (
+    CONFIG_DIR,
+    CUSTOM_DATA_MAX_BYTES,
+    IMDS_TAGS_URL,
+    NODE_APP_PATH,
+    REPORT_PATH,
+    TAG_IDENTITY_CLIENT_ID,
+    VALIDATE_NODE_PATH,
+    BootstrapExtensions,
+    BootstrapTooLarge,
+    RenderedBootstrap,
+)
+from ndfleet.slurm.conf import (
+    CONTROLLER_STATE_MOUNT,
+    HEALTH_CHECK_PROGRAM,
+    SLURMDBD_PORT,
+    SlurmSite,
+    config_files,
+    dynamic_node_conf,
+    render,
+    slurm_site,
+)
+from ndfleet.spec.config import ClusterSpec, IslandSpec
+
+# The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
+# (the packages Azure CycleCloud Workspace for Slurm installs). The codename is appended on the machine.
+SLURM_REPO_URL = "https://packages.microsoft.com/repos/slurm-ubuntu"
+SLURM_UID = 11100
+ROLE_PACKAGES = {
+    "controller": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmctld", "slurm-smd-slurmdbd"),
+    "login": ("slurm-smd", "slurm-smd-client"),
+    "compute": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmd"),
+}
+# Values Azure computes at deployment, read by the machines from their tags (instance metadata).
+TAG_VAULT = "ndfleet:slurm-vault"
+TAG_NFS_ACCOUNT = "ndfleet:slurm-nfs"
+TAG_DB_HOST = "ndfleet:slurm-db-host"
+IMDS_TOKEN_URL = (
+    "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
+)
+IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"
+KEYVAULT_API_VERSION = "7.4"
+MUNGE_SECRET = "munge-key"
+DB_SECRET = "slurmdbd-password"
+DATABASE_USER = "slurmdbd"
+DATABASE_NAME = "slurm_acct_db"
+NFS_MOUNTS = ({"share": "home", "path": "/shared/home"}, {"share": "shared", "path": "/shared/apps"})
+# Azure Files NFS 4.1 mount options (Microsoft Learn, storage-files-how-to-mount-nfs-shares); nofail: a node boots
+# (and reports its health) even if the share is unreachable.
+NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
+STATE_DISK_LUN = 0
+SETUP_TIMEOUT_S = 1200
+HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
+HTTP_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class NodeFile:
+    name: str  # the name `ndfleet render` would show it under
+    path: str  # where cloud-init writes it
+    mode: str
+    content: str
+LIB_DIR = "/usr/local/lib/ndfleet"
+
+
+@functools.cache
+def _node_module(name: str) -> str:
+    """A node-program module shipped as a standalone script (until the node program ships as one zipapp)."""
+    return importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text()
+
+
+def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
+    assert spec.slurm is not None
+    return {
+        "role": role,
+        "slurm_version": spec.slurm.version,
+        "slurm_repo_url": SLURM_REPO_URL,
+        "packages": list(ROLE_PACKAGES[role]),
+        "slurm_uid": SLURM_UID,
+        "http_timeout_s": HTTP_TIMEOUT_S,
+        "imds_tags_url": IMDS_TAGS_URL,
+        "imds_token_url": IMDS_TOKEN_URL,
+        "imds_user_data_url": IMDS_USER_DATA_URL,
+        "keyvault_api_version": KEYVAULT_API_VERSION,
+        "tag_vault": TAG_VAULT,
+        "tag_identity_client_id": TAG_IDENTITY_CLIENT_ID,
+        "tag_nfs_account": TAG_NFS_ACCOUNT,
+        "tag_db_host": TAG_DB_HOST,
+        "munge_secret": MUNGE_SECRET,
+        "db_secret": DB_SECRET,
+        "nfs_mounts": list(NFS_MOUNTS),
+        "nfs_options": NFS_OPTIONS,
+        "state_disk_lun": STATE_DISK_LUN,
+        "state_mount": CONTROLLER_STATE_MOUNT,
+        "conf_server": site.conf_server,
+        "slurmd_conf": dynamic_node_conf(site, island) if island else "",
+        "setup_timeout_s": SETUP_TIMEOUT_S,
+        "reap_after_s": spec.slurm.remove_gone_nodes_after_minutes * 60,
+        "slurmdbd_port": SLURMDBD_PORT,
+        "database_user": DATABASE_USER,
+        "database_name": DATABASE_NAME,
+        "validator": VALIDATE_NODE_PATH,
+        "node_app": NODE_APP_PATH,
+        "report_path": REPORT_PATH,
+        # slurmd kills a HealthCheckProgram that runs longer than 60 s (slurm.conf, HealthCheckProgram): decide
+        # (a hung validation counts as a failure) before that.
+        "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
+    }
+
+
+def _render(template: str, site: SlurmSite, ctx: dict[str, Any]) -> str:
+    return render(template, site, **ctx)
+
+
+def _setup_files(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> list[NodeFile]:
+    ctx = _setup_context(spec, site, role, island)
+    return [
+        NodeFile("ndfleet-slurm-setup", "/usr/local/sbin/ndfleet-slurm-setup", "0755",
+                 _render("slurm/ndfleet-slurm-setup.sh.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-setup.service", "/etc/systemd/system/ndfleet-slurm-setup.service", "0644",
+                 _render("slurm/systemd/ndfleet-slurm-setup.service.j2", site, ctx)),
+    ]
+
+
+def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
+    """Files a compute node of `island` gets in its bootstrap when the cluster runs Slurm."""
+    site = slurm_site(spec)
+    ctx = _setup_context(spec, site, "compute", island.name)
+    return [
+        *_setup_files(spec, site, "compute", island.name),
+        NodeFile("slurmd-ndfleet.conf", "/etc/systemd/system/slurmd.service.d/ndfleet.conf", "0644",
+                 _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
+        NodeFile("validated-wants-slurmd.conf", "/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf", "0644",
+                 _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
+                 _render("slurm/ndfleet-slurm-health.sh.j2", site, ctx)),
+    ]
+
+
+def slurm_bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions:
+    """What Slurm adds to an island's bootstrap (ndfleet.prepare passes it to render_bootstrap).
+
+    No unit to enable: reaching ndfleet-validated.target wants slurmd (a drop-in on the target), and slurmd
+    requires the Slurm set-up, so a node that fails validation never starts slurmd.
+    """
+    return BootstrapExtensions(
+        files=[{"path": f.path, "permissions": f.mode, "content": f.content} for f in slurm_node_files(spec, island)],
+    )
+
+
+def machine_user_data(spec: ClusterSpec, role: str) -> str:
+    """The controller's or a login node's VM userData (base64 JSON): the Slurm release and configuration files.
+
+    Unlike customData, `pulumi up` updates a VM's userData in place, and the machine picks the change up
+    (ndfleet-slurm-config): scaling or adding an island, or any other change of slurm.conf, never rebuilds the
+    controller. It holds no secret (slurmdbd.conf's password is filled in on the controller from Key Vault).
+    """
+    site = slurm_site(spec)
+    assert spec.slurm is not None
+    files = {f"/etc/slurm/{name}": content for name, content in config_files(site).items()}
+    if role == "controller":
+        ctx = _setup_context(spec, site, role, None)
+        files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
+    doc = {"version": spec.slurm.version, "files": files}
+    return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
+
+
+def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
+    """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit.
+
+    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts or the
+    Slurm release, which travel in userData (`machine_user_data`): customData can only change by rebuilding the VM.
+    """
+    if role not in ("controller", "login"):
+        raise ValueError(f"unknown Slurm machine role {role!r}")
+    site = slurm_site(spec)
+    ctx = _setup_context(spec, site, role, None)
+    files = [
+        *_setup_files(spec, site, role, None),
+        NodeFile("ndfleet-slurm-config", "/usr/local/sbin/ndfleet-slurm-config", "0755",
+                 _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-config.service", "/etc/systemd/system/ndfleet-slurm-config.service", "0644",
+                 _render("slurm/systemd/ndfleet-slurm-config.service.j2", site, ctx)),
+        NodeFile("ndfleet-slurm-config.timer", "/etc/systemd/system/ndfleet-slurm-config.timer", "0644",
+                 _render("slurm/systemd/ndfleet-slurm-config.timer.j2", site, ctx)),
+    ]
+    if role == "controller":
+        files += [
+            NodeFile("ndfleet-slurm-reap.service", "/etc/systemd/system/ndfleet-slurm-reap.service", "0644",
+                     _render("slurm/systemd/ndfleet-slurm-reap.service.j2", site, ctx)),
+            NodeFile("ndfleet-slurm-reap.timer", "/etc/systemd/system/ndfleet-slurm-reap.timer", "0644",
+                     _render("slurm/systemd/ndfleet-slurm-reap.timer.j2", site, ctx)),
+            NodeFile("slurm_reap.py", f"{LIB_DIR}/slurm_reap.py", "0755", _node_module("slurm_reap")),
+        ]
+    user_data = _render(
+        "slurm/machine-cloud-config.yaml.j2",
+        site,
+        {**ctx, "files": [{"path": f.path, "mode": f.mode, "content": f.content} for f in files]},
+    )
+    rendered = RenderedBootstrap(
+        user_data=user_data,
+        files={"user-data": user_data, **{f.name: f.content for f in files}},
+        node_paths={f.name: f.path for f in files},
+    )
+    if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
+        raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
+    return rendered
+
+
+__all__ = ["machine_bootstrap", "machine_user_data", "slurm_bootstrap_extensions", "slurm_node_files"]

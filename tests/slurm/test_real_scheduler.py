@@ -1,0 +1,163 @@
+"""A real Slurm cluster from ndfleet's configuration: munged, slurmctld and three dynamic slurmd (Debian's packages).
+
+Islands ib00 (2 nodes) and ib01 (1 node). The test proves, in order (one cluster, started once, ~1 min):
+compute nodes register by themselves with their island and GPUs; a job runs; a job needing more nodes than any one
+island has is refused although the cluster has enough nodes in total; a 2-node job waits for its island instead of
+taking the idle node of the other island; a node whose validation fails is drained with the check id as reason and
+resumed when it passes; a node that is gone is deleted; slurmctld restarts without losing the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ndfleet_node.health import health_state
+
+from ndfleet.slurm.conf import slurm_site
+from ndfleet.spec.config import load_spec
+from tests.conftest import base_config
+from tests.slurm.sandbox import REPO, SlurmSandbox, tools_missing, wait_for
+
+REFUSALS = ("Requested node configuration is not available", "More processors requested than permitted",
+            "Node count specification invalid")
+NODES = {"t-ib00-000000": "ib00", "t-ib00-000001": "ib00", "t-ib01-000000": "ib01"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
+    missing = tools_missing()
+    if missing:
+        message = f"the real-scheduler test needs {missing}: apt-get install slurmctld slurmd slurm-client munge"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    spec = load_spec(
+        base_config(scheduler="slurm", nodes=None,
+                    islands=[{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 1}]),
+        "t",
+    )
+    root = Path(tmp_path_factory.mktemp("slurm", numbered=True))
+    # Keep paths short: Slurm and munge put unix sockets under these folders (108-byte limit).
+    short = Path("/tmp") / f"ndfs-{os.getpid()}"
+    short.symlink_to(root)
+    sandbox = SlurmSandbox(short, slurm_site(spec), NODES)
+    try:
+        sandbox.start()
+        sandbox.start_munge()
+        sandbox.start_slurmctld()
+        for node in NODES:
+            sandbox.start_slurmd(node)
+        yield sandbox
+    except Exception:
+        print(sandbox.logs())
+        raise
+    finally:
+        sandbox.stop()
+        short.unlink()
+
+
+def _idle(cluster: SlurmSandbox, node: str) -> bool:
+    line = cluster.node_line(node)
+    return "State=IDLE" in line and "DRAIN" not in line
+
+
+def test_nodes_register_by_themselves_with_island_and_gpus(cluster: SlurmSandbox) -> None:
+    for node, island in NODES.items():
+        wait_for(f"{node} to register idle", lambda n=node: _idle(cluster, n))
+        line = cluster.node_line(node)
+        assert f"AvailableFeatures=island-{island}" in line
+        assert "Gres=gpu:8" in line
+        assert "DYNAMIC" in line
+    sinfo = cluster.run(["sinfo", "--noheader", "-N", "-o", "%N %P"]).stdout.split("\n")
+    assert sorted(ln for ln in sinfo if ln) == ["t-ib00-000000 ib00", "t-ib00-000001 ib00", "t-ib01-000000 ib01"]
+
+
+def test_a_job_runs_on_one_island_with_its_gpus(cluster: SlurmSandbox) -> None:
+    job = cluster.sbatch("-N", "2", "--gres=gpu:8", "--wrap", "srun hostname").stdout.strip()
+    wait_for(f"job {job} to complete", lambda: cluster.job(job)["JobState"] == "COMPLETED", timeout_s=90)
+    info = cluster.job(job)
+    assert info["Partition"] == "ib00"
+    detail = cluster.run(["scontrol", "show", "job", "-d", job]).stdout
+    assert "JOB_GRES=gpu:16" in detail, detail  # 8 GPUs on each of the 2 nodes
+    out = (cluster.root / "jobs" / f"{job}.out").read_text().split()
+    assert sorted(out) == ["t-ib00-000000", "t-ib00-000001"]
+
+
+def test_a_job_larger_than_every_island_is_refused_not_split(cluster: SlurmSandbox) -> None:
+    # 3 nodes exist, but no island has 3: Slurm must refuse instead of joining ib00 and ib01 over no InfiniBand.
+    proc = cluster.sbatch("-N", "3", "--wrap", "hostname", check=False)
+    assert proc.returncode != 0
+    # Which partition limit Slurm names first depends on the check order; either says "no island fits".
+    assert any(m in proc.stderr for m in REFUSALS), proc.stderr
+
+
+def test_a_job_waits_for_its_island_instead_of_spanning_two(cluster: SlurmSandbox) -> None:
+    blocker = cluster.sbatch("-p", "ib00", "-N", "1", "-w", "t-ib00-000000", "--wrap", "sleep 300").stdout.strip()
+    wait_for("the blocker to run", lambda: cluster.job(blocker)["JobState"] == "RUNNING", timeout_s=90)
+    # t-ib00-000001 and t-ib01-000000 are idle: two nodes, but in two islands.
+    waiting = cluster.sbatch("-N", "2", "--wrap", "hostname").stdout.strip()
+    wait_for("the scheduler to consider the job", lambda: cluster.job(waiting)["Reason"] not in ("None", ""))
+    info = cluster.job(waiting)
+    assert info["JobState"] == "PENDING"
+    assert info["Reason"] in ("Resources", "Priority")
+    cluster.run(["scancel", blocker])
+    wait_for(f"job {waiting} to complete", lambda: cluster.job(waiting)["JobState"] == "COMPLETED", timeout_s=90)
+    assert cluster.job(waiting)["NodeList"] == "t-ib00-[000000-000001]"
+
+
+def test_a_failing_node_is_drained_with_the_check_id_and_returns_when_it_passes(cluster: SlurmSandbox) -> None:
+    node = "t-ib00-000001"
+    fault = cluster.root / "faults" / node
+    fault.write_text("gpu.ecc")
+    try:
+        wait_for(f"{node} to drain", lambda: "DRAIN" in cluster.node_line(node), timeout_s=90)
+        assert "Reason=ndfleet:gpu.ecc" in cluster.node_line(node)
+        # The report stays where the node's health endpoint reads it: Unhealthy, so automatic repairs act.
+        report = str(cluster.root / "reports" / f"{node}.json")
+        state, why = health_state(report, str(cluster.root / "no-marker"))
+        assert (state, "gpu.ecc" in why) == ("Unhealthy", True)
+    finally:
+        fault.unlink()
+    wait_for(f"{node} to return", lambda: _idle(cluster, node), timeout_s=90)
+    assert health_state(report, str(cluster.root / "no-marker"))[0] == "Healthy"
+
+
+def test_an_admin_drain_is_left_alone(cluster: SlurmSandbox) -> None:
+    node = "t-ib00-000000"
+    cluster.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=maintenance"])
+    # A health check runs on the node (interval 3 s; its report is rewritten) and leaves the drain alone.
+    report = cluster.root / "reports" / f"{node}.json"
+    before = report.stat().st_mtime_ns if report.exists() else 0
+    wait_for("a health check", lambda: report.exists() and report.stat().st_mtime_ns != before, timeout_s=60)
+    assert "Reason=maintenance" in cluster.node_line(node)
+    cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    wait_for(f"{node} to return", lambda: _idle(cluster, node))
+
+
+def test_the_controller_restarts_without_losing_the_queue(cluster: SlurmSandbox) -> None:
+    running = cluster.sbatch("-p", "ib01", "-N", "1", "--wrap", "sleep 300").stdout.strip()
+    held = cluster.sbatch("--hold", "-N", "2", "--wrap", "hostname").stdout.strip()
+    wait_for("the job to run", lambda: cluster.job(running)["JobState"] == "RUNNING", timeout_s=90)
+    cluster.stop_slurmctld()
+    cluster.start_slurmctld()
+    assert cluster.job(running)["JobState"] == "RUNNING"
+    assert cluster.job(held)["JobState"] == "PENDING"
+    assert cluster.job(held)["Reason"] == "JobHeldUser"
+    cluster.run(["scancel", running, held])
+
+
+def test_a_node_that_is_gone_is_deleted(cluster: SlurmSandbox) -> None:
+    node = "t-ib01-000000"
+    wait_for(f"{node} idle", lambda: _idle(cluster, node), timeout_s=90)
+    cluster.stop_slurmd(node)
+    # After SlurmdTimeout (10 s here) without an answer, slurmctld marks the node DOWN, "Not responding".
+    wait_for(f"{node} to be marked down", lambda: "State=DOWN" in cluster.node_line(node), timeout_s=120)
+    line = cluster.node_line(node)
+    reap = cluster.run(["env", f"PYTHONPATH={REPO / 'node'}", sys.executable, "-m", "ndfleet_node",
+                        "slurm-reap", "--after-seconds", "0"])
+    assert f"deleted {node}" in reap.stdout, (line, reap.stdout, reap.stderr)
+    assert cluster.node_line(node) == ""

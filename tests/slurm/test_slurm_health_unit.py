@@ -1,0 +1,124 @@
+"""slurm-health and slurm-reap decisions, table-driven, against recorded `scontrol show node --oneliner` lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from ndfleet_node.slurm_health import NodeState, Verdict, act, parse_node, run_validation
+from ndfleet_node.slurm_reap import gone, parse_nodes
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+@pytest.mark.parametrize(
+    ("line", "states", "reason", "drained", "ours"),
+    [
+        ("NodeName=a State=IDLE+DYNAMIC_NORM ThreadsPerCore=1", ("IDLE", "DYNAMIC_NORM"), "", False, False),
+        ("NodeName=a State=IDLE+DRAIN+DYNAMIC_NORM Reason=ndfleet:gpu.ecc [daemon@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN", "DYNAMIC_NORM"), "ndfleet:gpu.ecc", True, True),
+        ("NodeName=a State=MIXED+DRAIN Reason=disk replacement by ops [root@2026-12-03T08:00:00]",
+         ("MIXED", "DRAIN"), "disk replacement by ops", True, False),
+        ("NodeName=a State=DOWN*+DYNAMIC_NORM Reason=Not responding [slurm@2026-12-03T08:00:00]",
+         ("DOWN", "DYNAMIC_NORM"), "Not responding", False, False),
+        # Burn-in's drains (ndfleet_node.burnin.slurm) are ndfleet's, but only the burn-in lifts them.
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet:burnin:busbw-below-floor [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet:burnin:busbw-below-floor", True, False),
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet: awaiting burn-in [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet: awaiting burn-in", True, False),
+        ("NodeName=a State=IDLE+DRAIN Reason=ndfleet:gpu.ecc,ib.rate,+2 [root@2026-12-03T08:00:00]",
+         ("IDLE", "DRAIN"), "ndfleet:gpu.ecc,ib.rate,+2", True, True),
+    ],
+)
+def test_parse_node(line: str, states: tuple[str, ...], reason: str, drained: bool, ours: bool) -> None:
+    node = parse_node(line)
+    assert (node.states, node.reason, node.drained, node.drained_by_health_check) == (states, reason, drained, ours)
+
+
+def test_drain_reason_names_the_failed_checks() -> None:
+    assert Verdict(False, ("gpu.ecc",)).reason == "ndfleet:gpu.ecc"
+    many = Verdict(False, ("a", "b", "c", "d", "e", "f"))
+    assert many.reason == "ndfleet:a,b,c,d,+2"
+
+
+def _validator(tmp_path: Path, body: str) -> list[str]:
+    script = tmp_path / "validate"
+    script.write_text(f"#!{sys.executable}\nimport sys, json, time\nreport = sys.argv[-1]\n{body}\n")
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.mark.parametrize(
+    ("body", "verdict"),
+    [
+        ('json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}, open(report, "w"))',
+         Verdict(True, ())),
+        ('json.dump({"status": "unhealthy", "checks": [{"id": "ib.rate", "status": "fail"}]}, open(report, "w"))\n'
+         "sys.exit(1)", Verdict(False, ("ib.rate",))),
+        ("sys.exit(2)", Verdict(False, ("validate-error",))),
+        ('open(report, "w").write("not json")', Verdict(False, ("validate-error",))),
+        ("time.sleep(30)", Verdict(False, ("validate-timeout",))),
+    ],
+    ids=["healthy", "unhealthy", "could-not-run", "bad-report", "hung"],
+)
+def test_validation_outcomes(tmp_path: Path, body: str, verdict: Verdict) -> None:
+    assert run_validation(_validator(tmp_path, body), tmp_path / "report.json", timeout_s=3) == verdict
+
+
+def test_reap_picks_only_dynamic_nodes_down_and_silent_long_enough() -> None:
+    nodes = parse_nodes((DATA / "scontrol-show-node-oneliner.txt").read_text())
+    assert [n.name for n in nodes] == ["prod-ib00-000000", "prod-ib00-000004", "prod-ib00-00000a", "static01"]
+    now = datetime(2026, 12, 3, 9, 0, 0)
+    assert gone(nodes, now, after_s=1800) == ["prod-ib00-000004"]
+    assert gone(nodes, now, after_s=0) == ["prod-ib00-000004", "prod-ib00-00000a"]
+
+
+def test_standalone_scripts_run_without_the_package(tmp_path: Path) -> None:
+    # On the machines the modules run as single files (python3 /usr/local/lib/ndfleet/slurm_health.py).
+    node_dir = Path(__file__).resolve().parents[2] / "node" / "ndfleet_node"
+    for name in ("slurm_health", "slurm_reap"):
+        proc = subprocess.run([sys.executable, str(node_dir / f"{name}.py"), "--help"], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path, check=False)
+        assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+
+
+class FakeScontrol:
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.calls: list[str] = []
+
+    def node(self, name: str) -> NodeState:
+        return parse_node(self.line)
+
+    def drain(self, name: str, reason: str) -> None:
+        self.calls.append(f"drain {reason}")
+
+    def resume(self, name: str) -> None:
+        self.calls.append("resume")
+
+
+FAIL = Verdict(False, ("gpu.ecc",))
+PASS = Verdict(True, ())
+
+
+@pytest.mark.parametrize(
+    ("line", "verdict", "calls"),
+    [
+        ("State=IDLE+DYNAMIC_NORM", FAIL, ["drain ndfleet:gpu.ecc"]),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:ib.rate [x@2026-12-03T08:00:00]", FAIL, ["drain ndfleet:gpu.ecc"]),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", FAIL, []),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", PASS, ["resume"]),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", PASS, []),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", PASS, []),
+        ("State=IDLE+DYNAMIC_NORM", PASS, []),
+    ],
+)
+def test_drain_and_resume_decisions(line: str, verdict: Verdict, calls: list[str]) -> None:
+    fake = FakeScontrol("NodeName=n " + line)
+    act(fake, "n", verdict)  # type: ignore[arg-type]
+    assert fake.calls == calls
