@@ -62,6 +62,22 @@ def test_explicit_hostlist_and_all_healthy(tmp_path: Path, monkeypatch: pytest.M
     assert not (fleet.root / "ssh.log").exists()
 
 
+def test_a_health_check_drain_is_not_lifted_by_a_passing_burn_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node the Slurm health check drained (`ndfleet:<check-id>`) passes the fabric tests given `--nodes`: the
+    fabric is fine, its GPU is not; only the health check may resume it."""
+    names = host_names(4)
+    fleet = FakeFleet(tmp_path, names)
+    nodes = [{"name": n, "state": "drained", "reason": AWAITING_REASON} for n in names[1:]]
+    nodes.insert(0, {"name": names[0], "state": "drained", "reason": "ndfleet:gpu.ecc"})
+    code, after = run(fleet, slurm_state(tmp_path, nodes), monkeypatch, "--nodes", "nd-ib00[000000-000003]")
+    assert code == 0
+    by_name = {n["name"]: n for n in after["nodes"]}
+    assert by_name[names[0]] == {"name": names[0], "state": "drained", "reason": "ndfleet:gpu.ecc"}
+    assert all(by_name[n]["state"] == "idle" for n in names[1:])
+
+
 def test_nothing_awaiting_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

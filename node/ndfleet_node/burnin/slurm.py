@@ -11,8 +11,8 @@ them during the test); with `--nodes`, exactly those.
 
 After the burn-in (`ndfleet_node.burnin`, run over ssh by mpirun, outside Slurm: drained nodes take no jobs):
 
-- a healthy node whose drain reason is ndfleet's (`ndfleet:` prefix) is resumed (`scontrol update ... RESUME`);
-  a node drained by someone else for another reason is left alone;
+- a healthy node held by burn-in (awaiting it, or `ndfleet:burnin:*`) is resumed (`scontrol update ... RESUME`);
+  any other drain (the Slurm health check's `ndfleet:<check-id>`, an administrator's) is left alone;
 - an unhealthy node is drained with `Reason="ndfleet:burnin:<reason>"` (busbw-below-floor, hang, wrong-results,
   launch-error), an unresolved one with `ndfleet:burnin:unresolved`;
 - when the island-wide test misses its floor no node is resumed (the fault is the fabric at scale, not a host);
@@ -41,7 +41,6 @@ from ndfleet_node.burnin.runner import ProcessRun, mpirun_executor, run_bounded
 from ndfleet_node.burnin.settings import LEVELS, SettingsError, load_settings
 
 AWAITING_REASON = "ndfleet: awaiting burn-in"
-REASON_PREFIX = "ndfleet:"
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"
 
 
@@ -120,10 +119,12 @@ def apply_verdicts(
         name, status = host["host"], host["status"]
         if status == "healthy":
             current = known.get(name)
-            if current is not None and current.reason.startswith(REASON_PREFIX) and island_ok:
+            # Only burn-in's own drains are lifted: a health-check drain (`ndfleet:<check-id>`) is the health
+            # check's to lift, and an administrator's is the administrator's.
+            if current is not None and held_by_burnin(current.reason) and island_ok:
                 slurm.resume(name)
                 log(f"{name}: resumed")
-            elif current is not None and current.reason.startswith(REASON_PREFIX):
+            elif current is not None and held_by_burnin(current.reason):
                 slurm.drain(name, BURNIN_REASON_PREFIX + "island-below-floor")
                 log(f"{name}: passed its pair tests, kept drained: the island-wide test missed its floor")
         else:
