@@ -21,6 +21,7 @@ import pulumi
 import pulumi_azure_native.compute as compute
 
 from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH
+from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.spec.config import DEFAULT_VM_SIZE
 from ndfleet.spec.profiles import PROFILES
 
@@ -190,18 +191,7 @@ class IbIsland(pulumi.ComponentResource):
                     computer_name_prefix=args.computer_name_prefix or f"{name}-",
                     admin_username=args.admin_username,
                     custom_data=args.custom_data,
-                    linux_configuration=compute.LinuxConfigurationArgs(
-                        disable_password_authentication=True,
-                        provision_vm_agent=True,
-                        ssh=compute.SshConfigurationArgs(
-                            public_keys=[
-                                compute.SshPublicKeyArgs(
-                                    path=f"/home/{args.admin_username}/.ssh/authorized_keys",
-                                    key_data=args.ssh_public_key,
-                                )
-                            ]
-                        ),
-                    ),
+                    linux_configuration=ssh_key_only(args.admin_username, args.ssh_public_key),
                 ),
                 network_profile=compute.VirtualMachineScaleSetNetworkProfileArgs(
                     network_interface_configurations=[

@@ -18,6 +18,7 @@ import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID
+from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
 from ndfleet.slurm.machines import STATE_DISK_LUN
 
@@ -152,18 +153,7 @@ class SlurmHost(pulumi.ComponentResource):
                 computer_name=args.computer_name,
                 admin_username=args.admin_username,
                 custom_data=args.custom_data,
-                linux_configuration=compute.LinuxConfigurationArgs(
-                    disable_password_authentication=True,
-                    provision_vm_agent=True,
-                    ssh=compute.SshConfigurationArgs(
-                        public_keys=[
-                            compute.SshPublicKeyArgs(
-                                path=f"/home/{args.admin_username}/.ssh/authorized_keys",
-                                key_data=args.ssh_public_key,
-                            )
-                        ]
-                    ),
-                ),
+                linux_configuration=ssh_key_only(args.admin_username, args.ssh_public_key),
             ),
             network_profile=compute.NetworkProfileArgs(
                 network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]

@@ -38,7 +38,6 @@ import functools
 import gzip
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -66,6 +65,7 @@ from ndfleet.nodeconfig import (  # re-exported: components and other modules im
 )
 from ndfleet.nodeconfig import to_json as node_config_json
 from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.templating import TEMPLATES_DIR, environment
 
 __all__ = [
     "BLOB_MOUNT_ROOT",
@@ -92,7 +92,6 @@ __all__ = [
 # Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
 # binary array is 65535 bytes").
 CUSTOM_DATA_MAX_BYTES = 65_535
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
 QUICK_CHECKS = QUICK_IDS
 PERF_CHECKS = PERF_IDS
@@ -237,15 +236,7 @@ def build_context(
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-        auto_reload=False,
-    )
+    return environment(TEMPLATES_DIR)
 
 
 @functools.cache

@@ -8,9 +8,7 @@ bootstrap adds them to the node's cloud-config and starts `START_UNITS`. Values 
 
 from __future__ import annotations
 
-import functools
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from ndfleet.bootstrap import NODE_APP_PATH
 from ndfleet.monitoring import exporters as ex
 from ndfleet.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
 from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.templating import environment
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 
@@ -155,20 +154,8 @@ def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-        comment_start_string="{##",
-        comment_end_string="##}",
-    )
-    env.filters["shq"] = lambda v: shlex.quote(str(v))
-    return env
+    return environment(TEMPLATES_DIR, hash_comments=True)
 
 
 def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:

@@ -15,10 +15,8 @@ Why the files look the way they do (docs/slurm.md has the sources):
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import math
-import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,6 +24,7 @@ import jinja2
 
 from ndfleet.bootstrap import TEMPLATES_DIR
 from ndfleet.spec.config import ClusterSpec
+from ndfleet.templating import environment
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -165,20 +164,8 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
     )
 
 
-@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-        comment_start_string="{##",
-        comment_end_string="##}",
-    )
-    env.filters["shq"] = lambda v: shlex.quote(str(v))
-    return env
+    return environment(TEMPLATES_DIR, hash_comments=True)
 
 
 def _context(site: SlurmSite) -> dict[str, Any]:
