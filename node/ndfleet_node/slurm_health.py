@@ -30,6 +30,9 @@ DRAIN_REASON_PREFIX = "ndfleet:"
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
+# The drain marker the node's metrics read (ndfleet_node.metrics.DEFAULT_DRAIN_FILE; this file also runs standalone,
+# so it cannot import it: a test keeps the two equal).
+DRAIN_MARKER = "/var/lib/ndfleet/drained"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
 
@@ -128,22 +131,42 @@ class Scontrol:
         self._run("update", f"NodeName={name}", "State=RESUME")
 
 
-def act(scontrol: Scontrol, node: str, verdict: Verdict) -> str:
-    """Drain or resume the node as the verdict says; returns what was done (for the log)."""
+@dataclass(frozen=True)
+class Outcome:
+    message: str  # what was done, for the log
+    drained: bool  # whether the node is drained afterwards, for whatever reason
+
+
+def act(scontrol: Scontrol, node: str, verdict: Verdict) -> Outcome:
+    """Drain or resume the node as the verdict says."""
     state = scontrol.node(node)
     if not verdict.healthy:
         if state.drained and state.reason == verdict.reason:
-            return f"{node}: still failing ({verdict.reason}), already drained"
+            return Outcome(f"{node}: still failing ({verdict.reason}), already drained", True)
         if state.drained and not state.drained_by_health_check:
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
-            return f"{node}: failing ({verdict.reason}), already drained for: {state.reason}"
+            return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
         scontrol.drain(node, verdict.reason)
-        return f"{node}: drained: {verdict.reason}"
+        return Outcome(f"{node}: drained: {verdict.reason}", True)
     if state.drained_by_health_check:
         scontrol.resume(node)
-        return f"{node}: validation passes again: resumed (was {state.reason})"
-    return f"{node}: healthy"
+        return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
+    return Outcome(f"{node}: healthy", state.drained)
+
+
+def mirror_drain(marker: Path, outcome: Outcome) -> None:
+    """Keep the drain marker that the node's metrics read (`ndfleet_node_drained`, alert NodeDrained) equal to
+    Slurm's view: present with the log line while the node is drained, absent otherwise. Best effort: a marker that
+    cannot be written must not fail the health check."""
+    try:
+        if outcome.drained:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(outcome.message + "\n", encoding="utf-8")
+        else:
+            marker.unlink(missing_ok=True)
+    except OSError as error:
+        print(f"ndfleet-slurm-health: drain marker {marker}: {error}", file=sys.stderr)
 
 
 def default_node_name() -> str:
@@ -156,14 +179,15 @@ def handle(args: argparse.Namespace) -> int:
     node = args.node_name or default_node_name()
     code = 0 if verdict.healthy else 1
     try:
-        message = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict)
+        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict)
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as error:
         # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
         print(f"ndfleet-slurm-health: {node}: {verdict.reason if not verdict.healthy else 'healthy'}; {error}",
               file=sys.stderr)
         return code
-    print(f"ndfleet-slurm-health: {message}")
+    mirror_drain(Path(args.drain_marker), outcome)
+    print(f"ndfleet-slurm-health: {outcome.message}")
     return code
 
 
@@ -179,6 +203,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=float, default=30.0)
+    p.add_argument(
+        "--drain-marker", default=DRAIN_MARKER, help=f"kept present while the node is drained ({DRAIN_MARKER})"
+    )
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")
     p.set_defaults(handler=handle)
 

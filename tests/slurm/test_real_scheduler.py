@@ -120,10 +120,14 @@ def test_a_failing_node_is_drained_with_the_check_id_and_returns_when_it_passes(
         report = str(cluster.root / "reports" / f"{node}.json")
         state, why = health_state(report, str(cluster.root / "no-marker"))
         assert (state, "gpu.ecc" in why) == ("Unhealthy", True)
+        # The drain marker the node's metrics read (alert NodeDrained) appears with the drain.
+        marker = cluster.root / "reports" / f"{node}.drained"
+        wait_for(f"{node}'s drain marker", marker.exists, timeout_s=60)
     finally:
         fault.unlink()
     wait_for(f"{node} to return", lambda: _idle(cluster, node), timeout_s=90)
     assert health_state(report, str(cluster.root / "no-marker"))[0] == "Healthy"
+    wait_for(f"{node}'s drain marker to go", lambda: not marker.exists(), timeout_s=60)
 
 
 def test_an_admin_drain_is_left_alone(cluster: SlurmSandbox) -> None:

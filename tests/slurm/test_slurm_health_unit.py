@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from ndfleet_node.slurm_health import NodeState, Verdict, act, parse_node, run_validation
+from ndfleet_node.metrics import DEFAULT_DRAIN_FILE
+from ndfleet_node.slurm_health import DRAIN_MARKER, NodeState, Verdict, act, mirror_drain, parse_node, run_validation
 from ndfleet_node.slurm_reap import gone, parse_nodes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -105,20 +106,35 @@ PASS = Verdict(True, ())
 
 
 @pytest.mark.parametrize(
-    ("line", "verdict", "calls"),
+    ("line", "verdict", "calls", "drained"),
     [
-        ("State=IDLE+DYNAMIC_NORM", FAIL, ["drain ndfleet:gpu.ecc"]),
-        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", FAIL, []),
-        ("State=IDLE+DRAIN Reason=ndfleet:ib.rate [x@2026-12-03T08:00:00]", FAIL, ["drain ndfleet:gpu.ecc"]),
-        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", FAIL, []),
-        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", FAIL, []),
-        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", PASS, ["resume"]),
-        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", PASS, []),
-        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", PASS, []),
-        ("State=IDLE+DYNAMIC_NORM", PASS, []),
+        ("State=IDLE+DYNAMIC_NORM", FAIL, ["drain ndfleet:gpu.ecc"], True),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", FAIL, [], True),
+        ("State=IDLE+DRAIN Reason=ndfleet:ib.rate [x@2026-12-03T08:00:00]", FAIL, ["drain ndfleet:gpu.ecc"], True),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", FAIL, [], True),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", FAIL, [], True),
+        ("State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]", PASS, ["resume"], False),
+        ("State=IDLE+DRAIN Reason=ndfleet:burnin:hang [x@2026-12-03T08:00:00]", PASS, [], True),
+        ("State=IDLE+DRAIN Reason=maintenance [x@2026-12-03T08:00:00]", PASS, [], True),
+        ("State=IDLE+DYNAMIC_NORM", PASS, [], False),
     ],
 )
-def test_drain_and_resume_decisions(line: str, verdict: Verdict, calls: list[str]) -> None:
+def test_drain_and_resume_decisions(line: str, verdict: Verdict, calls: list[str], drained: bool) -> None:
     fake = FakeScontrol("NodeName=n " + line)
-    act(fake, "n", verdict)  # type: ignore[arg-type]
+    outcome = act(fake, "n", verdict)  # type: ignore[arg-type]
     assert fake.calls == calls
+    assert outcome.drained is drained
+
+
+def test_drain_marker_follows_the_node(tmp_path: Path) -> None:
+    """The marker the node's metrics read (alert NodeDrained) is present exactly while Slurm has the node drained."""
+    marker = tmp_path / "var" / "drained"
+    mirror_drain(marker, act(FakeScontrol("NodeName=n State=IDLE"), "n", FAIL))  # type: ignore[arg-type]
+    assert "drained: ndfleet:gpu.ecc" in marker.read_text()
+    resumed = FakeScontrol("NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]")
+    mirror_drain(marker, act(resumed, "n", PASS))  # type: ignore[arg-type]
+    assert not marker.exists()
+
+
+def test_drain_marker_is_the_one_the_metrics_read() -> None:
+    assert DRAIN_MARKER == DEFAULT_DRAIN_FILE
