@@ -56,6 +56,12 @@ _ALIASES = {
 }
 
 
+def canonical_cloud_name(value: str) -> str | None:
+    """The Azure CLI's name of the cloud `value` names in any of the accepted spellings, else None. Preflight's
+    Resource Manager endpoints (`ndfleet.preflight.CLOUDS`) are keyed by the same names."""
+    return _ALIASES.get(value.strip().lower().replace("-", "").replace("_", "").replace(" ", ""))
+
+
 class UnknownCloud(ValueError):
     """The configured cloud is not one ndfleet knows the storage names of."""
 
@@ -64,7 +70,7 @@ def storage_cloud(value: str | None, setting: str = ENVIRONMENT_SETTING) -> Stor
     """The cloud named `value` (None or empty: Azure public); UnknownCloud names the setting and the valid values."""
     if not value:
         return PUBLIC_CLOUD
-    key = _ALIASES.get(value.strip().lower().replace("-", "").replace("_", "").replace(" ", ""))
+    key = canonical_cloud_name(value)
     if key is None:
         raise UnknownCloud(
             f"{setting} = {value!r}: not a known Azure cloud; valid: public, usgovernment, china "

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ndfleet.clouds import canonical_cloud_name
 from ndfleet.preflight.errors import CannotCheck
 from ndfleet.spec.config import ClusterSpec
 
@@ -47,23 +48,6 @@ CLOUDS: dict[str, CloudSettings] = {
     ),
 }
 
-# Names accepted for a cloud: the Azure CLI's (`az cloud list`), azure-core's AzureClouds, and Pulumi's
-# `azure-native:environment` / ARM_ENVIRONMENT values.
-_CLOUD_ALIASES = {
-    "azurecloud": "AzureCloud",
-    "azurepubliccloud": "AzureCloud",
-    "azure_public_cloud": "AzureCloud",
-    "public": "AzureCloud",
-    "azureusgovernment": "AzureUSGovernment",
-    "azureusgovernmentcloud": "AzureUSGovernment",
-    "azure_us_government": "AzureUSGovernment",
-    "usgovernment": "AzureUSGovernment",
-    "usgovernmentcloud": "AzureUSGovernment",
-    "azurechinacloud": "AzureChinaCloud",
-    "azure_china_cloud": "AzureChinaCloud",
-    "china": "AzureChinaCloud",
-    "chinacloud": "AzureChinaCloud",
-}
 
 # Environment variables read (besides the ones azure-identity reads itself).
 ENV_CLOUD = "AZURE_CLOUD"
@@ -81,7 +65,7 @@ _GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 
 
 def _cloud_by_name(value: str, setting: str) -> CloudSettings:
-    key = _CLOUD_ALIASES.get(value.strip().lower().replace("-", "").replace(" ", ""))
+    key = canonical_cloud_name(value)
     if key is None:
         raise CannotCheck(f"{setting} = {value!r} is not a known Azure cloud; valid: {', '.join(CLOUDS)}")
     return CLOUDS[key]
