@@ -92,3 +92,19 @@ def zonal_lustre_plan() -> Plan:
         base_config(nodes=250, zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-500", "capacityTiB": 16}}),
         "prod",
     )
+
+
+# --- the twin (tests/twin): booted machines, collected only when asked for ----------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--twin", action="store_true", default=False,
+        help="boot the twin (tests/twin): real root in namespaces of its own, e.g. `unshare --net --mount pytest --twin tests/twin`",
+    )  # fmt: skip
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The unit suite runs under `unshare -rn` (a user namespace), where containers cannot boot; the twin is its own
+    # run (.ci/run runs both), so without --twin its folder is not collected at all rather than skipped.
+    if collection_path.name == "twin" and collection_path.parent.name == "tests":
+        return not config.getoption("--twin")
+    return None

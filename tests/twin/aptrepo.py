@@ -1,0 +1,200 @@
+"""The package repositories the twin serves, built from Debian's .deb files (tests/twin/build-root.sh's pool):
+
+- the distribution archive the image's apt reads (`http://archive.twin.internal/debian`, suite bookworm), signed
+  with a key the image trusts, as Ubuntu's images trust Ubuntu's archive key;
+- Microsoft's Slurm repository (`https://packages.microsoft.com/repos/slurm-ubuntu-bookworm/`, suite `stable`),
+  signed with a second key that only `https://packages.microsoft.com/keys/microsoft.asc` gives, so a machine that
+  does not install that key first cannot use it (the bug the twin must show). Its packages are named and versioned
+  like Microsoft's builds (`slurm-smd-slurmd` = `<version>`): slurmd and slurmctld are Debian's binaries repacked
+  with the systemd units SchedMD ships (`Type=notify`, `--systemd $SLURMD_OPTIONS`, etc/slurmd.service.in), the
+  other names depend on Debian's packages.
+
+Indexes follow Debian's repository format (wiki.debian.org/DebianRepository/Format): Packages with Filename, Size,
+SHA256; Release with the index hashes; InRelease clear-signed with gpg.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+SUITE = "bookworm"
+SCHEDMD_UNITS = {
+    "slurmd": """[Unit]
+Description=Slurm node daemon
+After=munge.service network-online.target remote-fs.target sssd.service
+Wants=network-online.target
+
+[Service]
+Type=notify
+EnvironmentFile=-/etc/sysconfig/slurmd
+EnvironmentFile=-/etc/default/slurmd
+RuntimeDirectory=slurm
+RuntimeDirectoryMode=0755
+ExecStart=/usr/sbin/slurmd --systemd $SLURMD_OPTIONS
+ExecReload=/bin/kill -HUP $MAINPID
+KillMode=process
+LimitNOFILE=131072
+LimitMEMLOCK=infinity
+LimitSTACK=infinity
+Delegate=yes
+TasksMax=infinity
+
+[Install]
+WantedBy=multi-user.target
+""",
+    "slurmctld": """[Unit]
+Description=Slurm controller daemon
+After=network-online.target remote-fs.target munge.service sssd.service
+Wants=network-online.target
+ConditionPathExists=/etc/slurm/slurm.conf
+
+[Service]
+Type=notify
+EnvironmentFile=-/etc/sysconfig/slurmctld
+EnvironmentFile=-/etc/default/slurmctld
+User=slurm
+Group=slurm
+RuntimeDirectory=slurmctld
+RuntimeDirectoryMode=0755
+ExecStart=/usr/sbin/slurmctld --systemd $SLURMCTLD_OPTIONS
+ExecReload=/bin/kill -HUP $MAINPID
+LimitNOFILE=65536
+TasksMax=infinity
+
+[Install]
+WantedBy=multi-user.target
+""",
+}
+# Microsoft's package name -> Debian's package it stands for.
+SMD_PACKAGES = {
+    "slurm-smd": "slurm-wlm-basic-plugins",
+    "slurm-smd-client": "slurm-client",
+    "slurm-smd-slurmd": "slurmd",
+    "slurm-smd-slurmctld": "slurmctld",
+    "slurm-smd-slurmdbd": "slurmdbd",
+}
+
+
+def _control(deb: Path) -> str:
+    return subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout
+
+
+def _sign(home: Path, release: Path) -> None:
+    subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--yes", "--clearsign", "-o", str(release.parent / "InRelease"),
+         str(release)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def make_key(home: Path, uid: str) -> bytes:
+    """A new signing key in its own gpg home; returns the ASCII-armoured public key."""
+    home.mkdir(parents=True, mode=0o700, exist_ok=True)
+    subprocess.run(
+        ["gpg", "--homedir", str(home), "--batch", "--passphrase", "", "--quick-gen-key", uid, "ed25519", "sign", "7d"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return subprocess.run(
+        ["gpg", "--homedir", str(home), "--armor", "--export", uid], check=True, capture_output=True
+    ).stdout
+
+
+def write_repo(root: Path, suite: str, debs: list[Path], key_home: Path, origin: str) -> None:
+    """A one-component (main), one-architecture (amd64) repository at `root` holding `debs`."""
+    pool = root / "pool"
+    pool.mkdir(parents=True, exist_ok=True)
+    stanzas = []
+    for deb in sorted(debs):
+        target = pool / deb.name
+        if not target.exists():
+            shutil.copy2(deb, target)
+        data = target.read_bytes()
+        stanzas.append(
+            _control(target).rstrip("\n")
+            + f"\nFilename: pool/{deb.name}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n"
+        )
+    binary = root / "dists" / suite / "main" / "binary-amd64"
+    binary.mkdir(parents=True, exist_ok=True)
+    packages = "\n".join(stanzas).encode()
+    (binary / "Packages").write_bytes(packages)
+    (binary / "Packages.gz").write_bytes(gzip.compress(packages, mtime=0))
+    lines = []
+    for name in ("Packages", "Packages.gz"):
+        data = (binary / name).read_bytes()
+        lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} main/binary-amd64/{name}")
+    release = root / "dists" / suite / "Release"
+    release.write_text(
+        f"Origin: {origin}\nLabel: {origin}\nSuite: {suite}\nCodename: {suite}\n"
+        f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: amd64\nComponents: main\nSHA256:\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    _sign(key_home, release)
+
+
+def _repack(deb: Path, name: str, version: str, work: Path) -> Path:
+    """Debian's package under Microsoft's name and version, with SchedMD's unit when it ships a daemon."""
+    tree = work / name
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
+    control = tree / "DEBIAN" / "control"
+    fields = []
+    original = ""
+    for line in control.read_text().splitlines():
+        if line.startswith("Package: "):
+            original = line.split(": ", 1)[1]
+            line = f"Package: {name}"
+        elif line.startswith("Version: "):
+            line = f"Version: {version}"
+        fields.append(line)
+    fields.append(f"Provides: {original}\nConflicts: {original}\nReplaces: {original}")
+    control.write_text("\n".join(fields) + "\n")
+    unit = SCHEDMD_UNITS.get(original)
+    if unit:
+        for path in tree.glob("**/systemd/system/*.service"):
+            if path.name == f"{original}.service":
+                path.write_text(unit)
+    (tree / "DEBIAN" / "md5sums").unlink(missing_ok=True)
+    out = work / f"{name}_{version}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
+    return out
+
+
+def _metapackage(name: str, version: str, depends: str, work: Path) -> Path:
+    tree = work / name
+    (tree / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: ndfleet twin <twin@invalid>\n"
+        f"Depends: {depends}\nDescription: twin stand-in for Microsoft's {name}\n"
+    )
+    out = work / f"{name}_{version}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
+    return out
+
+
+def build(pool: Path, out: Path, slurm_version: str) -> dict[str, bytes]:
+    """Both repositories under `out` (archive/, microsoft/); returns the public keys {"archive", "microsoft"}."""
+    keys = {
+        "archive": make_key(out / "gpg-archive", "twin archive <archive@twin.invalid>"),
+        "microsoft": make_key(out / "gpg-microsoft", "twin microsoft <microsoft@twin.invalid>"),
+    }
+    debs = sorted(pool.glob("*.deb"))
+    by_name = {_control(d).split("Package: ", 1)[1].split("\n", 1)[0]: d for d in debs}
+    write_repo(out / "archive" / "debian", SUITE, debs, out / "gpg-archive", "Debian")
+    work = out / "smd-build"
+    work.mkdir(parents=True, exist_ok=True)
+    smd = []
+    for name, debian in SMD_PACKAGES.items():
+        if debian in SCHEDMD_UNITS:
+            smd.append(_repack(by_name[debian], name, slurm_version, work))
+        else:
+            smd.append(_metapackage(name, slurm_version, debian, work))
+    ms = out / "microsoft"
+    write_repo(ms / "repos" / f"slurm-ubuntu-{SUITE}", "stable", smd, out / "gpg-microsoft", "packages.microsoft.com")
+    (ms / "keys").mkdir(parents=True, exist_ok=True)
+    (ms / "keys" / "microsoft.asc").write_bytes(keys["microsoft"])
+    return keys

@@ -1,0 +1,58 @@
+"""The twin's fixtures: collected only with `pytest --twin` (it boots containers and needs real root in namespaces
+of its own: `unshare --net --mount .venv/bin/pytest --twin tests/twin`); see docs/twin.md."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.twin.twin import Twin, in_private_namespaces
+
+HERE = Path(__file__).resolve().parent
+STACK_FILE = HERE / "Pulumi.twin.yaml"
+CACHE = Path(os.environ.get("NDFLEET_TWIN_CACHE", "/var/cache/ndfleet-twin"))
+# The node the twin gives a bad GPU (hardware stand-in fault), and the one burn-in finds a bad cable on.
+FAULTY_NODE = "twin-ib01-000000"
+BAD_CABLE_NODE = "twin-ib00-000002"
+BUILD_TIMEOUT_S = 1800
+
+
+@pytest.fixture(scope="session")
+def twin_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("plan") / "plan.json"
+    cp = subprocess.run(
+        [sys.executable, "-m", "ndfleet.cli", "plan", "--stack-file", str(STACK_FILE), "--format", "json"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    out.write_text(cp.stdout)
+    return out
+
+
+@pytest.fixture(scope="session")
+def twin_root() -> tuple[Path, Path]:
+    cp = subprocess.run(
+        ["bash", str(HERE / "build-root.sh"), str(CACHE)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+    )
+    assert cp.returncode == 0, f"building the twin's root failed:\n{cp.stderr[-4000:]}"
+    root = Path(cp.stdout.strip().splitlines()[-1])
+    return root, root.parent / root.name.replace("root-", "pool-")
+
+
+@pytest.fixture(scope="session")
+def twin(twin_plan: Path, twin_root: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
+    reason = in_private_namespaces()
+    if reason:
+        pytest.fail(reason)
+    root, pool = twin_root
+    t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, pool, faults={FAULTY_NODE: "gpu_missing"})
+    try:
+        t.start()
+        yield t
+    finally:
+        t.close()

@@ -1,0 +1,108 @@
+"""The machines a plan JSON creates, as the twin boots them: name, role, address, customData, userData, tags.
+
+Read only from `ndfleet plan --format json` output: what the twin boots is exactly what Azure would receive.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+VM = "azure-native:compute:VirtualMachine"
+NIC = "azure-native:network:NetworkInterface"
+SUBNET = "azure-native:network:Subnet"
+# Azure keeps the first four addresses and the last of every subnet (Microsoft Learn, virtual-networks-faq: "Are
+# there any restrictions on using IP addresses within these subnets?"); .1 is the default gateway.
+AZURE_RESERVED_LOW = 4
+
+
+@dataclass
+class Machine:
+    name: str  # the computer name (host name) Azure gives it
+    role: str  # controller | login | compute
+    custom_data: bytes  # decoded customData (gzip or text), what cloud-init's data source hands over
+    user_data: str | None  # base64, as IMDS serves it
+    tags: dict[str, str]
+    island: str | None = None
+    ip: str = ""
+    identity_client_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PlanMachines:
+    machines: list[Machine]
+    compute_subnet: ipaddress.IPv4Network
+    storage_subnet: ipaddress.IPv4Network
+    vault_name: str | None
+    outputs: dict[str, Any]
+
+    def by_role(self, role: str) -> list[Machine]:
+        return [m for m in self.machines if m.role == role]
+
+    def get(self, name: str) -> Machine:
+        return next(m for m in self.machines if m.name == name)
+
+
+def _resources(plan: dict[str, Any], type_: str) -> list[dict[str, Any]]:
+    return [r for r in plan["resources"] if r["type"] == type_]
+
+
+def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMachines:
+    plan = json.loads(path.read_text())
+    subnets = {
+        r["inputs"]["subnetName"]: ipaddress.ip_network(r["inputs"]["addressPrefix"]) for r in _resources(plan, SUBNET)
+    }
+    compute, storage = subnets["compute"], subnets["storage"]
+    static_ips = {
+        r["name"].removesuffix("-nic"): r["inputs"]["ipConfigurations"][0].get("privateIPAddress")
+        for r in _resources(plan, NIC)
+    }
+    machines: list[Machine] = []
+    for vm in _resources(plan, VM):
+        inputs = vm["inputs"]
+        tags = dict(inputs.get("tags") or {})
+        machines.append(
+            Machine(
+                name=inputs["osProfile"]["computerName"],
+                role=tags.get("ndfleet:slurm-role", "vm"),
+                custom_data=base64.b64decode(inputs["osProfile"]["customData"]),
+                user_data=inputs.get("userData"),
+                tags=tags,
+                ip=static_ips.get(vm["name"].removesuffix("-vm")) or "",
+                identity_client_id=tags.get("ndfleet:identity-client-id", ""),
+            )
+        )
+    for ss in _resources(plan, VMSS):
+        inputs = ss["inputs"]
+        profile = inputs["virtualMachineProfile"]
+        tags = dict(inputs.get("tags") or {})
+        island = tags.get("ndfleet:island")
+        count = int(inputs["sku"]["capacity"])
+        if nodes_per_island and island in nodes_per_island:
+            count = nodes_per_island[island]
+        for i in range(count):
+            machines.append(
+                Machine(
+                    # Uniform scale sets name instances <computerNamePrefix><6 base-36 digits of the instance id>.
+                    name=f"{profile['osProfile']['computerNamePrefix']}{i:06d}",
+                    role="compute",
+                    custom_data=base64.b64decode(profile["osProfile"]["customData"]),
+                    user_data=profile.get("userData"),
+                    tags=tags,
+                    island=island,
+                    identity_client_id=tags.get("ndfleet:identity-client-id", ""),
+                )
+            )
+    taken = {m.ip for m in machines if m.ip}
+    free = (str(a) for a in list(compute.hosts())[AZURE_RESERVED_LOW - 1 :] if str(a) not in taken)
+    for m in machines:
+        if not m.ip:
+            m.ip = next(free)
+    vaults = [r["inputs"]["vaultName"] for r in plan["resources"] if r["type"] == "azure-native:keyvault:Vault"]
+    return PlanMachines(machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}))

@@ -1,0 +1,60 @@
+"""Booted machines: compute nodes reach ndfleet-validated.target from their plan boot data; a node with a bad GPU
+stops before it, says so on its health endpoint, and never starts slurmd."""
+
+from __future__ import annotations
+
+import json
+
+from tests.twin.conftest import FAULTY_NODE
+from tests.twin.machine import TwinMachine
+from tests.twin.twin import Twin, wait_all
+
+BOOT_TIMEOUT_S = 1200  # first boot on a loaded 2-core machine: set-up, Slurm packages, validation
+NODE_UNITS = ("cloud-final.service", "ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-slurm-setup.service")
+
+
+def healthy_nodes(twin: Twin) -> list[TwinMachine]:
+    return [tm for tm in twin.role("compute") if tm.name != FAULTY_NODE]
+
+
+def health(tm: TwinMachine, port: int = 18300) -> tuple[str, str]:
+    """(ApplicationHealthState, X-Ndfleet-Reason) as Azure's Application Health extension would read them."""
+    out = tm.run(f"curl -si --max-time 10 http://127.0.0.1:{port}/health", check=False).stdout
+    head, _, body = out.partition("\r\n\r\n")
+    reason = next(
+        (ln.split(":", 1)[1].strip() for ln in head.splitlines() if ln.lower().startswith("x-ndfleet-reason:")), ""
+    )
+    return (json.loads(body).get("ApplicationHealthState", "") if body.strip() else ""), reason
+
+
+def test_every_healthy_compute_node_reaches_the_validated_target(twin: Twin) -> None:
+    wait_all(
+        healthy_nodes(twin), "ndfleet-validated.target active",
+        lambda tm: tm.unit_state("ndfleet-validated.target") == "active", BOOT_TIMEOUT_S, NODE_UNITS,
+    )  # fmt: skip
+
+
+def test_a_validated_node_answers_healthy(twin: Twin) -> None:
+    for tm in healthy_nodes(twin):
+        tm.wait_for("health Healthy", lambda tm=tm: health(tm)[0] == "Healthy", 120)
+
+
+def test_a_node_with_a_bad_gpu_stops_before_the_target(twin: Twin) -> None:
+    tm = twin.machine(FAULTY_NODE)
+    tm.wait_for(
+        "ndfleet-validate.service failed", lambda: tm.unit_state("ndfleet-validate.service") == "failed",
+        BOOT_TIMEOUT_S, NODE_UNITS,
+    )  # fmt: skip
+    assert tm.unit_state("ndfleet-validated.target") != "active"
+
+
+def test_a_node_with_a_bad_gpu_answers_unhealthy_with_the_check_id(twin: Twin) -> None:
+    tm = twin.machine(FAULTY_NODE)
+    tm.wait_for("health Unhealthy", lambda: health(tm)[0] == "Unhealthy", 120)
+    assert "gpu.count" in health(tm)[1], health(tm)
+
+
+def test_slurmd_never_starts_on_a_node_that_failed_validation(twin: Twin) -> None:
+    tm = twin.machine(FAULTY_NODE)
+    assert tm.unit_state("slurmd.service") != "active"
+    assert tm.prop("slurmd.service", "ExecMainStartTimestampMonotonic") in ("0", "")

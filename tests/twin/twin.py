@@ -1,0 +1,222 @@
+"""The twin: every machine of a plan booted under systemd in containers on a private bridge, with the stand-ins
+around them. Runs as root inside a network and mount namespace of its own (`unshare --net --mount`), so the bridge,
+the stand-ins' addresses, the overlay mounts and every process are gone when it ends, whatever happened.
+
+    twin = Twin(plan_json, workdir, root=..., pool=...)
+    twin.start()            # stand-ins, then every machine boots from its plan boot data
+    twin.machine("dev-ib00-000000").wait_for(...)
+    twin.close()
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+from tests.fakes.node import build_sysroot
+from tests.twin import aptrepo, mysql, pki
+from tests.twin.machine import TwinMachine
+from tests.twin.plan import PlanMachines, load
+from tests.twin.standins import CloudState, ImdsHandler, ServicesHandler, serve
+
+BRIDGE = "twinbr0"
+IMDS_IP = "169.254.169.254"
+ARCHIVE_HOST = "archive.twin.internal"
+MS_HOST = "packages.microsoft.com"
+FLEET_DIR_IN_MACHINE = "/opt/twin-fleet"
+HW_ROOT = "/opt/twin-hw/root"
+
+
+def in_private_namespaces() -> str | None:
+    """Why the twin cannot run here (None when it can): it needs real root and a network namespace of its own."""
+    if os.geteuid() != 0:
+        return "the twin needs root"
+    uid_map = Path("/proc/self/uid_map").read_text().split()
+    if uid_map[:3] != ["0", "0", "4294967295"]:
+        return "the twin needs real root, not a user namespace (run it under `unshare --net --mount`, not `-r`)"
+    links = [p.name for p in Path("/sys/class/net").iterdir()]
+    if set(links) - {"lo"} - {BRIDGE} - {n for n in links if n.startswith("vb-")}:
+        return f"the twin must run in a network namespace of its own (found interfaces {sorted(links)})"
+    for tool in ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount"):
+        if shutil.which(tool) is None:
+            return f"the twin needs {tool}"
+    return None
+
+
+class Twin:
+    def __init__(
+        self,
+        plan_json: Path,
+        workdir: Path,
+        root: Path,
+        pool: Path,
+        faults: dict[str, str] | None = None,
+        nodes_per_island: dict[str, int] | None = None,
+    ):
+        self.plan: PlanMachines = load(plan_json, nodes_per_island)
+        self.workdir = workdir
+        self.root = root
+        self.pool = pool
+        self.faults = faults or {}  # machine name -> NDFLEET_FAKE_FAULTS
+        self.state = CloudState(vault_name=self.plan.vault_name)
+        self.machines: dict[str, TwinMachine] = {}
+        self.servers: list = []
+        self.gateway = str(next(self.plan.compute_subnet.hosts()))
+        self.standin_ip = str(list(self.plan.storage_subnet.hosts())[3])
+        self.fleet_dir = workdir / "fleet"
+        self.database: mysql.Database | None = None
+
+    # --- set-up ----------------------------------------------------------------------------------------------
+    def _network(self) -> None:
+        prefix = self.plan.compute_subnet.prefixlen
+        for cmd in (
+            "ip link set lo up",
+            f"ip link add {BRIDGE} type bridge",
+            f"ip addr add {self.gateway}/{prefix} dev {BRIDGE}",
+            f"ip addr add {IMDS_IP}/32 dev {BRIDGE}",
+            f"ip addr add {self.standin_ip}/32 dev {BRIDGE}",
+            f"ip link set {BRIDGE} up",
+        ):
+            subprocess.run(cmd.split(), check=True)
+
+    def _service_hosts(self) -> list[str]:
+        hosts = [MS_HOST, ARCHIVE_HOST]
+        tags = {k: v for m in self.plan.machines for k, v in m.tags.items()}
+        if self.plan.vault_name:
+            hosts.append(f"{self.plan.vault_name}.vault.azure.net")
+        if tags.get("ndfleet:slurm-nfs"):
+            hosts.append(f"{tags['ndfleet:slurm-nfs']}.file.core.windows.net")
+        if tags.get("ndfleet:slurm-db-host"):
+            hosts.append(tags["ndfleet:slurm-db-host"])
+        if tags.get("ndfleet:storage-account"):
+            hosts.append(f"{tags['ndfleet:storage-account']}.blob.core.windows.net")
+        endpoint = tags.get("ndfleet:metrics-endpoint", "")
+        if endpoint:
+            hosts.append(endpoint.split("://", 1)[-1].split("/", 1)[0])
+        return hosts
+
+    def _standins(self) -> None:
+        version = str(self.plan.outputs.get("slurm", {}).get("slurmVersion") or "0")
+        repos = self.workdir / "repos"
+        keys = aptrepo.build(self.pool, repos, version)
+        self.archive_key = keys["archive"]
+        self.state.repo_dirs = {MS_HOST: repos / "microsoft", ARCHIVE_HOST: repos / "archive"}
+        self.state.machines_by_ip = {m.ip: m for m in self.plan.machines}
+        self.state.secrets = {"munge-key": secrets.token_hex(64), "slurmdbd-password": secrets.token_urlsafe(30)}
+        ca, cert, key = pki.make_ca_and_server(self.workdir / "pki", self._service_hosts(), [self.standin_ip])
+        self.ca_pem = ca.read_bytes()
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert, key)
+        self.servers = [
+            serve(ImdsHandler, self.state, IMDS_IP, 80),
+            serve(ServicesHandler, self.state, self.standin_ip, 80),
+            serve(ServicesHandler, self.state, self.standin_ip, 443, tls),
+        ]
+        db_host = next(
+            (m.tags.get("ndfleet:slurm-db-host") for m in self.plan.machines if m.role == "controller"), None
+        )
+        if db_host:
+            self.database = mysql.Database(self.workdir / "mysql", self.standin_ip, cert, key)
+            self.database.start(user="slurmdbd", password=self.state.secrets["slurmdbd-password"])
+
+    def _machine_files(self, m) -> dict[str, tuple[bytes, int]]:
+        prefix = self.plan.compute_subnet.prefixlen
+        hosts = ["127.0.0.1 localhost", *(f"{x.ip} {x.name}" for x in self.plan.machines)]
+        hosts += [f"{self.standin_ip} {h}" for h in self._service_hosts()]
+        lower_bundle = (self.root / "etc/ssl/certs/ca-certificates.crt").read_bytes()
+        files: dict[str, tuple[bytes, int]] = {
+            # Azure's data source, as NoCloud: the decoded customData is the user-data cloud-init reads.
+            "/var/lib/cloud/seed/nocloud/user-data": (m.custom_data, 0o600),
+            "/var/lib/cloud/seed/nocloud/meta-data": (
+                f"instance-id: twin-{m.name}\nlocal-hostname: {m.name}\n".encode(), 0o600),
+            "/etc/systemd/network/10-twin.network": (
+                f"[Match]\nName=host0\n\n[Network]\nAddress={m.ip}/{prefix}\nGateway={self.gateway}\n".encode(), 0o644),
+            "/etc/hosts": ("\n".join(hosts).encode() + b"\n", 0o644),
+            "/etc/apt/sources.list.d/twin-archive.sources": (
+                f"Types: deb\nURIs: http://{ARCHIVE_HOST}/debian\nSuites: {aptrepo.SUITE}\nComponents: main\n"
+                f"Signed-By: /etc/apt/keyrings/twin-archive.asc\n".encode(), 0o644),
+            "/etc/apt/keyrings/twin-archive.asc": (self.archive_key, 0o644),
+            "/etc/ssl/certs/ca-certificates.crt": (lower_bundle + self.ca_pem, 0o644),
+            "/usr/local/share/ca-certificates/twin-ca.crt": (self.ca_pem, 0o644),
+        }  # fmt: skip
+        if m.role == "compute":
+            faults = self.faults.get(m.name, "")
+            files["/etc/systemd/system.conf.d/twin-hw.conf"] = (
+                f"[Manager]\nDefaultEnvironment=NDFLEET_SYSROOT={HW_ROOT} NDFLEET_FAKE_FAULTS={faults}\n".encode(),
+                0o644,
+            )
+            # The fake /proc resets at every boot, as the real one does (blob mounts are gone after a reboot).
+            files["/etc/systemd/system/twin-hw-boot.service"] = (
+                b"[Unit]\nDescription=twin hardware stand-in: a fresh fake /proc for this boot\n"
+                b"DefaultDependencies=no\n"
+                b"After=local-fs.target\nBefore=sysinit.target\n\n[Service]\nType=oneshot\n"
+                b"ExecStart=/bin/cp " + HW_ROOT.encode() + b"/proc/mounts.boot " + HW_ROOT.encode() + b"/proc/mounts\n"
+                b"\n[Install]\nWantedBy=sysinit.target\n", 0o644)  # fmt: skip
+        return files
+
+    def _hardware(self, tm: TwinMachine) -> None:
+        if tm.spec.role != "compute":
+            return
+        sysroot = tm.upper / HW_ROOT.lstrip("/")
+        build_sysroot(sysroot, ["/mnt/resource_nvme"], [f for f in self.faults.get(tm.name, "").split(",") if f])
+        shutil.copy(sysroot / "proc" / "mounts", sysroot / "proc" / "mounts.boot")
+        wants = tm.upper / "etc/systemd/system/sysinit.target.wants"
+        wants.mkdir(parents=True, exist_ok=True)
+        (wants / "twin-hw-boot.service").symlink_to("/etc/systemd/system/twin-hw-boot.service")
+
+    def start(self, roles: tuple[str, ...] = ("controller", "login", "compute")) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.fleet_dir.mkdir(exist_ok=True)
+        (self.fleet_dir / "bad-hosts").write_text("")
+        self._network()
+        self._standins()
+        for m in self.plan.machines:
+            if m.role not in roles:
+                continue
+            tm = TwinMachine(m, [self.root], self.workdir / "machines", BRIDGE,
+                             binds=[f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"])  # fmt: skip
+            tm.prepare(self._machine_files(m))
+            self._hardware(tm)
+            self.machines[m.name] = tm
+        for tm in self.machines.values():
+            tm.start()
+
+    def machine(self, name: str) -> TwinMachine:
+        return self.machines[name]
+
+    def role(self, role: str) -> list[TwinMachine]:
+        return [tm for tm in self.machines.values() if tm.spec.role == role]
+
+    def set_bad_hosts(self, names: list[str]) -> None:
+        (self.fleet_dir / "bad-hosts").write_text("".join(f"{n}\n" for n in names))
+
+    # --- tear-down -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        for tm in self.machines.values():
+            try:
+                tm.poweroff(timeout=60)
+            except Exception:  # noqa: BLE001 - tear-down goes on whatever one machine did
+                tm.kill()
+        for tm in self.machines.values():
+            tm.kill()
+            tm.unmount()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        if self.database is not None:
+            self.database.stop()
+        subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
+
+
+def wait_all(machines: list[TwinMachine], what: str, predicate, timeout: float, units: tuple[str, ...] = ()) -> None:
+    deadline = time.monotonic() + timeout
+    for tm in machines:
+        tm.wait_for(what, lambda tm=tm: predicate(tm), max(5.0, deadline - time.monotonic()), units)
+
+
+__all__ = ["Twin", "in_private_namespaces", "wait_all"]
