@@ -20,7 +20,7 @@ def healthy_nodes(twin: Twin) -> list[TwinMachine]:
 def health(tm: TwinMachine, port: int = 18300) -> tuple[str, str]:
     """(ApplicationHealthState, X-Ndfleet-Reason) as Azure's Application Health extension would read them."""
     out = tm.run(f"curl -si --max-time 10 http://127.0.0.1:{port}/health", check=False).stdout
-    head, _, body = out.partition("\r\n\r\n")
+    head, _, body = out.replace("\r\n", "\n").partition("\n\n")
     reason = next(
         (ln.split(":", 1)[1].strip() for ln in head.splitlines() if ln.lower().startswith("x-ndfleet-reason:")), ""
     )

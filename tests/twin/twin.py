@@ -39,7 +39,8 @@ def in_private_namespaces() -> str | None:
     uid_map = Path("/proc/self/uid_map").read_text().split()
     if uid_map[:3] != ["0", "0", "4294967295"]:
         return "the twin needs real root, not a user namespace (run it under `unshare --net --mount`, not `-r`)"
-    links = [p.name for p in Path("/sys/class/net").iterdir()]
+    # /proc/self/net/dev lists this network namespace's interfaces (/sys/class/net may be the host's mount).
+    links = [ln.split(":")[0].strip() for ln in Path("/proc/self/net/dev").read_text().splitlines()[2:]]
     if set(links) - {"lo"} - {BRIDGE} - {n for n in links if n.startswith("vb-")}:
         return f"the twin must run in a network namespace of its own (found interfaces {sorted(links)})"
     for tool in ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount"):
