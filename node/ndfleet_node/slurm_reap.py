@@ -129,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run as a standalone script (shipped to the machines as one file until the node program is a zipapp)."""
+    """`python3 -m ndfleet_node.slurm_reap` on the controller, which has no node program (ndfleet/slurm/machines.py)."""
     parser = argparse.ArgumentParser(prog="ndfleet-slurm-reap")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["slurm-reap", *(sys.argv[1:] if argv is None else argv)])
