@@ -205,7 +205,8 @@ def test_packages_come_signed_from_the_stable_channel(prod: ClusterSpec, role: s
     # Bug 3: plain Ubuntu has no Microsoft key and the source had no signed-by=; `insiders` was the wrong channel.
     setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
     text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
-    assert "curl_ -o /usr/share/keyrings/microsoft-prod.asc.new https://packages.microsoft.com/keys/microsoft.asc" in text
+    key = "https://packages.microsoft.com/keys/microsoft.asc"
+    assert f"curl_ -o /usr/share/keyrings/microsoft-prod.asc.new {key}" in text
     assert ("signed-by=/usr/share/keyrings/microsoft-prod.asc] https://packages.microsoft.com/repos/slurm-ubuntu-"
             "${codename}/ stable main") in text
     assert "insiders" not in text
@@ -216,7 +217,8 @@ def test_packages_come_signed_from_the_stable_channel(prod: ClusterSpec, role: s
 def test_every_apt_call_waits_for_the_dpkg_lock(prod: ClusterSpec, role: str) -> None:
     setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
     text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
-    calls = [ln.strip() for ln in text.splitlines() if "apt-get" in ln or "apt-mark" in ln or ln.strip().startswith("apt_ ")]
+    calls = [ln.strip() for ln in text.splitlines()
+             if "apt-get" in ln or "apt-mark" in ln or ln.strip().startswith("apt_ ")]
     assert calls
     for call in calls:
         assert call.startswith("apt_ ") or f"DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_S}" in call, call
