@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import jinja2
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.bootstrap import TEMPLATES_DIR
 from ndfleet.spec.config import ClusterSpec
@@ -200,17 +201,40 @@ def config_files(site: SlurmSite) -> dict[str, str]:
 
 
 def dynamic_node_conf(site: SlurmSite, island: str) -> str:
-    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory.
+    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory, and
+    drained awaiting burn-in.
 
-    CPUs, sockets and cores are left to slurmd, which reads them from the hardware.
+    CPUs, sockets and cores are left to slurmd, which reads them from the hardware. `State=DRAIN Reason=...`: a node
+    slurmctld does not know yet is created drained with that reason in the same step that creates it (Slurm
+    src/slurmctld/node_mgr.c, create_dynamic_reg_node, since 22.05), so no job can land on it before the burn-in
+    resumes it. A node slurmctld already knows (a reboot) keeps the state it had. The line holds no quote and no
+    backslash: it travels inside double quotes in /etc/default/slurmd.
     """
     if island not in {i.name for i in site.islands}:
         raise ValueError(f"unknown island {island!r}; the cluster has {[i.name for i in site.islands]}")
     return (
-        f"Feature={island_feature(island)} Gres=gpu:{site.gpus_per_node} RealMemory={site.real_memory_mib}"
+        f"Feature={island_feature(island)} Gres=gpu:{site.gpus_per_node} RealMemory={site.real_memory_mib} "
+        f"State=DRAIN Reason={AWAITING_BURNIN_REASON}"
     )
 
 
 def slurmd_args(site: SlurmSite, island: str) -> list[str]:
-    """slurmd's arguments on a compute node of `island`: dynamic, configless."""
+    """slurmd's arguments on a compute node of `island`: dynamic, configless, registering drained awaiting burn-in."""
     return ["-Z", "--conf-server", site.conf_server, "--conf", dynamic_node_conf(site, island)]
+
+
+def slurmd_options(site: SlurmSite, island: str) -> str:
+    """`slurmd_args` as the value of SLURMD_OPTIONS in /etc/default/slurmd, for the package's unit
+    (`ExecStart=/usr/sbin/slurmd --systemd $SLURMD_OPTIONS`).
+
+    systemd splits an unbraced `$VAR` that stands as a word of its own at whitespace and removes quotes while doing
+    so (systemd src/basic/env-util.c replace_env_argv: strv_split_full(..., EXTRACT_UNQUOTE)); an EnvironmentFile=
+    value that does not start with a quote keeps its inner quotes (src/basic/env-file.c). So the --conf line, which
+    holds spaces, is written in double quotes and arrives as one argument. Azure CycleCloud writes the same form
+    (Azure/cyclecloud-slurm azure-slurm-install/install.py, setup_slurmd).
+    """
+    args = slurmd_args(site, island)
+    for arg in args:
+        if any(c in arg for c in "\"\\'$`\n"):
+            raise ValueError(f"slurmd argument {arg!r} holds a quote, backslash, $ or newline")
+    return " ".join(f'"{a}"' if " " in a else a for a in args)

@@ -33,15 +33,27 @@ from ndfleet.slurm.conf import (
     SLURMDBD_PORT,
     SlurmSite,
     config_files,
-    dynamic_node_conf,
     render,
     slurm_site,
+    slurmd_options,
 )
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
-# (the packages Azure CycleCloud Workspace for Slurm installs). The codename is appended on the machine.
-SLURM_REPO_URL = "https://packages.microsoft.com/repos/slurm-ubuntu"
+# (the packages Azure CycleCloud Workspace for Slurm installs, Azure/cyclecloud-slurm azure-slurm-install/ubuntu.sh).
+# The codename is appended on the machine. Channel `stable` (CycleCloud's default; `insiders` holds pre-releases).
+SLURM_REPO_HOST = "packages.microsoft.com"
+SLURM_REPO_URL = f"https://{SLURM_REPO_HOST}/repos/slurm-ubuntu"
+SLURM_CHANNEL = "stable"
+# Microsoft's package signing key, ASCII-armored. Canonical's plain Ubuntu images do not have it; a .asc keyring
+# works in signed-by= from apt 1.4 on (sources.list(5)).
+MICROSOFT_KEY_URL = f"https://{SLURM_REPO_HOST}/keys/microsoft.asc"
+MICROSOFT_KEYRING = "/usr/share/keyrings/microsoft-prod.asc"
+# cloud-init and unattended-upgrades hold the dpkg lock during first boot; apt waits this long for it.
+DPKG_LOCK_TIMEOUT_S = 300
+# Azure role assignments take minutes to reach Key Vault: 403/404 are retried this long (all secrets together).
+SECRET_WAIT_S = 600
+SECRET_RETRY_S = 15
 SLURM_UID = 11100
 ROLE_PACKAGES = {
     "controller": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmctld", "slurm-smd-slurmdbd"),
@@ -66,7 +78,14 @@ NFS_MOUNTS = ({"share": "home", "path": "/shared/home"}, {"share": "shared", "pa
 # (and reports its health) even if the share is unreachable.
 NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
 STATE_DISK_LUN = 0
-SETUP_TIMEOUT_S = 1200
+# Worst case: two apt calls waiting for the dpkg lock, the downloads, the Key Vault wait, the state disk; the unit's
+# limit stays above the sum of the bounds the script itself keeps (a test checks it).
+SETUP_TIMEOUT_S = 1800
+SETUP_INSTALL_ALLOWANCE_S = 300
+SETUP_UNIT = "ndfleet-slurm-setup.service"
+# slurm-reap on the controller: each scontrol call, and the whole run (the timer starts it every 5 minutes).
+REAP_CALL_TIMEOUT_S = 30
+REAP_TIMEOUT_S = 600
 HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 HTTP_TIMEOUT_S = 20
 
@@ -77,12 +96,17 @@ class NodeFile:
     path: str  # where cloud-init writes it
     mode: str
     content: str
+
+
+# The controller has no node program: the modules slurm_reap needs are shipped as files and run with
+# `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
+REAP_MODULES = ("__init__", "slurm_reap", "runner", "text")
 
 
 @functools.cache
 def _node_module(name: str) -> str:
-    """A node-program module shipped as a standalone script (until the node program ships as one zipapp)."""
+    """A node-program module's source, shipped to a machine that has no node program."""
     return importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text()
 
 
@@ -92,6 +116,16 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "role": role,
         "slurm_version": spec.slurm.version,
         "slurm_repo_url": SLURM_REPO_URL,
+        "slurm_repo_host": SLURM_REPO_HOST,
+        "slurm_channel": SLURM_CHANNEL,
+        "key_url": MICROSOFT_KEY_URL,
+        "keyring_path": MICROSOFT_KEYRING,
+        "dpkg_lock_timeout_s": DPKG_LOCK_TIMEOUT_S,
+        "secret_wait_s": SECRET_WAIT_S,
+        "secret_retry_s": SECRET_RETRY_S,
+        "reap_call_timeout_s": REAP_CALL_TIMEOUT_S,
+        "reap_timeout_s": REAP_TIMEOUT_S,
+        "lib_dir": LIB_DIR,
         "packages": list(ROLE_PACKAGES[role]),
         "slurm_uid": SLURM_UID,
         "http_timeout_s": HTTP_TIMEOUT_S,
@@ -109,8 +143,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "nfs_options": NFS_OPTIONS,
         "state_disk_lun": STATE_DISK_LUN,
         "state_mount": CONTROLLER_STATE_MOUNT,
-        "conf_server": site.conf_server,
-        "slurmd_conf": dynamic_node_conf(site, island) if island else "",
+        "slurmd_options": slurmd_options(site, island) if island else "",
         "setup_timeout_s": SETUP_TIMEOUT_S,
         "reap_after_s": spec.slurm.remove_gone_nodes_after_minutes * 60,
         "slurmdbd_port": SLURMDBD_PORT,
@@ -147,6 +180,8 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
         *_setup_files(spec, site, "compute", island.name),
         NodeFile("slurmd-ndfleet.conf", "/etc/systemd/system/slurmd.service.d/ndfleet.conf", "0644",
                  _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
+        NodeFile("ndfleet-slurmd.service", "/etc/systemd/system/ndfleet-slurmd.service", "0644",
+                 _render("slurm/systemd/ndfleet-slurmd.service.j2", site, ctx)),
         NodeFile("validated-wants-slurmd.conf", "/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf", "0644",
                  _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
         NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
@@ -157,11 +192,14 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
 def slurm_bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions:
     """What Slurm adds to an island's bootstrap (ndfleet.prepare passes it to render_bootstrap).
 
-    No unit to enable: reaching ndfleet-validated.target wants slurmd (a drop-in on the target), and slurmd
-    requires the Slurm set-up, so a node that fails validation never starts slurmd.
+    The Slurm set-up is enabled (every boot) and started at first boot, beside validation. slurmd is started by
+    ndfleet-slurmd.service, which the validated target wants and which waits for both the target and the set-up:
+    a node that fails validation never starts slurmd (docs/slurm.md, "How slurmd starts on a compute node").
     """
     return BootstrapExtensions(
         files=[{"path": f.path, "permissions": f.mode, "content": f.content} for f in slurm_node_files(spec, island)],
+        enable_units=[SETUP_UNIT],
+        start_units=[SETUP_UNIT],
     )
 
 
@@ -207,7 +245,8 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
                      _render("slurm/systemd/ndfleet-slurm-reap.service.j2", site, ctx)),
             NodeFile("ndfleet-slurm-reap.timer", "/etc/systemd/system/ndfleet-slurm-reap.timer", "0644",
                      _render("slurm/systemd/ndfleet-slurm-reap.timer.j2", site, ctx)),
-            NodeFile("slurm_reap.py", f"{LIB_DIR}/slurm_reap.py", "0755", _node_module("slurm_reap")),
+            *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
+              for m in REAP_MODULES),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",

@@ -213,7 +213,9 @@ class MonitoringConfig(_Settings):
 class SlurmConfig(_Settings):
     """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
 
-    version: str = Field(default="24.05.8-1", pattern=r"^[0-9]{2}\.[0-9]{2}\.[0-9]+-[0-9]+$")
+    # A slurm-smd package version of Microsoft's `stable` channel (the one Azure CycleCloud's Slurm template pinned
+    # last: Azure/cyclecloud-slurm templates/slurm.txt); docs/slurm.md says how to list what a channel holds.
+    version: str = Field(default="25.11.5-1")
     controller_vm_size: str = Field(
         default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$"
     )
@@ -226,6 +228,19 @@ class SlurmConfig(_Settings):
     shared_share_gib: int = Field(default=1024, ge=100, le=102400, alias="sharedShareGiB")
     health_check_interval_s: int = Field(default=300, ge=60, le=3600, alias="healthCheckIntervalSeconds")
     remove_gone_nodes_after_minutes: int = Field(default=30, ge=5, le=1440, alias="removeGoneNodesAfterMinutes")
+
+    @field_validator("version")
+    @classmethod
+    def _slurm_release(cls, v: str) -> str:
+        # Slurm releases are YY.MM (02, 05, 08 or 11) plus a patch level; dynamic nodes need 22.05 or newer. The
+        # package adds a Debian revision (-1).
+        m = re.fullmatch(r"(2[2-9])\.(02|05|08|11)\.([0-9]{1,3})-([1-9][0-9]{0,2})", v)
+        if m is None or (int(m.group(1)), int(m.group(2))) < (22, 5):
+            raise ValueError(
+                "must be a slurm-smd package version YY.MM.P-R of Slurm 22.05 or newer (dynamic nodes), "
+                "e.g. 25.11.5-1"
+            )
+        return v
 
     @field_validator("database_sku")
     @classmethod

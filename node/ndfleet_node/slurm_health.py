@@ -5,36 +5,54 @@ not the bandwidth tests), then:
 - a failing node is drained: `scontrol update NodeName=<node> State=DRAIN Reason="ndfleet:<check-id>[,...]"`;
   the validator's report stays where the health endpoint reads it, so the endpoint answers Unhealthy and the
   scale set's automatic repairs act;
-- a passing node that ndfleet drained (reason starting "ndfleet:") is resumed; a drain by an administrator (any
-  other reason) is left alone.
+- a passing node that this program drained (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
+  administrator or by the burn-in (any other reason) is left alone;
+- a passing node that has never been put in line for burn-in on this OS disk (no `--burnin-marker` file) is
+  drained `ndfleet:burnin:awaiting` (slurm_states.AWAITING_BURNIN_REASON), then the marker is written. A new VM
+  registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
+  case the registration cannot: a reimaged VM that comes back under its old name, which slurmctld still knows.
 
 slurmd kills the program after 60 s (slurm.conf, HealthCheckProgram): `--validate-timeout` must stay below that.
 The validator is a seam: any command that takes `--level quick --report PATH`, exits 0 healthy / 1 unhealthy /
-2 could not run and writes the report format of docs/bootstrap.md. Every external call has a timeout.
+2 could not run and writes the report format of docs/bootstrap.md. Every external call has a timeout and a bound
+on its output; a report or an scontrol answer this program cannot understand is a failure with a named reason,
+never a pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from ndfleet_node.runner import run_tool
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.text import decode, first_line
 
 DRAIN_REASON_PREFIX = "ndfleet:"
+BURNIN_REASON_PREFIX = "ndfleet:burnin:"
+CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # The drain marker the node's metrics read (ndfleet_node.metrics.DEFAULT_DRAIN_FILE; this file also runs standalone,
 # so it cannot import it: a test keeps the two equal).
 DRAIN_MARKER = "/var/lib/ndfleet/drained"
+# Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
+BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
+# The validator's report is a few KiB; scontrol's answer for one node well under one. More is not understood.
+MAX_REPORT_BYTES = 4 * 1024 * 1024
+MAX_SCONTROL_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,31 +68,50 @@ class Verdict:
         return DRAIN_REASON_PREFIX + ",".join(ids)
 
 
-def run_validation(validator: Sequence[str], report: Path, timeout_s: float) -> Verdict:
-    """Run the quick validation; a hang, a crash or an unreadable report counts as a failure of the node."""
-    try:
-        proc = subprocess.run(
-            [*validator, "--level", "quick", "--report", str(report)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Verdict(False, ("validate-timeout",))
-    except OSError:
-        return Verdict(False, ("validate-error",))
-    try:
-        doc = json.loads(report.read_text())
-    except (OSError, ValueError):
-        return Verdict(False, ("validate-error",))
-    failed = tuple(
-        str(c.get("id")) for c in doc.get("checks", []) if isinstance(c, dict) and c.get("status") == "fail"
-    )
-    if proc.returncode == 0 and doc.get("status") == "healthy" and not failed:
+def _check_id(value: Any) -> str:
+    """A check id as it may appear in a drain reason: the validator's id, or a named stand-in for garbage."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    return text if CHECK_ID.fullmatch(text) else "validate-bad-check-id"
+
+
+def verdict_from_report(returncode: int, doc: Any) -> Verdict:
+    """The verdict a report gives; any shape other than docs/bootstrap.md's is a failure named validate-bad-report."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):
+        return Verdict(False, ("validate-bad-report",))
+    checks = doc["checks"]
+    if not all(isinstance(c, dict) for c in checks):
+        return Verdict(False, ("validate-bad-report",))
+    # A check whose status is neither pass nor skip (fail, or one not understood) fails the node.
+    failed = tuple(dict.fromkeys(_check_id(c.get("id")) for c in checks if c.get("status") not in ("pass", "skip")))
+    if returncode == 0 and doc.get("status") == "healthy" and not failed:
         return Verdict(True, ())
     return Verdict(False, failed or ("validate-error",))
+
+
+def run_validation(validator: Sequence[str], report: Path, timeout_s: float) -> Verdict:
+    """Run the quick validation; a hang, a crash or an unreadable report counts as a failure of the node."""
+    result = run_tool([*validator, "--level", "quick", "--report", str(report)], timeout_s)
+    if result.timed_out:
+        return Verdict(False, ("validate-timeout",))
+    if result.rc is None or result.rc == 127:
+        return Verdict(False, ("validate-error",))
+    try:
+        with report.open("rb") as f:
+            raw = f.read(MAX_REPORT_BYTES + 1)
+    except OSError:
+        return Verdict(False, ("validate-error",))
+    if len(raw) > MAX_REPORT_BYTES:
+        return Verdict(False, ("validate-bad-report",))
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return Verdict(False, ("validate-bad-report",))
+    return verdict_from_report(result.rc, doc)
+
+
+def _no_constant(name: str) -> float:
+    # NaN / Infinity are not JSON; a report holding one is not understood.
+    raise ValueError(f"non-finite number {name} in the report")
 
 
 @dataclass(frozen=True)
@@ -88,24 +125,62 @@ class NodeState:
 
     @property
     def drained_by_health_check(self) -> bool:
-        """Drained by this program: "ndfleet:" and check ids only. Other ndfleet drains ("ndfleet: awaiting
-        burn-in", "ndfleet:burnin:<reason>") and an administrator's are not ours to lift."""
-        return self.drained and OWN_REASON.fullmatch(self.reason) is not None
+        """Drained by this program: "ndfleet:" and check ids only. The burn-in's drains ("ndfleet:burnin:...",
+        awaiting it or failed by it) and an administrator's are not ours to lift."""
+        return (
+            self.drained
+            and not self.reason.startswith(BURNIN_REASON_PREFIX)
+            and OWN_REASON.fullmatch(self.reason) is not None
+        )
+
+    @property
+    def queued_for_burnin(self) -> bool:
+        """Held for the burn-in (awaiting it, or failed by it): the node is in the burn-in's hands."""
+        return self.drained and self.reason.startswith(BURNIN_REASON_PREFIX)
+
+
+class UnparsableNode(ValueError):
+    """scontrol's answer has no NodeName= / State= field: nothing may be decided from it."""
+
+
+# `scontrol show node --oneliner` prints fixed fields first (NodeName= ... State= ...), then the free-text
+# Reason ("Reason=<text> [<user>@<time>]"), then optional fields (Comment=, Extra=, ...). Only the fields before
+# Reason are parsed as tokens; the reason is the text up to its "[user@time]" stamp (Slurm src/api/node_info.c).
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(\S*)")
+_REASON = re.compile(r"(?:^|\s)Reason=")
+_STAMP = re.compile(r" \[[^\]\s@]*@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\](?=$|\s+[A-Za-z_]+=)")
+_AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology"
+                           r"|Parameters)=")
 
 
 def parse_node(text: str) -> NodeState:
-    """State and reason from `scontrol show node NAME --oneliner` (Reason is last and may hold spaces)."""
-    state = ""
+    """State and reason from `scontrol show node NAME --oneliner`, field by field.
+
+    The state is the State= field among the fixed fields, never a "State=" inside the free-text reason (an
+    administrator's reason "back at State=IDLE" must not make a drained node look idle)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    reason_at = _REASON.search(line)
+    fixed = line[: reason_at.start()] if reason_at else line
+    fields: dict[str, str] = {}
+    for key, value in _FIELD.findall(fixed):
+        fields.setdefault(key, value)
+    if "NodeName" not in fields or "State" not in fields:
+        raise UnparsableNode(f"no NodeName=/State= field in scontrol's answer ({first_line(line, 120)!r})")
     reason = ""
-    for token in text.split():
-        if token.startswith("State="):
-            state = token[len("State=") :]
-    if " Reason=" in text:
-        reason = text.split(" Reason=", 1)[1].strip()
-        # "ndfleet:gpu.ecc [root@2026-12-03T08:00:00]": drop the who/when suffix
-        if reason.endswith("]") and " [" in reason:
-            reason = reason.rsplit(" [", 1)[0]
-    return NodeState(tuple(s.rstrip("*~#!%$@^-") for s in state.split("+") if s), reason)
+    if reason_at:
+        rest = line[reason_at.end():]
+        stamp = _STAMP.search(rest)
+        if stamp:
+            reason = rest[: stamp.start()]
+        else:
+            after = _AFTER_REASON.search(rest)
+            reason = rest[: after.start()] if after else rest
+    states = tuple(s.rstrip("*~#!%$@^-") for s in fields["State"].split("+") if s)
+    return NodeState(states, reason.strip())
+
+
+class ScontrolError(RuntimeError):
+    pass
 
 
 class Scontrol:
@@ -114,15 +189,20 @@ class Scontrol:
         self.timeout_s = timeout_s
 
     def _run(self, *args: str) -> str:
-        proc = subprocess.run(
-            [*self.command, *args], capture_output=True, text=True, timeout=self.timeout_s, check=False
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"scontrol {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}")
-        return proc.stdout
+        """scontrol's stdout as text (undecodable bytes replaced); ScontrolError when it fails, hangs or says more
+        than one node's worth."""
+        result = run_tool([*self.command, *args], self.timeout_s, max_output_bytes=MAX_SCONTROL_BYTES + 1)
+        if not result.ok:
+            raise ScontrolError(f"scontrol {' '.join(args)}: {result.error}")
+        if len(result.stdout) > MAX_SCONTROL_BYTES:
+            raise ScontrolError(f"scontrol {' '.join(args)}: more than {MAX_SCONTROL_BYTES} bytes of output")
+        return decode(result.stdout)
 
     def node(self, name: str) -> NodeState:
-        return parse_node(self._run("show", "node", name, "--oneliner"))
+        try:
+            return parse_node(self._run("show", "node", name, "--oneliner"))
+        except UnparsableNode as error:
+            raise ScontrolError(str(error)) from None
 
     def drain(self, name: str, reason: str) -> None:
         self._run("update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
@@ -135,10 +215,12 @@ class Scontrol:
 class Outcome:
     message: str  # what was done, for the log
     drained: bool  # whether the node is drained afterwards, for whatever reason
+    queued_for_burnin: bool = False  # the node is (now) in the burn-in's hands: write the burn-in marker
 
 
-def act(scontrol: Scontrol, node: str, verdict: Verdict) -> Outcome:
-    """Drain or resume the node as the verdict says."""
+def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True) -> Outcome:
+    """Drain or resume the node as the verdict says. `burnin_queued` False: this OS disk has never been put in
+    line for burn-in, so a healthy node is drained awaiting it instead of being resumed or left idle."""
     state = scontrol.node(node)
     if not verdict.healthy:
         if state.drained and state.reason == verdict.reason:
@@ -149,10 +231,34 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict) -> Outcome:
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
         scontrol.drain(node, verdict.reason)
         return Outcome(f"{node}: drained: {verdict.reason}", True)
+    if not burnin_queued:
+        if state.queued_for_burnin:
+            return Outcome(f"{node}: healthy, held for burn-in ({state.reason})", True, queued_for_burnin=True)
+        if state.drained and not state.reason:
+            # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the
+            # registration's Reason (SchedMD commit 1696951860): scontrol refuses a drain without a reason, so
+            # nobody else made this one. Give it the burn-in's reason.
+            scontrol.drain(node, AWAITING_BURNIN_REASON)
+            return Outcome(f"{node}: registered drained: {AWAITING_BURNIN_REASON}", True, queued_for_burnin=True)
+        if state.drained and not state.drained_by_health_check:
+            # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
+            return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)
+        scontrol.drain(node, AWAITING_BURNIN_REASON)
+        return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
+                       queued_for_burnin=True)
     if state.drained_by_health_check:
         scontrol.resume(node)
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained)
+
+
+def mark_burnin_queued(marker: Path) -> None:
+    """Best effort, like the drain marker; the next pass retries (and finds the node already held for burn-in)."""
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("put in line for burn-in\n", encoding="utf-8")
+    except OSError as error:
+        print(f"ndfleet-slurm-health: burn-in marker {marker}: {error}", file=sys.stderr)
 
 
 def mirror_drain(marker: Path, outcome: Outcome) -> None:
@@ -178,17 +284,30 @@ def handle(args: argparse.Namespace) -> int:
     verdict = run_validation(args.validator, Path(args.report), args.validate_timeout)
     node = args.node_name or default_node_name()
     code = 0 if verdict.healthy else 1
+    burnin_marker = Path(args.burnin_marker)
     try:
-        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict)
-    except (RuntimeError, subprocess.TimeoutExpired, OSError) as error:
+        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists())
+    except ScontrolError as error:
         # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
         print(f"ndfleet-slurm-health: {node}: {verdict.reason if not verdict.healthy else 'healthy'}; {error}",
               file=sys.stderr)
         return code
     mirror_drain(Path(args.drain_marker), outcome)
+    if outcome.queued_for_burnin:
+        mark_burnin_queued(burnin_marker)
     print(f"ndfleet-slurm-health: {outcome.message}")
     return code
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 86400")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -199,24 +318,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--validator", nargs="+", default=[DEFAULT_VALIDATOR], help="validation command (seam)")
     p.add_argument("--report", default=DEFAULT_REPORT, help="where the validator writes its report")
     p.add_argument(
-        "--validate-timeout", type=float, default=600.0, help="seconds before the validation counts as failed"
+        "--validate-timeout", type=_seconds, default=600.0, help="seconds before the validation counts as failed"
     )
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
-    p.add_argument("--scontrol-timeout", type=float, default=30.0)
+    p.add_argument("--scontrol-timeout", type=_seconds, default=30.0)
     p.add_argument(
         "--drain-marker", default=DRAIN_MARKER, help=f"kept present while the node is drained ({DRAIN_MARKER})"
     )
+    p.add_argument(
+        "--burnin-marker", default=BURNIN_MARKER,
+        help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
+    )
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")
     p.set_defaults(handler=handle)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run as a standalone script (shipped to the machines as one file until the node program is a zipapp)."""
-    parser = argparse.ArgumentParser(prog="ndfleet-slurm-health")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["slurm-health", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.handler(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

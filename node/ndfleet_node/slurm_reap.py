@@ -5,18 +5,30 @@ NOT_RESPONDING in `sinfo` forever, while its replacement registers under a new n
 controller runs this every few minutes: a dynamic node that has not responded for `--after-seconds` is removed with
 `scontrol delete nodename=...` (Slurm's way to remove a dynamic node; it refuses while the node has jobs). A node that
 comes back later (slurmd restarted) registers again by itself.
+
+Every scontrol call has a timeout and a bound on its output (ndfleet_node.runner); output that is not UTF-8 is
+decoded with replacement. One delete that fails, hangs or says something odd does not stop the others: each gone
+node gets its own try, the failures are reported, and the exit status is 1 if any failed (2: nodes not listed).
+On the controller the module runs from /usr/local/lib/ndfleet (`python3 -m ndfleet_node.slurm_reap`, with the two
+modules it needs next to it).
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from ndfleet_node.runner import run_tool
+from ndfleet_node.text import clip, decode
+
 DEFAULT_AFTER_S = 1800
+# `scontrol show node` for MaxNodeCount nodes is a few KiB each; more than this is not an answer we understand.
+MAX_LIST_BYTES = 64 * 1024 * 1024
+MAX_DELETE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -70,37 +82,54 @@ def gone(nodes: Sequence[GoneCandidate], now: datetime, after_s: float) -> list[
     ]
 
 
+def delete_node(scontrol: Sequence[str], name: str, timeout_s: float) -> str:
+    """Delete one node; "" on success, else why not (one line)."""
+    result = run_tool([*scontrol, "delete", f"nodename={name}"], timeout_s, max_output_bytes=MAX_DELETE_BYTES)
+    return clip(result.error, 300)
+
+
 def handle(args: argparse.Namespace) -> int:
     scontrol = list(args.scontrol)
-    try:
-        shown = subprocess.run([*scontrol, "show", "node", "--oneliner"], capture_output=True, text=True,
-                               timeout=args.timeout, check=True)
-    except (subprocess.SubprocessError, OSError) as error:
-        print(f"ndfleet-slurm-reap: cannot list nodes: {error}", file=sys.stderr)
+    shown = run_tool([*scontrol, "show", "node", "--oneliner"], args.timeout, max_output_bytes=MAX_LIST_BYTES + 1)
+    if not shown.ok or len(shown.stdout) > MAX_LIST_BYTES:
+        why = shown.error or f"more than {MAX_LIST_BYTES} bytes of output"
+        print(f"ndfleet-slurm-reap: cannot list nodes: {why}", file=sys.stderr)
         return 2
-    code = 0
-    for name in gone(parse_nodes(shown.stdout), datetime.now(), args.after_seconds):
-        proc = subprocess.run([*scontrol, "delete", f"nodename={name}"], capture_output=True, text=True,
-                              timeout=args.timeout, check=False)
-        if proc.returncode == 0:
-            print(f"ndfleet-slurm-reap: deleted {name} (not responding for at least {args.after_seconds:.0f} s)")
+    failed: list[str] = []
+    for name in gone(parse_nodes(decode(shown.stdout)), datetime.now(), args.after_seconds):
+        error = delete_node(scontrol, name, args.timeout)
+        if error:
+            print(f"ndfleet-slurm-reap: could not delete {name}: {error}", file=sys.stderr)
+            failed.append(name)
         else:
-            print(f"ndfleet-slurm-reap: could not delete {name}: {proc.stderr.strip()}", file=sys.stderr)
-            code = 1
-    return code
+            print(f"ndfleet-slurm-reap: deleted {name} (not responding for at least {args.after_seconds:.0f} s)")
+    if failed:
+        print(f"ndfleet-slurm-reap: {len(failed)} gone node(s) not deleted: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 10 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more, finite)")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("slurm-reap", help="on the controller: delete dynamic nodes that stopped responding")
-    p.add_argument("--after-seconds", type=float, default=DEFAULT_AFTER_S,
+    p.add_argument("--after-seconds", type=_seconds, default=DEFAULT_AFTER_S,
                    help="delete a node only after it has not responded for this long")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"])
-    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--timeout", type=_seconds, default=30.0, help="seconds for each scontrol call")
     p.set_defaults(handler=handle)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run as a standalone script (shipped to the machines as one file until the node program is a zipapp)."""
+    """`python3 -m ndfleet_node.slurm_reap` on the controller, which has no node program (ndfleet/slurm/machines.py)."""
     parser = argparse.ArgumentParser(prog="ndfleet-slurm-reap")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["slurm-reap", *(sys.argv[1:] if argv is None else argv)])

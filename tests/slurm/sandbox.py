@@ -54,7 +54,8 @@ HEALTH_WRAPPER = """#!/bin/sh
 # The HealthCheckProgram slurmd runs: ndfleet-node slurm-health with the fake validator.
 export PYTHONPATH={node_path} SLURM_CONF={slurm_conf}
 exec {python} -m ndfleet_node slurm-health --validator {validator} --report {reports}/$(hostname).json \\
-  --validate-timeout 30 --scontrol-timeout 30 --drain-marker {reports}/$(hostname).drained
+  --validate-timeout 30 --scontrol-timeout 30 --drain-marker {reports}/$(hostname).drained \\
+  --burnin-marker {reports}/$(hostname).burnin-queued
 """
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from ndfleet_node.health import health_state
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.spec.config import load_spec
@@ -25,6 +26,10 @@ from tests.slurm.sandbox import REPO, SlurmSandbox, tools_missing, wait_for
 REFUSALS = ("Requested node configuration is not available", "More processors requested than permitted",
             "Node count specification invalid")
 NODES = {"t-ib00-000000": "ib00", "t-ib00-000001": "ib00", "t-ib01-000000": "ib01"}
+# Each node's `scontrol show node` line right after it registered, before anything else happened to it.
+REGISTERED: dict[str, str] = {}
+# ... and once its health check had seen it held for burn-in (before the stand-in burn-in resumed it).
+HELD: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
         sandbox.start_slurmctld()
         for node in NODES:
             sandbox.start_slurmd(node)
+            REGISTERED[node] = sandbox.node_line(node)
+        for node in NODES:
+            # The health check has seen the node held for burn-in (its marker), then the burn-in (stood in for
+            # here) resumes it.
+            marker = sandbox.root / "reports" / f"{node}.burnin-queued"
+            wait_for(f"{node}'s burn-in marker", marker.exists, timeout_s=90)
+            HELD[node] = sandbox.node_line(node)
+            sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         yield sandbox
     except Exception:
         print(sandbox.logs())
@@ -63,6 +76,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
 def _idle(cluster: SlurmSandbox, node: str) -> bool:
     line = cluster.node_line(node)
     return "State=IDLE" in line and "DRAIN" not in line
+
+
+def _state(line: str) -> str:
+    return line.split(" State=", 1)[1].split()[0]
+
+
+def test_new_nodes_register_drained_awaiting_burnin(cluster: SlurmSandbox) -> None:
+    # Drained from the moment they exist (slurmd --conf State=DRAIN); Debian's Slurm 22.05 drops the registration's
+    # Reason, which the node's first health check then sets (newer Slurm keeps it from the start).
+    for node in NODES:
+        assert "DRAIN" in _state(REGISTERED[node]), REGISTERED[node]
+        assert "DRAIN" in _state(HELD[node]) and f"Reason={AWAITING_BURNIN_REASON} [" in HELD[node], HELD[node]
+
+
+def test_a_reimaged_node_is_held_for_burnin_again(cluster: SlurmSandbox) -> None:
+    # A reimaged VM comes back under its old name, which slurmctld still knows: no registration state applies.
+    # Its new OS disk has no burn-in marker, so its health check drains it awaiting burn-in.
+    node = "t-ib01-000000"
+    wait_for(f"{node} idle", lambda: _idle(cluster, node), timeout_s=90)
+    marker = cluster.root / "reports" / f"{node}.burnin-queued"
+    marker.unlink()
+    wait_for(f"{node} to be held for burn-in", lambda: f"Reason={AWAITING_BURNIN_REASON} " in cluster.node_line(node),
+             timeout_s=90)
+    assert "DRAIN" in cluster.node_line(node)
+    wait_for(f"{node}'s burn-in marker", marker.exists, timeout_s=60)
+    cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    wait_for(f"{node} to return", lambda: _idle(cluster, node), timeout_s=90)
 
 
 def test_nodes_register_by_themselves_with_island_and_gpus(cluster: SlurmSandbox) -> None:
@@ -132,12 +172,14 @@ def test_a_failing_node_is_drained_with_the_check_id_and_returns_when_it_passes(
 
 def test_an_admin_drain_is_left_alone(cluster: SlurmSandbox) -> None:
     node = "t-ib00-000000"
-    cluster.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=maintenance"])
+    # A reason that holds "State=IDLE" must not make the node look undrained (issue 17).
+    cluster.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=maintenance State=IDLE"])
     # A health check runs on the node (interval 3 s; its report is rewritten) and leaves the drain alone.
     report = cluster.root / "reports" / f"{node}.json"
     before = report.stat().st_mtime_ns if report.exists() else 0
     wait_for("a health check", lambda: report.exists() and report.stat().st_mtime_ns != before, timeout_s=60)
-    assert "Reason=maintenance" in cluster.node_line(node)
+    assert "Reason=maintenance State=IDLE [" in cluster.node_line(node)
+    assert "DRAIN" in _state(cluster.node_line(node))
     cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
     wait_for(f"{node} to return", lambda: _idle(cluster, node))
 

@@ -20,7 +20,17 @@ from ndfleet.slurm.conf import (
     slurm_site,
     slurmd_args,
 )
-from ndfleet.slurm.machines import machine_bootstrap, machine_user_data, slurm_node_files
+from ndfleet.slurm.machines import (
+    DPKG_LOCK_TIMEOUT_S,
+    SECRET_RETRY_S,
+    SECRET_WAIT_S,
+    SETUP_INSTALL_ALLOWANCE_S,
+    SETUP_TIMEOUT_S,
+    machine_bootstrap,
+    machine_user_data,
+    slurm_bootstrap_extensions,
+    slurm_node_files,
+)
 from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
 from tests.conftest import base_config
 
@@ -76,7 +86,9 @@ def test_gres_and_cgroup_confine_gpus_and_memory(prod: ClusterSpec) -> None:
 def test_a_compute_node_registers_with_its_island_gpus_and_memory(prod: ClusterSpec) -> None:
     site = slurm_site(prod)
     controller, _ = slurm_addresses(prod)
-    assert dynamic_node_conf(site, "ib01") == "Feature=island-ib01 Gres=gpu:8 RealMemory=1843200"
+    assert dynamic_node_conf(site, "ib01") == (
+        "Feature=island-ib01 Gres=gpu:8 RealMemory=1843200 State=DRAIN Reason=ndfleet:burnin:awaiting"
+    )
     assert slurmd_args(site, "ib01")[:3] == ["-Z", "--conf-server", f"{controller}:6817"]
     with pytest.raises(ValueError, match="unknown island"):
         dynamic_node_conf(site, "ib09")
@@ -97,17 +109,137 @@ def test_slurm_topology_output_matches_the_rendered_partitions(prod: ClusterSpec
             assert any(ln.startswith(line) for ln in lines)
 
 
-def test_slurmd_starts_only_after_validation_on_a_compute_node(prod: ClusterSpec) -> None:
-    files = {f.path: f.content for f in slurm_node_files(prod, prod.islands[0])}
-    dropin = files["/etc/systemd/system/slurmd.service.d/ndfleet.conf"]
-    assert "Requires=ndfleet-validated.target ndfleet-slurm-setup.service" in dropin
-    assert "After=ndfleet-validated.target ndfleet-slurm-setup.service" in dropin
-    assert "Wants=slurmd.service" in files["/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf"]
-    assert "ExecStart=/usr/sbin/slurmd -D -Z --conf-server ${SLURMD_CONF_SERVER} --conf ${SLURMD_CONF}" in dropin
-    setup = files["/usr/local/sbin/ndfleet-slurm-setup"]
-    assert "Feature=island-ib00 Gres=gpu:8 RealMemory=1843200" in setup and "SLURMD_CONF_SERVER=" in setup
-    assert "HealthCheckProgram" not in setup
+def _compute_files(spec: ClusterSpec) -> dict[str, str]:
+    return {f.path: f.content for f in slurm_node_files(spec, spec.islands[0])}
+
+
+def _ini(text: str) -> dict[str, list[str]]:
+    """`Key=value` lines of a unit file: key -> values in order (comments and sections skipped)."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def test_compute_nodes_enable_and_start_the_slurm_setup(prod: ClusterSpec) -> None:
+    # Bug 1 (issue 16): nothing started the set-up on compute nodes, so Slurm was never installed.
+    ext = slurm_bootstrap_extensions(prod, prod.islands[0])
+    assert "ndfleet-slurm-setup.service" in ext.enable_units
+    assert "ndfleet-slurm-setup.service" in ext.start_units
+    user_data = prepare(spec_of(nodes=2)).islands[0].bootstrap.user_data
+    assert "  - [systemctl, enable, ndfleet-slurm-setup.service]" in user_data
+    assert "  - [systemctl, start, --no-block, ndfleet-slurm-setup.service]" in user_data
+
+
+def test_the_validated_target_wants_a_unit_that_exists_at_boot_not_slurmd(prod: ClusterSpec) -> None:
+    # Bug 1: slurmd.service does not exist when the target's start job is queued at first boot, and a Wants= on a
+    # unit that is not there is dropped. The target wants ndfleet-slurmd.service, which is in the bootstrap.
+    files = _compute_files(prod)
+    wants = _ini(files["/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf"])["Wants"]
+    assert wants == ["ndfleet-slurmd.service"]
+    assert "/etc/systemd/system/ndfleet-slurmd.service" in files
+
+
+def test_slurmd_is_started_after_validation_and_setup_by_a_unit_of_its_own(prod: ClusterSpec) -> None:
+    unit = _ini(_compute_files(prod)["/etc/systemd/system/ndfleet-slurmd.service"])
+    assert unit["Requires"] == ["ndfleet-validated.target ndfleet-slurm-setup.service"]
+    assert unit["After"] == ["ndfleet-validated.target ndfleet-slurm-setup.service"]
+    assert unit["Type"] == ["oneshot"]
+    assert unit["ExecStart"] == ["/usr/bin/systemctl start --no-block slurmd.service"]
+
+
+def test_the_setup_loads_the_installed_slurmd_unit(prod: ClusterSpec) -> None:
+    setup = _compute_files(prod)["/usr/local/sbin/ndfleet-slurm-setup"]
+    tail = setup[setup.index("SLURMD_OPTIONS="):]
+    assert "systemctl daemon-reload" in tail
+
+
+def test_slurmd_keeps_the_package_unit_and_only_gains_order(prod: ClusterSpec) -> None:
+    # Bug 2: an ExecStart override with -D under the package's Type=notify never sent READY=1.
+    dropin = _ini(_compute_files(prod)["/etc/systemd/system/slurmd.service.d/ndfleet.conf"])
+    assert "ExecStart" not in dropin and "Type" not in dropin and "EnvironmentFile" not in dropin
+    assert dropin["Requires"] == ["ndfleet-validated.target ndfleet-slurm-setup.service"]
+    assert dropin["After"] == ["ndfleet-validated.target ndfleet-slurm-setup.service"]
+
+
+def _systemd_split(value: str) -> list[str]:
+    """What systemd makes of an unbraced $VAR standing as a word: split at whitespace, quotes removed
+    (src/basic/env-util.c replace_env_argv, EXTRACT_UNQUOTE; double quotes, no escapes in our values)."""
+    import shlex
+
+    return shlex.split(value)
+
+
+def _environment_file_value(line: str) -> str:
+    """systemd's EnvironmentFile= parser for a value that does not start with a quote: kept verbatim, trailing
+    whitespace removed (src/basic/env-file.c, state VALUE)."""
+    key, _, value = line.partition("=")
+    assert value and value[0] not in "\"'", "a leading quote would be parsed as a quoted value"
+    return value.rstrip()
+
+
+def test_slurmd_options_reach_slurmd_as_the_intended_arguments(prod: ClusterSpec) -> None:
+    setup = _compute_files(prod)["/usr/local/sbin/ndfleet-slurm-setup"]
+    # The set-up writes the line with printf '%s\n' and a single-quoted argument: take that argument.
+    written = next(ln for ln in setup.splitlines() if ln.startswith("printf 'SLURMD_OPTIONS=%s\\n' "))
+    import shlex
+
+    quoted = shlex.split(written)[2]
+    value = _environment_file_value("SLURMD_OPTIONS=" + quoted)
+    assert _systemd_split(value) == slurmd_args(slurm_site(prod), prod.islands[0].name)
+    assert _systemd_split(value)[-2:] == [
+        "--conf", "Feature=island-ib00 Gres=gpu:8 RealMemory=1843200 State=DRAIN Reason=ndfleet:burnin:awaiting",
+    ]
+
+
+def test_the_health_check_program_is_a_shell_wrapper(prod: ClusterSpec) -> None:
+    files = _compute_files(prod)
+    assert "HealthCheckProgram" not in files["/usr/local/sbin/ndfleet-slurm-setup"]
     assert files["/usr/local/sbin/ndfleet-slurm-health"].startswith("#!/bin/sh")
+
+
+@pytest.mark.parametrize("role", ["controller", "login", "compute"])
+def test_packages_come_signed_from_the_stable_channel(prod: ClusterSpec, role: str) -> None:
+    # Bug 3: plain Ubuntu has no Microsoft key and the source had no signed-by=; `insiders` was the wrong channel.
+    setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
+    text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
+    key = "https://packages.microsoft.com/keys/microsoft.asc"
+    assert f"curl_ -o /usr/share/keyrings/microsoft-prod.asc.new {key}" in text
+    assert ("signed-by=/usr/share/keyrings/microsoft-prod.asc] https://packages.microsoft.com/repos/slurm-ubuntu-"
+            "${codename}/ stable main") in text
+    assert "insiders" not in text
+    assert text.index("microsoft.asc") < text.index("apt_ update")
+
+
+@pytest.mark.parametrize("role", ["controller", "login", "compute"])
+def test_every_apt_call_waits_for_the_dpkg_lock(prod: ClusterSpec, role: str) -> None:
+    setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
+    text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
+    calls = [ln.strip() for ln in text.splitlines()
+             if "apt-get" in ln or "apt-mark" in ln or ln.strip().startswith("apt_ ")]
+    assert calls
+    for call in calls:
+        assert call.startswith("apt_ ") or f"DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_S}" in call, call
+    install = next(c for c in calls if c.startswith("apt_ install"))
+    assert "--allow-change-held-packages" in install
+
+
+def test_key_vault_403_and_404_are_retried_within_the_units_limit(prod: ClusterSpec) -> None:
+    text = machine_bootstrap(prod, "controller").files["ndfleet-slurm-setup"]
+    assert "403|404|429|5??|000" in text
+    assert f"secrets_deadline=$((SECONDS + {SECRET_WAIT_S}))" in text and f"sleep {SECRET_RETRY_S}" in text
+    # apt waits twice at most for the lock, then installs; then the secrets; all below the unit's limit.
+    assert 2 * DPKG_LOCK_TIMEOUT_S + SETUP_INSTALL_ALLOWANCE_S + SECRET_WAIT_S + SECRET_RETRY_S < SETUP_TIMEOUT_S
+    service = _ini(machine_bootstrap(prod, "controller").files["ndfleet-slurm-setup.service"])
+    assert service["TimeoutStartSec"] == [str(SETUP_TIMEOUT_S)]
+
+
+def test_the_default_slurm_version_is_a_plausible_package_version() -> None:
+    from ndfleet.spec.config import SlurmConfig
+
+    assert SlurmConfig().version == "25.11.5-1"
 
 
 def test_compute_bootstrap_carries_the_slurm_files_only_with_slurm() -> None:
@@ -171,6 +303,10 @@ def test_rendered_scripts_pass_shellcheck(prod: ClusterSpec, tmp_path: Path) -> 
         ({"slurm": {"databaseSku": "Standard_F4s"}}, "ndfleet:slurm.databaseSku = 'Standard_F4s'"),
         ({"slurm": {"loginCount": 0}}, "ndfleet:slurm.loginCount = 0"),
         ({"slurm": {"version": "latest"}}, "ndfleet:slurm.version = 'latest'"),
+        ({"slurm": {"version": "21.08.8-1"}}, "Slurm 22.05 or newer"),
+        ({"slurm": {"version": "25.13.1-1"}}, "YY.MM.P-R"),
+        ({"slurm": {"version": "25.11.5"}}, "YY.MM.P-R"),
+        ({"slurm": {"version": "25.11.5-1\nx"}}, "YY.MM.P-R"),
         ({"slurm": {"controllerVmSizee": "x"}}, "ndfleet:slurm.controllerVmSizee is not a known setting"),
         ({"scheduler": "pbs"}, "ndfleet:scheduler = 'pbs'"),
         ({"scheduler": "none", "slurm": {"loginCount": 2}}, "ndfleet:slurm is set but ndfleet:scheduler = 'none'"),

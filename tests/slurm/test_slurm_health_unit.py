@@ -60,7 +60,7 @@ def _validator(tmp_path: Path, body: str) -> list[str]:
         ('json.dump({"status": "unhealthy", "checks": [{"id": "ib.rate", "status": "fail"}]}, open(report, "w"))\n'
          "sys.exit(1)", Verdict(False, ("ib.rate",))),
         ("sys.exit(2)", Verdict(False, ("validate-error",))),
-        ('open(report, "w").write("not json")', Verdict(False, ("validate-error",))),
+        ('open(report, "w").write("not json")', Verdict(False, ("validate-bad-report",))),
         ("time.sleep(30)", Verdict(False, ("validate-timeout",))),
     ],
     ids=["healthy", "unhealthy", "could-not-run", "bad-report", "hung"],
@@ -77,13 +77,22 @@ def test_reap_picks_only_dynamic_nodes_down_and_silent_long_enough() -> None:
     assert gone(nodes, now, after_s=0) == ["prod-ib00-000004", "prod-ib00-00000a"]
 
 
-def test_standalone_scripts_run_without_the_package(tmp_path: Path) -> None:
-    # On the machines the modules run as single files (python3 /usr/local/lib/ndfleet/slurm_health.py).
-    node_dir = Path(__file__).resolve().parents[2] / "node" / "ndfleet_node"
-    for name in ("slurm_health", "slurm_reap"):
-        proc = subprocess.run([sys.executable, str(node_dir / f"{name}.py"), "--help"], capture_output=True,
-                              text=True, timeout=60, cwd=tmp_path, check=False)
-        assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> None:
+    # On the controller (no node program there) slurm_reap runs as `python3 -m ndfleet_node.slurm_reap` from
+    # /usr/local/lib/ndfleet, holding only the modules machines.py ships.
+    from ndfleet.slurm.machines import LIB_DIR, machine_bootstrap
+    from ndfleet.spec.config import load_spec
+    from tests.conftest import base_config
+
+    rendered = machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller")
+    for name, path in rendered.node_paths.items():
+        if path.startswith(LIB_DIR + "/"):
+            target = tmp_path / path[len(LIB_DIR) + 1 :]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(rendered.files[name])
+    proc = subprocess.run([sys.executable, "-m", "ndfleet_node.slurm_reap", "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=False)
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
 
 
 class FakeScontrol:

@@ -1,0 +1,181 @@
+"""slurm-health under hostile input: reasons that mimic fields, reports of the wrong shape, scontrol that says bytes
+that are not UTF-8 or far too much. Nothing it does not understand may resume a node or leave a failing one idle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ndfleet_node.slurm_health import (
+    MAX_SCONTROL_BYTES,
+    NodeState,
+    Scontrol,
+    ScontrolError,
+    Verdict,
+    act,
+    parse_node,
+    run_validation,
+)
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+
+PASS = Verdict(True, ())
+FAIL = Verdict(False, ("gpu.ecc",))
+STAMP = "[root@2026-12-03T08:00:00]"
+
+
+class FakeScontrol:
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.calls: list[str] = []
+
+    def node(self, name: str) -> NodeState:
+        return parse_node(self.line)
+
+    def drain(self, name: str, reason: str) -> None:
+        self.calls.append(f"drain {reason}")
+
+    def resume(self, name: str) -> None:
+        self.calls.append("resume")
+
+
+def _script(tmp_path: Path, name: str, body: str) -> list[str]:
+    path = tmp_path / name
+    path.write_text(f"#!{sys.executable}\nimport sys, os, time\n{body}\n")
+    path.chmod(0o755)
+    return [str(path)]
+
+
+# --- an administrator's reason that looks like fields
+
+
+def test_a_reason_holding_state_idle_leaves_the_node_drained() -> None:
+    node = parse_node(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason=back at State=IDLE soon {STAMP}")
+    assert node.drained
+    assert node.reason == "back at State=IDLE soon"
+
+
+def test_an_admin_drain_mentioning_state_idle_is_neither_overwritten_nor_resumed() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason=maintenance State=IDLE {STAMP}")
+    assert act(fake, "n", FAIL).drained and act(fake, "n", PASS).drained  # type: ignore[arg-type]
+    assert fake.calls == []
+
+
+def test_a_reason_mimicking_ours_after_a_field_is_not_ours() -> None:
+    node = parse_node(f"NodeName=n State=IDLE+DRAIN Reason=ops Reason=ndfleet:gpu.ecc {STAMP}")
+    assert node.reason == "ops Reason=ndfleet:gpu.ecc" and not node.drained_by_health_check
+
+
+def test_fields_after_the_reason_are_not_part_of_it() -> None:
+    node = parse_node(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP} Comment=State=IDLE x Extra=y")
+    assert node.reason == "ndfleet:gpu.ecc" and node.drained_by_health_check
+
+
+def test_the_awaiting_burnin_drain_is_never_resumed_by_the_health_check() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason={AWAITING_BURNIN_REASON} {STAMP}")
+    outcome = act(fake, "n", PASS)  # type: ignore[arg-type]
+    assert fake.calls == [] and outcome.drained
+
+
+def test_an_answer_without_a_state_field_is_not_understood() -> None:
+    with pytest.raises(ValueError, match="NodeName=/State="):
+        parse_node("Node n not found")
+
+
+# --- first registration on a new OS disk
+
+
+def test_a_healthy_node_new_on_this_disk_is_drained_awaiting_burnin() -> None:
+    fake = FakeScontrol("NodeName=n State=IDLE+DYNAMIC_NORM")
+    outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"] and outcome.queued_for_burnin
+
+
+def test_a_node_registered_awaiting_burnin_is_only_marked() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason={AWAITING_BURNIN_REASON} {STAMP}")
+    outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [] and outcome.queued_for_burnin
+
+
+def test_a_drain_without_reason_from_an_older_slurms_registration_gets_the_burnin_reason() -> None:
+    # Slurm < 23.02.2 honours State=DRAIN of slurmd --conf but drops its Reason.
+    fake = FakeScontrol("NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM ThreadsPerCore=1")
+    outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"] and outcome.queued_for_burnin
+
+
+def test_an_admin_drain_on_a_new_disk_is_left_and_burnin_stays_pending() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason=maintenance {STAMP}")
+    outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [] and not outcome.queued_for_burnin
+
+
+def test_our_own_drain_on_a_new_disk_becomes_awaiting_burnin_not_resume() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP}")
+    act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"]
+
+
+# --- validator reports of the wrong shape
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ([], "ndfleet:validate-bad-report"),
+        ({"status": "healthy", "checks": 5}, "ndfleet:validate-bad-report"),
+        ({"status": "healthy", "checks": ["x"]}, "ndfleet:validate-bad-report"),
+        ({"status": "healthy"}, "ndfleet:validate-bad-report"),
+        ({"status": "healthy", "checks": [{"id": "gpu.count", "status": "weird"}]}, "ndfleet:gpu.count"),
+        ({"status": "unhealthy", "checks": [{"id": "a b;rm", "status": "fail"}]}, "ndfleet:validate-bad-check-id"),
+        ({"status": "unhealthy", "checks": [{"id": ["x"], "status": "fail"}]}, "ndfleet:validate-bad-check-id"),
+    ],
+    ids=["list", "checks-int", "checks-of-strings", "no-checks", "unknown-status", "id-with-spaces", "id-a-list"],
+)
+def test_a_report_of_the_wrong_shape_drains_the_node_with_a_named_reason(
+    tmp_path: Path, doc: object, reason: str
+) -> None:
+    validator = _script(tmp_path, "validate", f"open(sys.argv[-1], 'w').write({json.dumps(json.dumps(doc))})")
+    verdict = run_validation(validator, tmp_path / "report.json", timeout_s=30)
+    assert not verdict.healthy and verdict.reason == reason
+    fake = FakeScontrol("NodeName=n State=IDLE")
+    act(fake, "n", verdict)  # type: ignore[arg-type]
+    assert fake.calls == [f"drain {reason}"]
+
+
+@pytest.mark.parametrize("body", ["NaN", "[1e999999]", "\xff\xfe", "[" * 100000])
+def test_a_report_that_is_not_json_we_understand_is_a_named_failure(tmp_path: Path, body: str) -> None:
+    validator = _script(tmp_path, "validate", f"open(sys.argv[-1], 'wb').write({body.encode('latin-1')!r})")
+    verdict = run_validation(validator, tmp_path / "report.json", timeout_s=30)
+    assert not verdict.healthy and verdict.failed_checks in (("validate-bad-report",), ("validate-error",))
+
+
+def test_a_huge_report_is_not_read_whole(tmp_path: Path) -> None:
+    validator = _script(tmp_path, "validate", "f = open(sys.argv[-1], 'wb'); f.seek(64 * 2**20); f.write(b'x')")
+    assert run_validation(validator, tmp_path / "report.json", timeout_s=30) == Verdict(False, ("validate-bad-report",))
+
+
+# --- scontrol that misbehaves
+
+
+def test_non_utf8_from_scontrol_is_decoded_not_a_crash(tmp_path: Path) -> None:
+    body = ("sys.stdout.buffer.write(b'NodeName=n State=IDLE+DRAIN Reason=caf\\xe9 ops [root@2026-12-03T08:00:00]')")
+    node = Scontrol(_script(tmp_path, "scontrol", body), timeout_s=30).node("n")
+    assert node.drained and node.reason.startswith("caf") and not node.drained_by_health_check
+
+
+def test_a_flood_from_scontrol_is_refused(tmp_path: Path) -> None:
+    body = f"sys.stdout.buffer.write(b'NodeName=n State=IDLE ' + b'x' * {MAX_SCONTROL_BYTES + 10})"
+    with pytest.raises(ScontrolError, match="more than"):
+        Scontrol(_script(tmp_path, "scontrol", body), timeout_s=30).node("n")
+
+
+def test_a_hung_scontrol_is_a_named_error(tmp_path: Path) -> None:
+    with pytest.raises(ScontrolError, match="timed out"):
+        Scontrol(_script(tmp_path, "scontrol", "time.sleep(60)"), timeout_s=1).node("n")
+
+
+def test_an_unparsable_answer_is_an_scontrol_error(tmp_path: Path) -> None:
+    with pytest.raises(ScontrolError, match="NodeName=/State="):
+        Scontrol(_script(tmp_path, "scontrol", "print('garbage')"), timeout_s=30).node("n")
