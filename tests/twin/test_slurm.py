@@ -1,0 +1,143 @@
+"""The booted cluster's Slurm: controller and login set up from their own boot data, slurmd under systemd as the
+package ships it, nodes registering drained until burn-in, jobs kept inside an island, reboots and restarts."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+
+import pytest
+
+from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
+from tests.twin.machine import TwinMachine
+from tests.twin.test_boot import BOOT_TIMEOUT_S, healthy_nodes
+from tests.twin.twin import Twin, wait_all
+
+SETUP_UNITS = ("cloud-final.service", "ndfleet-slurm-setup.service", "slurmctld.service", "slurmdbd.service")
+AWAITING = "ndfleet:burnin:awaiting"
+
+
+def controller(twin: Twin) -> TwinMachine:
+    return twin.role("controller")[0]
+
+
+def login(twin: Twin) -> TwinMachine:
+    return twin.role("login")[0]
+
+
+def nodes_by_name(tm: TwinMachine) -> dict[str, dict[str, str]]:
+    """`scontrol -o show node`, one dict of fields per node (the reason is the last field and may hold spaces)."""
+    out = tm.run("scontrol -o show node", check=False).stdout
+    nodes = {}
+    for line in out.splitlines():
+        head, _, reason = line.partition(" Reason=")
+        fields = dict(kv.split("=", 1) for kv in head.split() if "=" in kv)
+        fields["Reason"] = reason
+        nodes[fields.get("NodeName", "?")] = fields
+    return nodes
+
+
+def systemd_seconds(span: str) -> float:
+    """A systemd time span as `systemctl show` prints it ("1min 30s") in seconds."""
+    units = {"ms": 0.001, "s": 1, "min": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|min|s|h)", span))
+
+
+@pytest.fixture(scope="module")
+def slurm_up(twin: Twin) -> Twin:
+    wait_all(
+        [controller(twin), login(twin)], "ndfleet-slurm-setup finished",
+        lambda tm: tm.unit_state("ndfleet-slurm-setup.service") == "active", BOOT_TIMEOUT_S, SETUP_UNITS,
+    )  # fmt: skip
+    return twin
+
+
+def test_the_controller_set_up_finishes_from_its_own_boot_data(slurm_up: Twin) -> None:
+    ctl = controller(slurm_up)
+    for unit in ("munge.service", "slurmdbd.service", "slurmctld.service"):
+        assert ctl.unit_state(unit) == "active", ctl.journal(unit)
+
+
+def test_the_munge_key_comes_from_the_vault(slurm_up: Twin) -> None:
+    want = hashlib.sha256(slurm_up.state.secrets["munge-key"].encode()).hexdigest()
+    for tm in (controller(slurm_up), login(slurm_up)):
+        assert tm.run("sha256sum /etc/munge/munge.key").stdout.split()[0] == want
+
+
+def test_slurm_packages_come_from_microsofts_repository_with_its_key(slurm_up: Twin) -> None:
+    ctl = controller(slurm_up)
+    source = ctl.run("cat /etc/apt/sources.list.d/ndfleet-slurm.list").stdout
+    assert "signed-by=" in source and " stable main" in source
+    version = slurm_up.plan.outputs["slurm"]["slurmVersion"]
+    assert ctl.run("dpkg-query -W -f='${Version}' slurm-smd-slurmctld").stdout == version
+
+
+def test_slurmdbd_reaches_the_database_with_the_vault_password(slurm_up: Twin) -> None:
+    ctl = controller(slurm_up)
+    ctl.wait_for("sacctmgr answers", lambda: ctl.run("sacctmgr -n list cluster", check=False).returncode == 0, 120)
+
+
+def test_the_login_node_reaches_the_controller(slurm_up: Twin) -> None:
+    lg = login(slurm_up)
+    lg.wait_for("sinfo answers", lambda: lg.run("sinfo -h", check=False).returncode == 0, 120)
+
+
+def test_slurmd_runs_the_package_unit_and_starts_only_after_validation(slurm_up: Twin) -> None:
+    for tm in healthy_nodes(slurm_up):
+        tm.wait_for("slurmd active", lambda tm=tm: tm.unit_state("slurmd.service") == "active", BOOT_TIMEOUT_S,
+                    ("ndfleet-slurm-setup.service", "ndfleet-slurmd.service", "slurmd.service"))  # fmt: skip
+        assert tm.prop("slurmd.service", "Type") == "notify"
+        assert tm.prop("slurmd.service", "FragmentPath").endswith("/lib/systemd/system/slurmd.service")
+        started = int(tm.prop("slurmd.service", "ExecMainStartTimestampMonotonic"))
+        validated = int(tm.prop("ndfleet-validated.target", "ActiveEnterTimestampMonotonic"))
+        assert 0 < validated < started
+
+
+def test_validated_nodes_register_in_their_island_drained_awaiting_burn_in(slurm_up: Twin) -> None:
+    ctl = controller(slurm_up)
+    want = {tm.name: tm.spec.island for tm in healthy_nodes(slurm_up)}
+    ctl.wait_for(
+        "every healthy node registered awaiting burn-in",
+        lambda: all(nodes_by_name(ctl).get(n, {}).get("Reason", "").startswith(AWAITING) for n in want), 300,
+    )  # fmt: skip
+    nodes = nodes_by_name(ctl)
+    for name, island in want.items():
+        assert f"island-{island}" in nodes[name]["AvailableFeatures"].split(","), nodes[name]
+        assert "DRAIN" in nodes[name]["State"], nodes[name]
+    assert FAULTY_NODE not in nodes
+
+
+def test_burn_in_resumes_the_good_nodes_and_keeps_the_bad_one_drained(slurm_up: Twin) -> None:
+    slurm_up.set_bad_hosts([BAD_CABLE_NODE])
+    lg = login(slurm_up)
+    cp = lg.run("ndfleet-node burnin-slurm --level quick --report /root/burnin.json", check=False, timeout=900)
+    nodes = nodes_by_name(controller(slurm_up))
+    good = [tm.name for tm in healthy_nodes(slurm_up) if tm.name != BAD_CABLE_NODE]
+    for name in good:
+        assert "DRAIN" not in nodes[name]["State"], (nodes[name], cp.stdout, cp.stderr)
+    assert "DRAIN" in nodes[BAD_CABLE_NODE]["State"], nodes[BAD_CABLE_NODE]
+    assert nodes[BAD_CABLE_NODE]["Reason"].startswith("ndfleet:burnin:"), nodes[BAD_CABLE_NODE]
+    assert not nodes[BAD_CABLE_NODE]["Reason"].startswith(AWAITING)
+
+
+def test_a_two_node_job_runs_inside_one_island(slurm_up: Twin) -> None:
+    cp = login(slurm_up).run("timeout 300 srun -p ib00 -N 2 hostname", timeout=360)
+    hosts = set(cp.stdout.split())
+    assert len(hosts) == 2 and all(h.startswith("twin-ib00-") for h in hosts), cp.stdout
+
+
+def test_a_job_larger_than_an_island_is_refused(slurm_up: Twin) -> None:
+    cp = login(slurm_up).run("sbatch -p ib00 -N 4 --wrap hostname", check=False)
+    assert cp.returncode != 0
+    assert re.search(r"node configuration is not available|Node count specification invalid", cp.stderr), cp.stderr
+
+
+def test_slurmd_stays_up_across_two_start_timeouts(slurm_up: Twin) -> None:
+    for tm in healthy_nodes(slurm_up):
+        timeout_s = systemd_seconds(tm.prop("slurmd.service", "TimeoutStartUSec"))
+        started = int(tm.prop("slurmd.service", "ExecMainStartTimestampMonotonic")) / 1e6
+        now = float(tm.run("cut -d' ' -f1 /proc/uptime").stdout)
+        time.sleep(max(0.0, started + 2 * timeout_s + 5 - now))
+        assert tm.unit_state("slurmd.service") == "active"
+        assert tm.prop("slurmd.service", "NRestarts") == "0"
