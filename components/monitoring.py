@@ -31,7 +31,7 @@ import pulumi_azure_native.network as network
 import pulumi_azure_native.privatedns as privatedns
 
 from ndfleet.monitoring.agent import INGEST_STREAM
-from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, RULE_GROUPS, Alert
+from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
 from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
@@ -261,10 +261,8 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        for group in RULE_GROUPS:
-            rules = [a for a in args.alerts if a.group == group]
-            if not rules:
-                continue
+        # At most MAX_RULES_PER_GROUP rules per group: a larger table group becomes several (rule_groups).
+        for group, rules in rule_groups(list(args.alerts)):
             alertsmanagement.PrometheusRuleGroup(
                 f"{name}-rules-{group}",
                 resource_group_name=rg,
