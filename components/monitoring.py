@@ -130,7 +130,7 @@ class Monitoring(pulumi.ComponentResource):
             opts=child,
         )
         # The node identity may publish metrics through this rule and nothing else.
-        authorization.RoleAssignment(
+        publish_grant = authorization.RoleAssignment(
             f"{name}-nodes-publish",
             scope=dcr.id,
             principal_id=args.node_principal_id,
@@ -150,7 +150,7 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        monitor.PrivateLinkScopedResource(
+        scoped_dce = monitor.PrivateLinkScopedResource(
             f"{name}-ampls-dce",
             resource_group_name=rg,
             scope_name=scope.name,
@@ -178,7 +178,7 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        privatedns.VirtualNetworkLink(
+        dns_link = privatedns.VirtualNetworkLink(
             f"{name}-monitor-dns-link",
             resource_group_name=rg,
             private_zone_name=zone.name,
@@ -188,14 +188,17 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        network.PrivateDnsZoneGroup(
+        dns_group = network.PrivateDnsZoneGroup(
             f"{name}-ampls-dns-group",
             resource_group_name=rg,
             private_endpoint_name=endpoint.name,
             private_dns_zone_group_name="default",
             private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="monitor", private_dns_zone_id=zone.id)],
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[endpoint, dns_link]),
         )
+        # What a node needs before its agent first writes: the endpoint in the scope, the private path to it (the
+        # endpoint, the zone's VNet link, the A records) and its Monitoring Metrics Publisher assignment.
+        self.boot_dependencies: list[pulumi.Resource] = [scoped_dce, endpoint, dns_link, dns_group, publish_grant]
 
         # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
         grafana = dashboard.Grafana(

@@ -70,7 +70,7 @@ class SlurmCluster(pulumi.ComponentResource):
             opts=child,
         )
         # The compute nodes read the munge key only.
-        authorization.RoleAssignment(
+        munge_grant = authorization.RoleAssignment(
             f"{name}-nodes-munge",
             scope=vault.munge_secret_id,
             principal_id=args.node_principal_id,
@@ -79,6 +79,10 @@ class SlurmCluster(pulumi.ComponentResource):
             opts=child,
         )
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
+        # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.
+        machine_needs = [*vault.boot_dependencies, *share.boot_dependencies]
+        # The compute nodes also need their munge-key role assignment: give this to IbIslandArgs.boot_dependencies.
+        self.node_boot_dependencies: list[pulumi.Resource] = [*machine_needs, munge_grant]
         controller_ip, login_ips = slurm_addresses(spec)
 
         def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
@@ -88,7 +92,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 subscription_id=args.subscription_id, admin_username=spec.admin_username,
                 ssh_public_key=spec.ssh_public_key, custom_data=machine_bootstrap(spec, role).custom_data,
                 user_data=machine_user_data(spec, role), zone=spec.zone, tags=spec.tags,
-                secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags),
+                secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags), boot_dependencies=machine_needs,
             )
 
         controller = SlurmHost(
@@ -98,6 +102,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 secret_ids=[vault.munge_secret_id, vault.db_secret_id],
                 boot_tags={**self.node_tags, TAG_DB_HOST: database.host},
                 state_disk_gb=spec.slurm.controller_state_disk_gb,
+                boot_dependencies=[*machine_needs, *database.boot_dependencies],
             ),
             opts=child,
         )

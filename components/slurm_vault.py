@@ -51,6 +51,7 @@ class SlurmVault(pulumi.ComponentResource):
     munge_secret_id: pulumi.Output[str]
     db_secret_id: pulumi.Output[str]
     db_password: pulumi.Output[str]
+    boot_dependencies: list[pulumi.Resource]
 
     def __init__(self, name: str, args: SlurmVaultArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmVault", name, None, opts)
@@ -79,8 +80,7 @@ class SlurmVault(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
-        cannot_delete_lock(f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self)
-        private_link(
+        link = private_link(
             f"{name}-kv",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
@@ -93,6 +93,7 @@ class SlurmVault(pulumi.ComponentResource):
                 tags=tags,
             ),
             self,
+            after=[vault],
         )
         munge = random.RandomPassword(f"{name}-munge-key", length=MUNGE_KEY_LENGTH, special=False, opts=child)
         db_password = random.RandomPassword(
@@ -127,6 +128,12 @@ class SlurmVault(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        cannot_delete_lock(
+            f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self,
+            after=[*link.boot_dependencies, munge_secret, db_secret],
+        )
+        # What a machine needs before it reads its secret through the private endpoint at first boot.
+        self.boot_dependencies = link.boot_dependencies
         self.vault_name = vault.name
         self.vault_id = vault.id
         self.munge_secret_id = munge_secret.id
