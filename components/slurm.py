@@ -11,7 +11,7 @@ import pulumi_azure_native.authorization as authorization
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import KEY_VAULT_SECRETS_USER_ROLE_ID, SlurmHost, SlurmHostArgs, role_definition
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
-from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs, vault_name
+from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
 from ndfleet.spec.config import ClusterSpec
@@ -45,7 +45,7 @@ class SlurmCluster(pulumi.ComponentResource):
             f"{name}-secrets",
             SlurmVaultArgs(
                 resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
-                vault_name=sub.apply(lambda s: vault_name(spec.name_prefix, s, spec.stack)), **endpoints,
+                name_prefix=spec.name_prefix, **endpoints,
             ),
             opts=child,
         )
