@@ -160,11 +160,17 @@ class Cluster(pulumi.ComponentResource):
             )
             node_tags[TAG_METRICS_ENDPOINT] = monitoring.ingest_endpoint
             node_tags[TAG_METRICS_DCR] = monitoring.rule_immutable_id
-        ImpactReporting(
+        node_boot_dependencies: list[pulumi.Resource] = list(store.boot_dependencies)
+        if slurm is not None:
+            node_boot_dependencies += slurm.node_boot_dependencies
+        if monitoring is not None:
+            node_boot_dependencies += monitoring.boot_dependencies
+        impact = ImpactReporting(
             f"{name}-impact",
             ImpactReportingArgs(spec=spec, principal_id=identity.principal_id, subscription_id=subscription_id),
             opts=child,
         )
+        node_boot_dependencies += impact.boot_dependencies
         self.islands = [
             IbIsland(
                 f"{name}-{p.island.name}",
@@ -188,8 +194,9 @@ class Cluster(pulumi.ComponentResource):
                     spot_max_price=spec.spot_max_price,
                     proximity_placement_group=spec.proximity_placement_group,
                     tags=node_tags,
-                    # First-boot mounts need the private endpoint, its DNS record and the role assignment.
-                    boot_dependencies=store.boot_dependencies,
+                    # First boot needs every private endpoint it reaches, their DNS records and the node
+                    # identity's role assignments: blob storage, and with them on, Slurm and monitoring.
+                    boot_dependencies=node_boot_dependencies,
                 ),
                 opts=child,
             )

@@ -30,9 +30,11 @@ class ImpactReporting(pulumi.ComponentResource):
     def __init__(self, name: str, args: ImpactReportingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:ImpactReporting", name, None, opts)
         self.enabled = args.spec.health.impact_reporting
+        # A node that fails validation at first boot reports at once: the scale sets wait for the assignment.
+        self.boot_dependencies: list[pulumi.Resource] = []
         if self.enabled:
             subscription = pulumi.Output.from_input(args.subscription_id)
-            authorization.RoleAssignment(
+            grant = authorization.RoleAssignment(
                 f"{name}-reporter",
                 scope=subscription.apply(lambda sub: f"/subscriptions/{sub}"),
                 principal_id=args.principal_id,
@@ -43,4 +45,5 @@ class ImpactReporting(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            self.boot_dependencies.append(grant)
         self.register_outputs({"enabled": self.enabled})

@@ -31,7 +31,7 @@ import pulumi_azure_native.network as network
 import pulumi_azure_native.privatedns as privatedns
 
 from ndfleet.monitoring.agent import INGEST_STREAM
-from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, RULE_GROUPS, Alert
+from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
 from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
@@ -130,7 +130,7 @@ class Monitoring(pulumi.ComponentResource):
             opts=child,
         )
         # The node identity may publish metrics through this rule and nothing else.
-        authorization.RoleAssignment(
+        publish_grant = authorization.RoleAssignment(
             f"{name}-nodes-publish",
             scope=dcr.id,
             principal_id=args.node_principal_id,
@@ -150,7 +150,7 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        monitor.PrivateLinkScopedResource(
+        scoped_dce = monitor.PrivateLinkScopedResource(
             f"{name}-ampls-dce",
             resource_group_name=rg,
             scope_name=scope.name,
@@ -178,7 +178,7 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        privatedns.VirtualNetworkLink(
+        dns_link = privatedns.VirtualNetworkLink(
             f"{name}-monitor-dns-link",
             resource_group_name=rg,
             private_zone_name=zone.name,
@@ -188,14 +188,17 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        network.PrivateDnsZoneGroup(
+        dns_group = network.PrivateDnsZoneGroup(
             f"{name}-ampls-dns-group",
             resource_group_name=rg,
             private_endpoint_name=endpoint.name,
             private_dns_zone_group_name="default",
             private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="monitor", private_dns_zone_id=zone.id)],
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[endpoint, dns_link]),
         )
+        # What a node needs before its agent first writes: the endpoint in the scope, the private path to it (the
+        # endpoint, the zone's VNet link, the A records) and its Monitoring Metrics Publisher assignment.
+        self.boot_dependencies: list[pulumi.Resource] = [scoped_dce, endpoint, dns_link, dns_group, publish_grant]
 
         # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
         grafana = dashboard.Grafana(
@@ -261,10 +264,8 @@ class Monitoring(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        for group in RULE_GROUPS:
-            rules = [a for a in args.alerts if a.group == group]
-            if not rules:
-                continue
+        # At most MAX_RULES_PER_GROUP rules per group: a larger table group becomes several (rule_groups).
+        for group, rules in rule_groups(list(args.alerts)):
             alertsmanagement.PrometheusRuleGroup(
                 f"{name}-rules-{group}",
                 resource_group_name=rg,

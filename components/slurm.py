@@ -11,7 +11,7 @@ import pulumi_azure_native.authorization as authorization
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import KEY_VAULT_SECRETS_USER_ROLE_ID, SlurmHost, SlurmHostArgs, role_definition
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
-from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs, vault_name
+from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
 from ndfleet.spec.config import ClusterSpec
@@ -45,7 +45,7 @@ class SlurmCluster(pulumi.ComponentResource):
             f"{name}-secrets",
             SlurmVaultArgs(
                 resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
-                vault_name=sub.apply(lambda s: vault_name(spec.name_prefix, s, spec.stack)), **endpoints,
+                name_prefix=spec.name_prefix, **endpoints,
             ),
             opts=child,
         )
@@ -70,7 +70,7 @@ class SlurmCluster(pulumi.ComponentResource):
             opts=child,
         )
         # The compute nodes read the munge key only.
-        authorization.RoleAssignment(
+        munge_grant = authorization.RoleAssignment(
             f"{name}-nodes-munge",
             scope=vault.munge_secret_id,
             principal_id=args.node_principal_id,
@@ -79,6 +79,10 @@ class SlurmCluster(pulumi.ComponentResource):
             opts=child,
         )
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
+        # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.
+        machine_needs = [*vault.boot_dependencies, *share.boot_dependencies]
+        # The compute nodes also need their munge-key role assignment: give this to IbIslandArgs.boot_dependencies.
+        self.node_boot_dependencies: list[pulumi.Resource] = [*machine_needs, munge_grant]
         controller_ip, login_ips = slurm_addresses(spec)
 
         def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
@@ -88,7 +92,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 subscription_id=args.subscription_id, admin_username=spec.admin_username,
                 ssh_public_key=spec.ssh_public_key, custom_data=machine_bootstrap(spec, role).custom_data,
                 user_data=machine_user_data(spec, role), zone=spec.zone, tags=spec.tags,
-                secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags),
+                secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags), boot_dependencies=machine_needs,
             )
 
         controller = SlurmHost(
@@ -98,6 +102,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 secret_ids=[vault.munge_secret_id, vault.db_secret_id],
                 boot_tags={**self.node_tags, TAG_DB_HOST: database.host},
                 state_disk_gb=spec.slurm.controller_state_disk_gb,
+                boot_dependencies=[*machine_needs, *database.boot_dependencies],
             ),
             opts=child,
         )

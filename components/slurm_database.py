@@ -53,6 +53,7 @@ class SlurmDatabaseArgs:
 
 class SlurmDatabase(pulumi.ComponentResource):
     host: pulumi.Output[str]
+    boot_dependencies: list[pulumi.Resource]
 
     def __init__(self, name: str, args: SlurmDatabaseArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmDatabase", name, None, opts)
@@ -75,7 +76,7 @@ class SlurmDatabase(pulumi.ComponentResource):
                 parent=self, protect=True, additional_secret_outputs=["administratorLoginPassword"]
             ),
         )
-        dbformysql.Database(
+        database = dbformysql.Database(
             f"{name}-acct-db",
             resource_group_name=args.resource_group_name,
             server_name=server.name,
@@ -84,8 +85,7 @@ class SlurmDatabase(pulumi.ComponentResource):
             collation="utf8mb4_unicode_ci",
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
-        cannot_delete_lock(f"{name}-mysql-lock", server.id, "the Slurm job accounting history", self)
-        private_link(
+        link = private_link(
             f"{name}-mysql",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
@@ -98,7 +98,13 @@ class SlurmDatabase(pulumi.ComponentResource):
                 tags=tags,
             ),
             self,
+            after=[database],
         )
+        cannot_delete_lock(
+            f"{name}-mysql-lock", server.id, "the Slurm job accounting history", self, after=link.boot_dependencies
+        )
+        # What the controller needs before slurmdbd reaches the server by name at first boot.
+        self.boot_dependencies = link.boot_dependencies
         self.server_name = server.name
         self.host = server.name.apply(lambda n: f"{n}.mysql.database.azure.com")
         self.register_outputs({"serverName": self.server_name, "host": self.host})

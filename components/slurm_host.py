@@ -54,6 +54,9 @@ class SlurmHostArgs:
     # Values the machine reads at boot from its tags (vault, NFS account, database host), besides `tags`.
     boot_tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
     state_disk_gb: int | None = None  # the controller's managed data disk (slurmctld's StateSaveLocation)
+    # What the machine reaches at first boot (the vault's, share's and database's private endpoints, their DNS):
+    # the VM waits for them, and for its own secret role assignments.
+    boot_dependencies: Sequence[pulumi.Resource] = ()
     zone: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
 
@@ -71,9 +74,10 @@ class SlurmHost(pulumi.ComponentResource):
             f"{name}-id", resource_group_name=args.resource_group_name, location=args.location, tags=base_tags,
             opts=child,
         )
+        grants: list[pulumi.Resource] = []
         for i, secret_id in enumerate(args.secret_ids):
             # Narrowest scope: the one secret, not the vault, group or subscription.
-            authorization.RoleAssignment(
+            grant = authorization.RoleAssignment(
                 f"{name}-secret-{i}",
                 scope=secret_id,
                 principal_id=identity.principal_id,
@@ -81,6 +85,7 @@ class SlurmHost(pulumi.ComponentResource):
                 role_definition_id=role_definition(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
                 opts=child,
             )
+            grants.append(grant)
         tags: dict[str, pulumi.Input[str]] = {
             **base_tags,
             **args.boot_tags,
@@ -162,7 +167,8 @@ class SlurmHost(pulumi.ComponentResource):
             user_data=args.user_data,
             diagnostics_profile=compute.DiagnosticsProfileArgs(boot_diagnostics=compute.BootDiagnosticsArgs(enabled=True)),
             tags=tags,
-            opts=child,
+            # The set-up at first boot reads the secrets and mounts the share: everything it reaches exists first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.boot_dependencies, *grants]),
         )
         self.private_ip = args.private_ip
         self.principal_id = identity.principal_id

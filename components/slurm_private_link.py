@@ -1,10 +1,14 @@
 """A private endpoint with its private DNS zone, VNet link and zone group: how a Slurm data service is reached.
 
-A plain helper (not a component): the Slurm data-service components call it with `parent=self`.
+A plain helper (not a component): the Slurm data-service components call it with `parent=self`. The endpoint
+waits for `after` (the service's own writes, so nothing writes to one resource concurrently), the zone group for
+the endpoint and the VNet link; `PrivateLink.boot_dependencies` is what a machine must wait for before its first
+boot reaches the service by name (the endpoint, the zone's VNet link and the A record the zone group writes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -24,7 +28,20 @@ class PrivateLinkArgs:
     tags: dict[str, str]
 
 
-def private_link(name: str, args: PrivateLinkArgs, parent: pulumi.Resource) -> network.PrivateEndpoint:
+@dataclass(frozen=True)
+class PrivateLink:
+    endpoint: network.PrivateEndpoint
+    dns_link: privatedns.VirtualNetworkLink
+    dns_group: network.PrivateDnsZoneGroup
+
+    @property
+    def boot_dependencies(self) -> list[pulumi.Resource]:
+        return [self.endpoint, self.dns_link, self.dns_group]
+
+
+def private_link(
+    name: str, args: PrivateLinkArgs, parent: pulumi.Resource, after: Sequence[pulumi.Resource] = ()
+) -> PrivateLink:
     child = pulumi.ResourceOptions(parent=parent)
     endpoint = network.PrivateEndpoint(
         f"{name}-pe",
@@ -37,7 +54,7 @@ def private_link(name: str, args: PrivateLinkArgs, parent: pulumi.Resource) -> n
             )
         ],
         tags=args.tags,
-        opts=child,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
     )
     zone = privatedns.PrivateZone(
         f"{name}-dns",
@@ -47,7 +64,7 @@ def private_link(name: str, args: PrivateLinkArgs, parent: pulumi.Resource) -> n
         tags=args.tags,
         opts=child,
     )
-    privatedns.VirtualNetworkLink(
+    link = privatedns.VirtualNetworkLink(
         f"{name}-dns-link",
         resource_group_name=args.resource_group_name,
         private_zone_name=zone.name,
@@ -57,21 +74,27 @@ def private_link(name: str, args: PrivateLinkArgs, parent: pulumi.Resource) -> n
         tags=args.tags,
         opts=child,
     )
-    network.PrivateDnsZoneGroup(
+    group = network.PrivateDnsZoneGroup(
         f"{name}-dns-group",
         resource_group_name=args.resource_group_name,
         private_endpoint_name=endpoint.name,
         private_dns_zone_group_name="default",
         private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name=args.group_id, private_dns_zone_id=zone.id)],
-        opts=child,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[endpoint, link]),
     )
-    return endpoint
+    return PrivateLink(endpoint, link, group)
 
 
 def cannot_delete_lock(
-    name: str, scope: pulumi.Input[str], holds: str, parent: pulumi.Resource
+    name: str,
+    scope: pulumi.Input[str],
+    holds: str,
+    parent: pulumi.Resource,
+    after: Sequence[pulumi.Resource] = (),
 ) -> None:
-    """Azure refuses to delete what this locks, whoever asks (Pulumi's `protect` only guards Pulumi)."""
+    """Azure refuses to delete what this locks, whoever asks (Pulumi's `protect` only guards Pulumi). `after`: put
+    it on last, so that nothing under it is left half-made (a failed private endpoint cannot be deleted under a
+    CanNotDelete lock: `ScopeLocked`)."""
     import pulumi_azure_native.authorization as authorization
 
     authorization.ManagementLockByScope(
@@ -80,5 +103,5 @@ def cannot_delete_lock(
         lock_name="ndfleet-data-cannot-delete",
         level="CanNotDelete",
         notes=f"Holds {holds}; remove this lock deliberately before deleting.",
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)),
     )

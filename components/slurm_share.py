@@ -7,6 +7,10 @@ metadata-heavy and not the training data path (that is blob storage or Managed L
 network, not by key or identity, and Azure Files NFS has no encryption in transit: the account therefore refuses
 HTTPS-only (secure transfer) and is reachable only inside the VNet; shared-key access is off (nothing uses keys).
 The account holds users' data: `protect`ed and locked CanNotDelete.
+
+Writes to the account run one after another, as the blob account's do (components/storage.py: Azure answers a
+concurrent write with `StorageAccountOperationInProgress`): account -> home share -> shared share -> private
+endpoint -> its DNS zone group -> the lock, last.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class SlurmShareArgs:
 
 class SlurmShare(pulumi.ComponentResource):
     account_name: pulumi.Output[str]
+    boot_dependencies: list[pulumi.Resource]
 
     def __init__(self, name: str, args: SlurmShareArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmShare", name, None, opts)
@@ -70,8 +75,9 @@ class SlurmShare(pulumi.ComponentResource):
             tags=tags,
             opts=keep,
         )
+        last: pulumi.Resource = account
         for share, quota in ((HOME_SHARE, args.home_gib), (SHARED_SHARE, args.shared_gib)):
-            storage.FileShare(
+            last = storage.FileShare(
                 f"{name}-{share}",
                 account_name=account.name,
                 resource_group_name=args.resource_group_name,
@@ -81,10 +87,9 @@ class SlurmShare(pulumi.ComponentResource):
                 # root squash would leave it unusable); only machines inside the VNet reach the share at all.
                 root_squash=storage.RootSquashType.NO_ROOT_SQUASH,
                 share_quota=quota,
-                opts=keep,
+                opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=[last]),
             )
-        cannot_delete_lock(f"{name}-account-lock", account.id, "users' home directories and shared software", self)
-        private_link(
+        link = private_link(
             f"{name}-file",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
@@ -97,7 +102,14 @@ class SlurmShare(pulumi.ComponentResource):
                 tags=tags,
             ),
             self,
+            after=[last],
         )
+        cannot_delete_lock(
+            f"{name}-account-lock", account.id, "users' home directories and shared software", self,
+            after=link.boot_dependencies,
+        )
+        # What a machine needs before it mounts the shares at first boot.
+        self.boot_dependencies = link.boot_dependencies
         self.account_name = account.name
         self.account_id = account.id
         self.register_outputs({"accountName": self.account_name})

@@ -8,7 +8,6 @@ it needs, nothing wider). customData never holds them.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,18 +27,25 @@ DB_PASSWORD_LENGTH = 40
 SOFT_DELETE_DAYS = 90
 
 
-def vault_name(prefix: str, subscription_id: str, stack: str) -> str:
-    """3-24 characters, letters, digits and '-', globally unique: derived from the subscription so it is stable."""
+# The vault's name ends in a random suffix kept in the stack's state (pulumi_random): stable for the stack's life,
+# new after `pulumi destroy`. A deleted vault keeps its name for the soft-delete retention (90 days; purge
+# protection forbids purging it sooner), so a fixed name would block redeploying the same stack for 90 days
+# (Microsoft Learn, "Azure Key Vault soft-delete overview": a soft-deleted vault's name cannot be reused).
+VAULT_SUFFIX_LENGTH = 12
+
+
+def vault_name(prefix: str, suffix: str) -> str:
+    """3-24 characters, starting with a letter, letters and digits only: 'kv', up to 10 of the prefix's letters
+    and digits, and the stack's random suffix (globally unique names: the suffix carries ~62 bits)."""
     stem = re.sub(r"[^a-z0-9]", "", prefix.lower())[:10]
-    digest = hashlib.sha256(f"{subscription_id}/{stack}/{prefix}/vault".encode()).hexdigest()[:10]
-    return f"kv{stem}{digest}"
+    return f"kv{stem}{suffix}"
 
 
 @dataclass(frozen=True)
 class SlurmVaultArgs:
     resource_group_name: pulumi.Input[str]
     location: str
-    vault_name: pulumi.Input[str]  # globally unique (vault_name)
+    name_prefix: str  # the vault's name: this, then a random suffix kept in state (vault_name)
     tenant_id: pulumi.Input[str]
     private_endpoint_subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]  # linked to the vault's private DNS zone
@@ -51,14 +57,18 @@ class SlurmVault(pulumi.ComponentResource):
     munge_secret_id: pulumi.Output[str]
     db_secret_id: pulumi.Output[str]
     db_password: pulumi.Output[str]
+    boot_dependencies: list[pulumi.Resource]
 
     def __init__(self, name: str, args: SlurmVaultArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:slurm:SlurmVault", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
+        suffix = random.RandomString(
+            f"{name}-kv-suffix", length=VAULT_SUFFIX_LENGTH, upper=False, special=False, opts=child
+        )
         vault = keyvault.Vault(
             f"{name}-kv",
-            vault_name=args.vault_name,
+            vault_name=suffix.result.apply(lambda s: vault_name(args.name_prefix, s)),
             resource_group_name=args.resource_group_name,
             location=args.location,
             properties=keyvault.VaultPropertiesArgs(
@@ -79,8 +89,7 @@ class SlurmVault(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, protect=True),
         )
-        cannot_delete_lock(f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self)
-        private_link(
+        link = private_link(
             f"{name}-kv",
             PrivateLinkArgs(
                 resource_group_name=args.resource_group_name,
@@ -93,6 +102,7 @@ class SlurmVault(pulumi.ComponentResource):
                 tags=tags,
             ),
             self,
+            after=[vault],
         )
         munge = random.RandomPassword(f"{name}-munge-key", length=MUNGE_KEY_LENGTH, special=False, opts=child)
         db_password = random.RandomPassword(
@@ -127,6 +137,12 @@ class SlurmVault(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        cannot_delete_lock(
+            f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self,
+            after=[*link.boot_dependencies, munge_secret, db_secret],
+        )
+        # What a machine needs before it reads its secret through the private endpoint at first boot.
+        self.boot_dependencies = link.boot_dependencies
         self.vault_name = vault.name
         self.vault_id = vault.id
         self.munge_secret_id = munge_secret.id

@@ -11,6 +11,14 @@ Sources (Microsoft Learn):
 - Private DNS zone of a blob private endpoint per cloud: "Azure Private Endpoint private DNS zone values"
   (Storage account, sub-resource blob: privatelink.blob.core.windows.net / .usgovcloudapi.net /
   .chinacloudapi.cn), https://learn.microsoft.com/azure/private-link/private-endpoint-dns
+
+Features that hold Azure public names are refused on the other clouds (`public_cloud_only_problems`), before
+anything is created: monitoring (the node agent's Azure AD cloud, privatelink.monitor.azure.com), Slurm (Key Vault
+`vault.azure.net` and its token audience, Azure Files `file.core.windows.net`, MySQL `mysql.database.azure.com` and
+their privatelink zones in the components, templates and the node's set-up script) and impact reporting (the node
+files reports at `management.azure.com`). Their names differ per cloud (Microsoft Learn, "Compare Azure Government
+and global Azure"; the Azure China developer guide; "Azure Private Endpoint private DNS zone values"), and the
+paths that would use them are not built for more than one; refusing names the setting, the cloud and what is valid.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ndfleet.spec.config import ClusterSpec
 
 ENVIRONMENT_SETTING = "azure-native:environment"
 ENV_ARM_ENVIRONMENT = "ARM_ENVIRONMENT"
@@ -85,3 +97,29 @@ def cloud_from_config(engine_config: Mapping[str, str], env: Mapping[str, str] |
     if engine_config.get(ENVIRONMENT_SETTING):
         return storage_cloud(engine_config[ENVIRONMENT_SETTING])
     return storage_cloud(env.get(ENV_ARM_ENVIRONMENT), ENV_ARM_ENVIRONMENT)
+
+
+def public_cloud_only_problems(spec: ClusterSpec, cloud: StorageCloud, namespace: str = "ndfleet") -> list[str]:
+    """One problem per feature the stack turns on that works in Azure public only, when `cloud` is another."""
+    if cloud == PUBLIC_CLOUD:
+        return []
+    problems = []
+    if spec.monitoring.enabled:
+        # The node agent's Azure AD cloud and the Azure Monitor private DNS zone are those of Azure public.
+        problems.append(
+            f"{namespace}:monitoring.enabled = true: monitoring supports Azure public cloud only, and this stack "
+            f"deploys to {cloud.name}; set monitoring.enabled: false"
+        )
+    if spec.scheduler == "slurm":
+        problems.append(
+            f"{namespace}:scheduler = 'slurm': Slurm supports Azure public cloud only (its Key Vault, Azure Files "
+            f"and MySQL host names, their private DNS zones and the Key Vault token audience are Azure public's), "
+            f"and this stack deploys to {cloud.name}; set {namespace}:scheduler: none"
+        )
+    if spec.health.impact_reporting:
+        problems.append(
+            f"{namespace}:health.impactReporting = true: impact reporting supports Azure public cloud only (the "
+            f"node files reports at management.azure.com), and this stack deploys to {cloud.name}; set "
+            "health.impactReporting: false"
+        )
+    return problems

@@ -186,6 +186,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
             state["identity"] = {**(inputs.get("identity") or {}), "principalId": _fake_uuid(name, "principal")}
             endpoint = f"https://{physical}.grafana.azure.com"
             state["properties"] = {**(inputs.get("properties") or {}), "endpoint": endpoint}
+        elif typ == "random:index/randomString:RandomString" and "result" not in inputs:
+            # A name suffix, not a secret: lowercase letters and digits of the asked length, stable per name.
+            state["result"] = _fake_uuid(name, "suffix").replace("-", "")[: int(inputs.get("length", 8))]
         elif typ.startswith("random:") and "result" not in inputs:
             state["result"] = MOCK_SECRET_PREFIX + name
         return rid, state

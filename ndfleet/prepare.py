@@ -28,7 +28,7 @@ from ndfleet.bootstrap import (
     render_bootstrap,
     validation_budget_s,
 )
-from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud, UnknownCloud, cloud_from_config
+from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud, UnknownCloud, cloud_from_config, public_cloud_only_problems
 from ndfleet.spec.config import NAMESPACE, ClusterSpec, IslandSpec, load_spec
 
 # The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
@@ -123,12 +123,8 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             f"{default_probe_grace_period_s(budget)} s"
         )
     grace = explicit if explicit is not None else default_probe_grace_period_s(budget)
-    if spec.monitoring.enabled and cloud != PUBLIC_CLOUD:
-        # The node agent's Azure AD cloud and the Azure Monitor private DNS zone are those of Azure public.
-        problems.append(
-            f"{NAMESPACE}:monitoring.enabled = true: monitoring supports Azure public cloud only, and this stack "
-            f"deploys to {cloud.name}; set monitoring.enabled: false"
-        )
+    # Monitoring, Slurm and impact reporting hold Azure public's host names (ndfleet/clouds.py).
+    problems.extend(public_cloud_only_problems(spec, cloud, NAMESPACE))
 
     islands: list[PreparedIsland] = []
     for island in spec.islands:

@@ -15,7 +15,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,14 +155,17 @@ LUSTRE = r"/providers/Microsoft\.StorageCache/skus\?"
 PERMISSIONS_PAGE2 = r"/providers/Microsoft\.Authorization/permissions\?.*skiptoken"
 PERMISSIONS = r"/providers/Microsoft\.Authorization/permissions\?"
 FEATURE = r"/providers/Microsoft\.Features/providers/Microsoft\.Compute/features/TrustedLaunchByDefaultPreview\?"
+IMPACT_PROVIDER = r"/subscriptions/[^/]+/providers/Microsoft\.Impact\?"
+# The caller's permissions at subscription scope only (not a resource group's).
+SUBSCRIPTION_PERMISSIONS = r"/subscriptions/[^/]+/providers/Microsoft\.Authorization/permissions\?"
 
 
 def ok(file: str) -> list[Reply]:
     return [Reply(200, file)]
 
 
-def arm(**override: list[Reply]) -> ReplayTransport:
-    """Everything available, with any route replaced."""
+def arm(first: Sequence[tuple[str, list[Reply]]] = (), **override: list[Reply]) -> ReplayTransport:
+    """Everything available, with any route replaced; `first`: (pattern, replies) routes tried before the others."""
     routes = {
         "locations": ok("subscription-locations.json"),
         "skus_page2": ok("compute-skus-eastus-page2.json"),
@@ -172,6 +175,7 @@ def arm(**override: list[Reply]) -> ReplayTransport:
         "permissions_page2": ok("authorization-permissions-contributor-uaa-page2.json"),
         "permissions": ok("authorization-permissions-owner.json"),
         "feature": ok("feature-trusted-launch-default-not-registered.json"),
+        "impact_provider": ok("provider-microsoft-impact-registered.json"),
     }
     routes.update(override)
     patterns = {
@@ -183,8 +187,9 @@ def arm(**override: list[Reply]) -> ReplayTransport:
         "permissions_page2": PERMISSIONS_PAGE2,
         "permissions": PERMISSIONS,
         "feature": FEATURE,
+        "impact_provider": IMPACT_PROVIDER,
     }
-    return ReplayTransport([(patterns[k], v) for k, v in routes.items()])
+    return ReplayTransport([*first, *((patterns[k], v) for k, v in routes.items())])
 
 
 class FakeCredential:
@@ -802,3 +807,86 @@ def test_enforce_preflight_in_preview_only_warns_about_up_permissions(tmp_path: 
         preflight.enforce_preflight(spec, mode="up", **kwargs)
     assert raised.value.exit_code == 1
     assert "FAIL    permissions" in str(raised.value)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Impact reporting (issue 17): the Impact Reporter role goes on the subscription; Microsoft.Impact is registered
+
+IMPACT = {"health": {"impactReporting": True}}
+SUB_SCOPE_PERMISSIONS = f"/subscriptions/{SUB}/providers/Microsoft.Authorization/permissions"
+
+
+def _impact_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], *, on_subscription: str, on_group: str = "", **config: Any
+) -> Run:
+    """Owner-like rights on the resource group (`on_group`), `on_subscription` on the subscription itself."""
+    group_scope = [(r"/resourceGroups/[^/]+/providers/Microsoft\.Authorization/permissions\?", ok(on_group))]
+    first = [*(group_scope if on_group else []), (SUBSCRIPTION_PERMISSIONS, ok(on_subscription))]
+    return preflight_run(capsys, stack_file(tmp_path, **IMPACT, **config), arm(first=first))
+
+
+def test_impact_reporter_needs_role_assignment_rights_on_the_subscription_not_only_the_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _impact_run(
+        tmp_path, capsys, resourceGroupName="gpu-rg",
+        on_group="authorization-permissions-owner.json", on_subscription="authorization-permissions-reader.json",
+    )
+    assert run.check("permissions")["status"] == "pass"  # everything on the group
+    check = run.check("impact-reporter-permission")
+    assert (check["status"], run.code) == ("fail", 1)
+    assert check["figures"]["scope"] == f"/subscriptions/{SUB}"
+    assert f"--scope /subscriptions/{SUB}" in check["fix"]
+
+
+def test_impact_reporter_permission_reads_the_subscription_scope(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _impact_run(
+        tmp_path, capsys, resourceGroupName="gpu-rg",
+        on_group="authorization-permissions-owner.json", on_subscription="authorization-permissions-owner.json",
+    )
+    assert run.check("impact-reporter-permission")["status"] == "pass"
+    paths = sorted(urlsplit(r.url).path for r in run.transport.calls("/providers/Microsoft.Authorization/permissions"))
+    assert paths == [SUB_SCOPE_PERMISSIONS, f"/subscriptions/{SUB}/resourceGroups/gpu-rg/providers/"
+                     "Microsoft.Authorization/permissions"]
+
+
+def test_without_a_resource_group_the_subscription_permissions_are_read_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _impact_run(tmp_path, capsys, on_subscription="authorization-permissions-contributor.json")
+    assert run.check("impact-reporter-permission")["status"] == "fail"  # Contributor cannot assign roles
+    assert [urlsplit(r.url).path for r in run.transport.calls("/Microsoft.Authorization/permissions")] == [
+        SUB_SCOPE_PERMISSIONS
+    ]
+
+
+def test_impact_provider_not_registered_fails_with_the_register_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transport = arm(impact_provider=ok("provider-microsoft-impact-not-registered.json"))
+    run = preflight_run(capsys, stack_file(tmp_path, **IMPACT), transport)
+    check = run.check("impact-provider")
+    assert (check["status"], check["figures"]["state"], run.code) == ("fail", "NotRegistered", 1)
+    assert "az provider register --namespace Microsoft.Impact" in check["fix"]
+    [request] = transport.calls("/providers/Microsoft.Impact")
+    assert urlsplit(request.url).path == f"/subscriptions/{SUB}/providers/Microsoft.Impact"
+
+
+def test_impact_provider_registered_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, **IMPACT), arm())
+    assert run.check("impact-provider")["status"] == "pass" and run.code == 0
+
+
+def test_impact_provider_unreadable_is_an_error_not_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm(impact_provider=[Reply(403, "error-403-authorization-failed.json")])
+    run = preflight_run(capsys, stack_file(tmp_path, **IMPACT), transport)
+    assert run.check("impact-provider")["status"] == "error" and run.code == 2
+
+
+def test_impact_checks_are_absent_without_impact_reporting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path), arm())
+    ids = {c["id"] for c in run.json()["checks"]}
+    assert not ids & {"impact-provider", "impact-reporter-permission"}
+    assert not run.transport.calls("/providers/Microsoft.Impact")

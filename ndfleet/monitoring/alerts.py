@@ -17,9 +17,13 @@ from ndfleet.spec.config import ClusterSpec
 
 # Azure Monitor alert severities (0 = Critical ... 4 = Verbose) for our three levels.
 AZURE_SEVERITY = {"critical": 0, "warning": 2, "info": 3}
-# Rule groups: Azure evaluates each PrometheusRuleGroup at its interval; at most 20 rules per group.
+# Rule groups: Azure evaluates each PrometheusRuleGroup at its interval.
 EVALUATION_INTERVAL_MINUTES = 1
 RULE_GROUPS = ("gpu", "fabric", "node", "fleet")
+# Azure Monitor managed Prometheus takes at most 20 rules per rule group (Microsoft Learn, "Azure Monitor service
+# limits", Prometheus alert and recording rules). A table group with more (IslandCapacityLow is one rule per
+# island) is deployed as several rule groups: `fleet`, `fleet-2`, ... (`rule_groups`).
+MAX_RULES_PER_GROUP = 20
 
 # Xid 79: "GPU has fallen off the bus" (NVIDIA Xid catalogue); it has its own alert.
 XID_FELL_OFF_BUS = 79
@@ -187,9 +191,22 @@ def alerts(spec: ClusterSpec) -> list[Alert]:
     return out
 
 
+def rule_groups(table: list[Alert]) -> list[tuple[str, list[Alert]]]:
+    """The table as (rule group name, rules), in RULE_GROUPS order, none over MAX_RULES_PER_GROUP: a larger
+    group is split in table order into `name`, `name-2`, `name-3`, ... (the first keeps its name, so a stack that
+    grows past the limit keeps its existing rule group)."""
+    out: list[tuple[str, list[Alert]]] = []
+    for group in RULE_GROUPS:
+        rules = [a for a in table if a.group == group]
+        for start in range(0, len(rules), MAX_RULES_PER_GROUP):
+            part = start // MAX_RULES_PER_GROUP + 1
+            out.append((group if part == 1 else f"{group}-{part}", rules[start : start + MAX_RULES_PER_GROUP]))
+    return out
+
+
 def rule_file(spec: ClusterSpec) -> dict[str, Any]:
-    """The alerts as a Prometheus rule file (groups -> rules), for promtool and for review."""
-    table = alerts(spec)
+    """The alerts as a Prometheus rule file (groups -> rules), for promtool and for review; the same groups as
+    the deployed PrometheusRuleGroups (`rule_groups`)."""
     return {
         "groups": [
             {
@@ -203,12 +220,10 @@ def rule_file(spec: ClusterSpec) -> dict[str, Any]:
                         "labels": a.all_labels,
                         "annotations": a.annotations,
                     }
-                    for a in table
-                    if a.group == group
+                    for a in rules
                 ],
             }
-            for group in RULE_GROUPS
-            if any(a.group == group for a in table)
+            for group, rules in rule_groups(alerts(spec))
         ]
     }
 

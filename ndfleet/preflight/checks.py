@@ -9,6 +9,7 @@ from dataclasses import asdict
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import Facts, Region, Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.features import check_trusted_launch_default
+from ndfleet.preflight.impact import check_impact_provider, check_impact_role_permission
 from ndfleet.preflight.outcome import Check, unavailable_check
 from ndfleet.preflight.permissions import Mode, check_permissions, deployment_scope
 from ndfleet.spec.config import ClusterSpec
@@ -314,7 +315,7 @@ def run_checks(
     spec: ClusterSpec, facts: Facts, cloud: CloudSettings, subscription_id: str, mode: Mode = "up"
 ) -> list[Check]:
     """Every check, in the order of the table. `mode`: what the caller is about to run (preview reads, up writes)."""
-    return [
+    checks = [
         check_location(spec, facts.locations),
         check_size_in_region(spec, facts.compute_skus),
         check_size_in_zone(spec, facts.compute_skus),
@@ -325,5 +326,11 @@ def run_checks(
         check_permissions(spec, facts.permissions, deployment_scope(spec, subscription_id), mode),
         check_trusted_launch_default(facts.trusted_launch_default),
     ]
+    if spec.health.impact_reporting:
+        checks += [
+            check_impact_role_permission(facts.subscription_permissions, subscription_id, mode),
+            check_impact_provider(facts.impact_provider, mode),
+        ]
+    return checks
 
 

@@ -71,6 +71,14 @@ class FeatureRegistration:
 
 
 @dataclass(frozen=True)
+class ProviderRegistration:
+    """A resource provider's registration state for the subscription (`GET /subscriptions/{id}/providers/{ns}`)."""
+
+    namespace: str
+    state: str  # Registered, Registering, NotRegistered, Unregistering, Unregistered
+
+
+@dataclass(frozen=True)
 class Facts:
     locations: list[Region] | Unavailable
     compute_skus: list[Sku] | Unavailable  # virtualMachines SKUs of the stack's location
@@ -79,6 +87,10 @@ class Facts:
     # The caller's effective permissions at the deployment scope; None: not read (tests of the other checks).
     permissions: list[RolePermission] | Unavailable | None = None
     trusted_launch_default: FeatureRegistration | Unavailable | None = None
+    # Impact reporting only (None otherwise): the caller's permissions at subscription scope, where the Impact
+    # Reporter role is assigned, and the Microsoft.Impact provider's registration (ndfleet/preflight/impact.py).
+    subscription_permissions: list[RolePermission] | Unavailable | None = None
+    impact_provider: ProviderRegistration | Unavailable | None = None
 
 
 def norm_location(name: str) -> str:

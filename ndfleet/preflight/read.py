@@ -12,6 +12,7 @@ from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import (
     Facts,
     FeatureRegistration,
+    ProviderRegistration,
     Region,
     RolePermission,
     Sku,
@@ -21,6 +22,7 @@ from ndfleet.preflight.facts import (
     wire_text,
 )
 from ndfleet.preflight.features import FEATURES_API, TRUSTED_LAUNCH_DEFAULT_FEATURE
+from ndfleet.preflight.impact import IMPACT_NAMESPACE, PROVIDERS_API, subscription_scope
 from ndfleet.preflight.permissions import PERMISSIONS_API, deployment_scope
 from ndfleet.spec.config import ClusterSpec
 
@@ -91,15 +93,26 @@ def gather_facts(
 
     scope = deployment_scope(spec, subscription_id)
 
-    def permissions() -> list[RolePermission]:
+    def permissions_at(at: str) -> list[RolePermission]:
         with ArmReader(credential, cloud, retry, transport) as arm:
             return [
                 RolePermission(
                     actions=tuple(str(a) for a in entry.get("actions") or []),
                     not_actions=tuple(str(a) for a in entry.get("notActions") or []),
                 )
-                for entry in arm.list(f"{scope}/providers/Microsoft.Authorization/permissions", PERMISSIONS_API)
+                for entry in arm.list(f"{at}/providers/Microsoft.Authorization/permissions", PERMISSIONS_API)
             ]
+
+    def permissions() -> list[RolePermission]:
+        return permissions_at(scope)
+
+    def subscription_permissions() -> list[RolePermission]:
+        return permissions_at(subscription_scope(subscription_id))
+
+    def impact_provider() -> ProviderRegistration:
+        with ArmReader(credential, cloud, retry, transport) as arm:
+            doc = arm.get(f"{subscription_scope(subscription_id)}/providers/{IMPACT_NAMESPACE}", PROVIDERS_API)
+        return ProviderRegistration(IMPACT_NAMESPACE, str(doc.get("registrationState") or "NotRegistered"))
 
     def trusted_launch_default() -> FeatureRegistration:
         from azure.core.exceptions import ResourceNotFoundError
@@ -127,6 +140,16 @@ def gather_facts(
         f"the {'/'.join(TRUSTED_LAUNCH_DEFAULT_FEATURE)} preview feature",
     )
 
+    # Impact reporting: the Impact Reporter role goes on the subscription, whatever the deployment scope.
+    impact = spec.health.impact_reporting
+    if impact and scope != subscription_scope(subscription_id):
+        jobs["subscription_permissions"] = (
+            subscription_permissions,
+            f"the caller's permissions on {subscription_scope(subscription_id)}",
+        )
+    if impact:
+        jobs["impact_provider"] = (impact_provider, f"the {IMPACT_NAMESPACE} resource provider's registration")
+
     def run(job: tuple[Callable[[], Any], str]) -> Any:
         fn, what = job
         try:
@@ -143,6 +166,9 @@ def gather_facts(
         lustre_skus=results.get("lustre_skus"),
         permissions=results["permissions"],
         trusted_launch_default=results["trusted_launch_default"],
+        # At subscription scope already when the stack names no resource group: the same read.
+        subscription_permissions=results.get("subscription_permissions", results["permissions"]) if impact else None,
+        impact_provider=results.get("impact_provider"),
     )
 
 

@@ -17,8 +17,10 @@ from tests.conftest import (
     PRIVATE_ENDPOINT,
     ROLE,
     VMSS,
+    base_config,
     of_type,
     one,
+    plan_of,
 )
 
 DNS_GROUP = "azure-native:network:PrivateDnsZoneGroup"
@@ -99,3 +101,102 @@ def test_depends_on_is_in_the_json_sorted(dev_plan: Plan) -> None:
     assert vmss["dependsOn"] == sorted(vmss["dependsOn"])
     assert one(dev_plan, ROLE).name in vmss["dependsOn"]
     assert all(isinstance(r["dependsOn"], list) for r in doc["resources"])
+
+
+# Slurm, monitoring and impact reporting (issue 17): every machine waits for the private endpoints it reaches at
+# first boot, their DNS and its role assignments; the NFS account's writes run one after another, its lock last.
+VM = "azure-native:compute:VirtualMachine"
+FILE_SHARE = "azure-native:storage:FileShare"
+
+
+@pytest.fixture(scope="module")
+def full_plan() -> Plan:
+    return plan_of(
+        base_config(
+            scheduler="slurm",
+            monitoring={"enabled": True, "emails": ["oncall@example.com"]},
+            health={"impactReporting": True},
+        )
+    )
+
+
+def _named(plan: Plan, suffix: str) -> str:
+    (found,) = [r.name for r in plan.resources if r.name.endswith(suffix)]
+    return found
+
+
+# (what the machine reaches, resource name suffixes it must wait for)
+NODE_NEEDS = [
+    ("Key Vault private endpoint", "-secrets-kv-pe"),
+    ("Key Vault DNS zone group", "-secrets-kv-dns-group"),
+    ("Key Vault DNS VNet link", "-secrets-kv-dns-link"),
+    ("file-share private endpoint", "-shared-file-pe"),
+    ("file-share DNS zone group", "-shared-file-dns-group"),
+    ("file-share DNS VNet link", "-shared-file-dns-link"),
+    ("munge-key role assignment", "-slurm-nodes-munge"),
+    ("Azure Monitor private endpoint", "-mon-ampls-pe"),
+    ("Azure Monitor DNS zone group", "-mon-ampls-dns-group"),
+    ("Azure Monitor DNS VNet link", "-mon-monitor-dns-link"),
+    ("data collection endpoint in the scope", "-mon-ampls-dce"),
+    ("Monitoring Metrics Publisher role assignment", "-mon-nodes-publish"),
+    ("Impact Reporter role assignment", "-impact-reporter"),
+    ("blob private endpoint", "-data-blob-pe"),
+    ("blob role assignment", "-data-blob-data"),
+]
+HOST_NEEDS = [n for n in NODE_NEEDS if n[1].startswith(("-secrets-", "-shared-"))]
+
+
+@pytest.mark.parametrize(("what", "suffix"), NODE_NEEDS, ids=[n[0] for n in NODE_NEEDS])
+def test_scale_sets_wait_for_slurm_and_monitoring_boot_needs(full_plan: Plan, what: str, suffix: str) -> None:
+    target = _named(full_plan, suffix)
+    for vmss in of_type(full_plan, VMSS):
+        assert target in vmss.depends_on, f"{vmss.name} does not wait for the {what} ({target})"
+
+
+@pytest.mark.parametrize(("what", "suffix"), HOST_NEEDS, ids=[n[0] for n in HOST_NEEDS])
+def test_controller_and_login_wait_for_vault_and_share(full_plan: Plan, what: str, suffix: str) -> None:
+    target = _named(full_plan, suffix)
+    for vm in of_type(full_plan, VM):
+        assert target in vm.depends_on, f"{vm.name} does not wait for the {what} ({target})"
+
+
+def test_each_slurm_machine_waits_for_its_own_secret_role_assignments(full_plan: Plan) -> None:
+    for vm in of_type(full_plan, VM):
+        host = vm.name.removesuffix("-vm")
+        grants = [r.name for r in of_type(full_plan, ROLE) if r.name.startswith(f"{host}-secret-")]
+        assert grants and set(grants) <= set(vm.depends_on), vm.name
+
+
+def test_controller_waits_for_the_database_private_endpoint(full_plan: Plan) -> None:
+    controller = one(full_plan, VM, "-ctl-")
+    for suffix in ("-accounting-mysql-pe", "-accounting-mysql-dns-group", "-accounting-mysql-dns-link"):
+        assert _named(full_plan, suffix) in controller.depends_on
+
+
+def test_nfs_account_writes_run_one_after_another_lock_last(full_plan: Plan) -> None:
+    waits = _waits_for(full_plan)
+    chain = [
+        _named(full_plan, "-shared-account"),
+        _named(full_plan, "-shared-home"),
+        _named(full_plan, "-shared-shared"),
+        _named(full_plan, "-shared-file-pe"),
+        _named(full_plan, "-shared-file-dns-group"),
+        _named(full_plan, "-shared-account-lock"),
+    ]
+    for earlier, later in zip(chain, chain[1:], strict=False):
+        assert earlier in waits[later], f"{later} does not wait for {earlier}"
+
+
+@pytest.mark.parametrize("service", ["-secrets-kv", "-accounting-mysql"])
+def test_slurm_data_service_locks_come_after_their_private_link(full_plan: Plan, service: str) -> None:
+    lock = next(r for r in of_type(full_plan, LOCK) if r.name.endswith(f"{service}-lock"))
+    assert {_named(full_plan, f"{service}-pe"), _named(full_plan, f"{service}-dns-group")} <= set(lock.depends_on)
+
+
+def test_no_boot_dependency_waits_for_a_machine(full_plan: Plan) -> None:
+    waits = _waits_for(full_plan)
+    machines = {r.name for r in [*of_type(full_plan, VMSS), *of_type(full_plan, VM)]}
+    for machine in machines:
+        for needed in full_plan.resources:
+            if needed.name in waits[machine]:
+                assert not machines & waits[needed.name], f"{needed.name} waits for a machine: a cycle"

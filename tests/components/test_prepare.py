@@ -135,3 +135,42 @@ def test_too_large_bootstrap_is_a_prepare_error(monkeypatch: pytest.MonkeyPatch)
 def test_unknown_cloud_is_refused_naming_the_setting() -> None:
     with pytest.raises(PrepareError, match=r"azure-native:environment = 'mars': not a known Azure cloud"):
         prepare_config(base_config(), "t", {"azure-native:environment": "mars"}, env={})
+
+
+# Features that hold Azure public host names are refused on the other clouds (ndfleet/clouds.py), issue 17.
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"scheduler": "slurm"}, "ndfleet:scheduler = 'slurm': Slurm supports Azure public cloud only"),
+        ({"health": {"impactReporting": True}}, "ndfleet:health.impactReporting = true: impact reporting supports"),
+    ],
+)
+@pytest.mark.parametrize("cloud_name", ["AzureUSGovernment", "AzureChinaCloud"])
+def test_public_only_features_are_refused_on_a_sovereign_cloud(
+    overrides: dict[str, Any], message: str, cloud_name: str
+) -> None:
+    from ndfleet.clouds import STORAGE_CLOUDS
+
+    with pytest.raises(PrepareError) as err:
+        prepare(load_spec(base_config(**overrides), "test"), STORAGE_CLOUDS[cloud_name])
+    (problem,) = err.value.problems
+    assert problem.startswith(message)
+    assert f"deploys to {cloud_name}" in problem
+    assert "set " in problem.split(";")[-1]  # says what is valid
+
+
+@pytest.mark.parametrize("overrides", [{"scheduler": "slurm"}, {"health": {"impactReporting": True}}])
+def test_public_only_features_are_accepted_on_azure_public(overrides: dict[str, Any]) -> None:
+    from ndfleet.clouds import PUBLIC_CLOUD
+
+    assert prepare(load_spec(base_config(**overrides), "test"), PUBLIC_CLOUD).cloud == PUBLIC_CLOUD
+
+
+def test_a_sovereign_cloud_from_the_stack_config_refuses_slurm_at_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {**base_config(scheduler="slurm"), "azure-native:environment": "usgovernment"}
+    code = main(["plan", "--stack-file", str(_stack_file(tmp_path, config))])
+    err = capsys.readouterr().err
+    assert code != 0 and "Traceback" not in err
+    assert "Slurm supports Azure public cloud only" in err and "AzureUSGovernment" in err
