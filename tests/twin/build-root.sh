@@ -72,6 +72,9 @@ CFG
 chroot "$root.new" systemctl enable systemd-networkd.service >/dev/null 2>&1
 chroot "$root.new" systemctl mask console-getty.service getty@tty1.service serial-getty@ttyS0.service \
   systemd-timesyncd.service >/dev/null 2>&1 || true
+# Ubuntu's images have en_US.UTF-8 built (cloud-init's locale module sets it); Debian's locale-gen takes no argument.
+sed -i 's/^# *\(en_US.UTF-8 UTF-8\)/\1/' "$root.new/etc/locale.gen"
+chroot "$root.new" locale-gen >/dev/null
 echo 'uninitialized' >"$root.new/etc/machine-id"
 rm -f "$root.new/etc/resolv.conf" "$root.new/etc/hostname"
 
