@@ -6,8 +6,8 @@
 Writes the cloud-init user data (`user-data`), its gzip+base64 form as the scale set receives it
 (`custom-data.b64`), the node bundle as the scale set's userData (`vm-user-data.b64`) and every file the node
 receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the `ndfleet-node`
-zipapp, `node.json`, `nccl.conf`, `*.service`, `*.target`, a drop-in as `<unit>.d-<name>`). When islands render differently
-(each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
+zipapp, `node.json`, `nccl.conf`, `*.service`, `*.target`, a drop-in as `<unit>.d-<name>`). When islands render
+differently (each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
 configuration's message when the stack is invalid.
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
@@ -134,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
             folder = out / name if per_island else out
             label = f"island {name}" if per_island or len(rendered) == 1 else f"{len(rendered)} identical islands"
             user_data = (
-                f", userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes, {r.user_data_headroom_bytes:,} to spare"
+                f", userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes, "
+                f"{r.user_data_headroom_bytes:,} to spare"
                 if r.bundle
                 else ""
             )

@@ -6,6 +6,7 @@ import base64
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -137,9 +138,21 @@ def test_custom_data_headroom(stack_render):
 
 def test_user_data_headroom(stack_render):
     name, _, r = stack_render
-    print(f"{name}: userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes ({r.user_data_headroom_bytes:,} to spare)")
+    spare = r.user_data_headroom_bytes
+    print(f"{name}: userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes ({spare:,} to spare)")
     # A quarter of the limit stays free for what the node program and the features add.
     assert len(r.bundle) <= USER_DATA_MAX_BYTES * 3 // 4, "less than a quarter of Azure's userData limit left"
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_bound_on_custom_data_holds_for_every_example_stack(stack_render):
+    """README states customData's size as a bound; it must hold for what the code renders (base64, as sent)."""
+    found = re.search(r"it carries only a boot step, under (\d+) KB of Azure's 64 KB limit for every\s+example stack",
+                      README.read_text())  # fmt: skip
+    assert found, "README no longer states the customData bound this test keeps true"
+    assert len(stack_render[2].custom_data) < int(found.group(1)) * 1024
 
 
 def test_oversized_bootstrap_names_stack_island_size_and_limit(monkeypatch):
@@ -320,7 +333,8 @@ def test_a_shell_string_command_runs_under_sh_after_the_units_are_loaded():
 
 def test_two_feature_files_with_one_name_are_refused():
     spec = spec_of("dev")
-    ext = BootstrapExtensions(files=[{"path": "/etc/a/x.conf", "content": "1"}, {"path": "/etc/b/x.conf", "content": "2"}])
+    same_name = [{"path": "/etc/a/x.conf", "content": "1"}, {"path": "/etc/b/x.conf", "content": "2"}]
+    ext = BootstrapExtensions(files=same_name)
     with pytest.raises(ValueError, match="x.conf"):
         render_bootstrap(spec, spec.islands[0], ext)
 
@@ -369,7 +383,8 @@ def test_validated_target_requires_a_passed_validation():
 
 def test_cloud_init_runs_the_boot_step_and_waits_for_it():
     user_data = yaml.safe_load(render_bootstrap(spec_of("dev"), spec_of("dev").islands[0]).user_data)
-    assert user_data["runcmd"] == [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "ndfleet-bundle.service"]]
+    boot = [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "ndfleet-bundle.service"]]
+    assert user_data["runcmd"] == boot
 
 
 def test_the_boot_step_starts_the_health_endpoint_and_validation_without_waiting():

@@ -133,7 +133,8 @@ def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_pat
         assert on_disk.read_bytes() == f.data, f.path
         assert stat.S_IMODE(on_disk.stat().st_mode) == int(f.mode, 8), f.path
     assert [["systemctl", *c] for c in n.activated()] == activate
-    assert (n.root / "var/lib/ndfleet/bundle.sha256").read_text().strip() == json.loads(dev.files["bundle.json"])["sha256"]
+    stamp = (n.root / "var/lib/ndfleet/bundle.sha256").read_text().strip()
+    assert stamp == json.loads(dev.files["bundle.json"])["sha256"]
     assert service.headers == ["true"]
 
 
