@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,7 @@ import yaml
 
 from ndfleet.bootstrap import validation_budget_s
 from ndfleet.cli import main
+from ndfleet.nodebundle import MANIFEST_PATH
 from ndfleet.plan import execute_program
 from ndfleet.prepare import (
     MAX_PROBE_GRACE_PERIOD_S,
@@ -135,3 +140,16 @@ def test_too_large_bootstrap_is_a_prepare_error(monkeypatch: pytest.MonkeyPatch)
 def test_unknown_cloud_is_refused_naming_the_setting() -> None:
     with pytest.raises(PrepareError, match=r"azure-native:environment = 'mars': not a known Azure cloud"):
         prepare_config(base_config(), "t", {"azure-native:environment": "mars"}, env={})
+
+
+def test_the_plan_carries_each_islands_custom_data_and_user_data_on_its_scale_set() -> None:
+    """The plan is the single source of what a node boots with: customData's manifest pins the plan's userData."""
+    config = base_config()
+    prepared = prepare(load_spec(config, "plan-user-data"))
+    inputs = one(plan_of(config, "plan-user-data"), VMSS).inputs
+    user_data = dig(inputs, "virtualMachineProfile.userData")
+    assert user_data == prepared.islands[0].bootstrap.vm_user_data
+    custom_data = dig(inputs, "virtualMachineProfile.osProfile.customData")
+    cloud_config = yaml.safe_load(gzip.decompress(base64.b64decode(custom_data)))
+    manifest = json.loads(next(f["content"] for f in cloud_config["write_files"] if f["path"] == MANIFEST_PATH))
+    assert manifest["sha256"] == hashlib.sha256(base64.b64decode(user_data)).hexdigest()
