@@ -181,6 +181,7 @@ class Cluster(pulumi.ComponentResource):
                     identity_id=identity.id,
                     ssh_public_key=spec.ssh_public_key,
                     custom_data=p.bootstrap.custom_data,
+                    user_data=p.bootstrap.vm_user_data or None,
                     node_count=p.island.nodes,
                     vm_size=spec.profile.name,
                     island_name=p.island.name,

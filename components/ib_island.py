@@ -6,7 +6,7 @@ overprovisioning. Nodes boot with the rendered bootstrap, validate themselves, a
 Application Health extension; automatic repairs replace a node that stays unhealthy.
 
 Usable from any Pulumi Python program: `IbIslandArgs` takes plain values (a VM-size profile by name, a node
-count, a subnet id, an identity, an SSH key, the rendered customData) and no ndfleet stack spec.
+count, a subnet id, an identity, an SSH key, the rendered customData and userData) and no ndfleet stack spec.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native.compute as compute
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.spec.config import DEFAULT_VM_SIZE
 from ndfleet.spec.profiles import PROFILES
@@ -78,6 +78,9 @@ class IbIslandArgs:
     # base64 customData the nodes boot with (ndfleet.prepare renders it: PreparedIsland.bootstrap.custom_data).
     custom_data: pulumi.Input[str]
     node_count: int
+    # base64 VM userData (PreparedIsland.bootstrap.vm_user_data: the node bundle the customData's boot step fetches
+    # from the instance metadata service); None: the scale set has no userData.
+    user_data: pulumi.Input[str] | None = None
     vm_size: str = DEFAULT_VM_SIZE  # a VM-size profile by name (ndfleet.spec.profiles.PROFILES)
     island_name: str | None = None  # tag ndfleet:island; default: the component's name
     computer_name_prefix: str | None = None  # default: "<component name>-"
@@ -101,14 +104,19 @@ def _check(args: IbIslandArgs) -> None:
         problems.append(f"vm_size = {args.vm_size!r}: no VM-size profile; known: {', '.join(sorted(PROFILES))}")
     if args.node_count < 1:
         problems.append(f"node_count = {args.node_count}: at least 1")
-    if isinstance(args.custom_data, str):
+    for name, value, limit in (
+        ("custom_data", args.custom_data, CUSTOM_DATA_MAX_BYTES),
+        ("user_data", args.user_data, USER_DATA_MAX_BYTES),
+    ):
+        if not isinstance(value, str):
+            continue  # an Output, or no userData: Azure checks it
         try:
-            size = len(base64.b64decode(args.custom_data, validate=True))
+            size = len(base64.b64decode(value, validate=True))
         except binascii.Error:
-            problems.append("custom_data: not base64")
+            problems.append(f"{name}: not base64")
         else:
-            if size > CUSTOM_DATA_MAX_BYTES:
-                problems.append(f"custom_data: {size:,} bytes decoded, over Azure's limit of {CUSTOM_DATA_MAX_BYTES:,}")
+            if size > limit:
+                problems.append(f"{name}: {size:,} bytes decoded, over Azure's limit of {limit:,}")
     if problems:
         raise ValueError("IbIslandArgs: " + "; ".join(problems))
 
@@ -210,6 +218,9 @@ class IbIsland(pulumi.ComponentResource):
                         )
                     ]
                 ),
+                # The node bundle: updatable in place (no reimage), read by the node from the instance metadata
+                # service (Microsoft Learn, "User data for Azure Virtual Machine").
+                user_data=args.user_data,
                 diagnostics_profile=compute.DiagnosticsProfileArgs(
                     boot_diagnostics=compute.BootDiagnosticsArgs(enabled=True)
                 ),

@@ -3,16 +3,22 @@
 Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable):
 
   render_bootstrap(spec, island, extensions=None) -> RenderedBootstrap
-      One island's user data; `.custom_data` is what the scale set receives (base64 of deterministic gzip),
-      `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over Azure's limit.
+      One island's boot data: `.custom_data` (base64 of deterministic gzip of the cloud-config) and `.vm_user_data`
+      (base64 of the node bundle, ndfleet/nodebundle.py) are what the scale set receives, `.output_files()` what
+      `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
   custom_data(spec, island, extensions=None) -> str
       Shorthand for render_bootstrap(...).custom_data: the scale set's customData for one island.
   render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
-      The files `ndfleet render` writes for one island (user-data, custom-data.b64, every file the user data
-      carries), with their permissions.
+      The files `ndfleet render` writes for one island (user-data, custom-data.b64, vm-user-data.b64, every file
+      the node receives in either), with their permissions.
   validation_budget_s(spec) -> int
       Worst-case set-up plus validation, from the same timeout table the node program's runner uses (the
       `timeouts` section of the node JSON) and each check's declared tool calls.
+
+Where it travels: customData (fixed for a node's life, 64 KB) carries only the boot step: `ndfleet-unpack`, its
+manifest `/etc/ndfleet/bundle.json` (the bundle's size and sha256) and the units `ndfleet-bundle.service` and
+`ndfleet-bundle-failed.service`. Everything below travels in the node bundle, the scale set's VM userData, which
+the boot step fetches from the instance metadata service at first boot (docs/bootstrap.md, "Where the files travel").
 
 What a node receives: the node program as a zipapp (`/opt/ndfleet/bin/ndfleet-node`, the same bytes for every
 stack: node/ndfleet_node, built by ndfleet/nodeapp.py), its per-stack figures in `/etc/ndfleet/node.json`
@@ -26,7 +32,8 @@ stack: node/ndfleet_node, built by ndfleet/nodeapp.py), its per-stack figures in
 Other features add content without editing the templates, through `BootstrapExtensions` (every list empty by
 default): `files` ({path, permissions, content} text files, or {path, permissions, content_bytes} binary ones),
 `enable_units` / `start_units` (systemd units to enable at boot / start with --no-block after daemon-reload),
-`runcmd` (extra cloud-init runcmd entries, run after the units are written and before validation starts), and
+`runcmd` (extra commands, argv lists or shell strings, run once the files are on disk and before validation
+starts: the boot step runs them where cloud-init's runcmd ran them before), and
 `node_sections` (extra top-level sections of the node JSON, e.g. `slurm`, `monitoring`). The templates under
 templates/ only place values (StrictUndefined); every decision is made here.
 """
@@ -36,7 +43,9 @@ from __future__ import annotations
 import base64
 import functools
 import gzip
+import json
 import math
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +53,7 @@ import jinja2
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
 
-from ndfleet import nodeapp
+from ndfleet import nodeapp, nodebundle
 from ndfleet.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodeconfig import (  # re-exported: components and other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
@@ -78,6 +87,7 @@ __all__ = [
     "BootstrapExtensions",
     "BootstrapTooLarge",
     "CUSTOM_DATA_MAX_BYTES",
+    "USER_DATA_MAX_BYTES",
     "HEALTH_PATH",
     "PERF_CHECKS",
     "QUICK_CHECKS",
@@ -92,6 +102,7 @@ __all__ = [
 # Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
 # binary array is 65535 bytes").
 CUSTOM_DATA_MAX_BYTES = 65_535
+USER_DATA_MAX_BYTES = nodebundle.USER_DATA_MAX_BYTES
 
 QUICK_CHECKS = QUICK_IDS
 PERF_CHECKS = PERF_IDS
@@ -120,12 +131,23 @@ _NODE_FILES = (
     ("systemd/ndfleet-health.service.j2", "ndfleet-health.service",
      "/etc/systemd/system/ndfleet-health.service", "0644"),
 )  # fmt: skip
+# The boot step customData carries: the units (template, name, path on the node, mode), then the script itself
+# (Python, shipped as it is) and its manifest.
+BUNDLE_UNIT = "ndfleet-bundle.service"
+_BOOT_UNITS = (
+    ("systemd/ndfleet-bundle.service.j2", BUNDLE_UNIT, f"/etc/systemd/system/{BUNDLE_UNIT}", "0644"),
+    ("systemd/ndfleet-bundle-failed.service.j2", "ndfleet-bundle-failed.service",
+     "/etc/systemd/system/ndfleet-bundle-failed.service", "0644"),
+)  # fmt: skip
+UNPACK_SOURCE = TEMPLATES_DIR / "node" / "ndfleet-unpack.py"
+UNPACK_NAME = "ndfleet-unpack"
+MANIFEST_NAME = "bundle.json"
 # Shell the bootstrap ships, for shellcheck (tests/test_bootstrap.py).
 SHELL_FILES = ("validate-node",)
 
 
 class BootstrapTooLarge(Exception):
-    """The compressed user data is over Azure's customData limit."""
+    """The compressed cloud-config is over Azure's customData limit, or the node bundle over its userData limit."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +163,28 @@ class BootstrapExtensions:
 
 @dataclass(frozen=True)
 class RenderedBootstrap:
-    user_data: str
+    user_data: str  # the cloud-config: what customData decodes to
     files: dict[str, str] = field(default_factory=dict)  # text files by name, "user-data" included
     binary_files: dict[str, bytes] = field(default_factory=dict)  # the zipapp
     node_paths: dict[str, str] = field(default_factory=dict)  # name -> path on the node (not user-data)
     modes: dict[str, str] = field(default_factory=dict)  # name -> permissions on the node
+    bundle: bytes = b""  # the node bundle (ndfleet/nodebundle.py): what VM userData decodes to; empty: no userData
+    custom_data_names: tuple[str, ...] = ()  # files the cloud-config carries; the others travel in the bundle
+    activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
+
+    @property
+    def vm_user_data(self) -> str:
+        """The scale set's userData (base64 of the node bundle); empty when there is no bundle."""
+        return base64.b64encode(self.bundle).decode()
+
+    @property
+    def user_data_headroom_bytes(self) -> int:
+        return USER_DATA_MAX_BYTES - len(self.bundle)
+
+    def node_files(self) -> dict[str, bytes]:
+        """Every file the node receives, from customData and from the bundle alike: path on the node -> bytes."""
+        contents = {**{n: t.encode() for n, t in self.files.items()}, **self.binary_files}
+        return {path: contents[name] for name, path in self.node_paths.items()}
 
     @functools.cached_property
     def custom_data_bytes(self) -> bytes:
@@ -168,6 +207,8 @@ class RenderedBootstrap:
         for name, data in self.binary_files.items():
             out[name] = (data, int(self.modes.get(name, "0755"), 8) & 0o755)
         out["custom-data.b64"] = ((self.custom_data + "\n").encode(), 0o644)
+        if self.bundle:
+            out["vm-user-data.b64"] = ((self.vm_user_data + "\n").encode(), 0o644)
         return out
 
 
@@ -231,6 +272,7 @@ def build_context(
         "enable_units": list(ext.enable_units),
         "start_units": list(ext.start_units),
         "extra_runcmd": list(ext.runcmd),
+        "bundle_unit": BUNDLE_UNIT,
     }
 
 
@@ -244,12 +286,45 @@ def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
 
 
-def _write_file(path: str, mode: str, content: str | None = None, data: bytes | None = None) -> dict[str, str]:
-    """One write_files entry: text as a literal block, bytes gzip-compressed (mtime 0) and base64-encoded."""
-    if data is not None:
-        packed = gzip.compress(data, compresslevel=9, mtime=0)
-        return {"path": path, "mode": mode, "encoding": "gz+b64", "content": base64.b64encode(packed).decode()}
-    return {"path": path, "mode": mode, "encoding": "", "content": content or ""}
+def _file_name(path: str) -> str:
+    """The name `ndfleet render` writes a node file under: its base name, or `<folder>-<name>` for a systemd
+    drop-in (`slurmd.service.d/ndfleet.conf` -> `slurmd.service.d-ndfleet.conf`)."""
+    folder, name = posixpath.split(path)
+    parent = posixpath.basename(folder)
+    return f"{parent}-{name}" if parent.endswith(".d") else name
+
+
+def _argv(command: Any) -> list[str]:
+    """A runcmd entry as cloud-init reads it: a list is an argv, a string a shell command."""
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    return [str(a) for a in command]
+
+
+def activation(ext: BootstrapExtensions) -> list[list[str]]:
+    """What the boot step runs once the bundle's files are on disk (cloud-init's runcmd before the bundle): load
+    the units, enable what starts at every boot, run the features' commands, then start the health endpoint and
+    validation without waiting for them (a unit ordered after the boot step would wait for it otherwise)."""
+    return [
+        ["systemctl", "daemon-reload"],
+        *(["systemctl", "enable", unit] for unit in ext.enable_units),
+        *(_argv(command) for command in ext.runcmd),
+        ["systemctl", "enable", "ndfleet-health.service"],
+        ["systemctl", "start", "--no-block", "ndfleet-health.service"],
+        ["systemctl", "enable", "ndfleet-validated.target"],
+        *(["systemctl", "start", "--no-block", unit] for unit in ext.start_units),
+        ["systemctl", "start", "--no-block", "ndfleet-validated.target"],
+    ]
+
+
+def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
+    """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
+    part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
+    return (
+        f"stack {spec.stack!r} island {island.name!r}: the node {part} is {size:,} bytes {codec}-compressed "
+        f"({encoded:,} base64), over Azure's {what} limit of {limit:,} bytes; shrink the node program or the "
+        "templates, or move content to an image"
+    )
 
 
 def render_bootstrap(
@@ -259,36 +334,72 @@ def render_bootstrap(
     *,
     blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
 ) -> RenderedBootstrap:
-    """The island's cloud-init user data and every file it carries; raises BootstrapTooLarge over the limit."""
+    """The island's customData (the boot step), its node bundle (userData) and every file they carry; raises
+    BootstrapTooLarge over either limit."""
     ext = extensions or BootstrapExtensions()
     ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
     files = {name: _template(tpl).render(ctx) for tpl, name, _, _ in _NODE_FILES}
     files["node.json"] = _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
     app = nodeapp.build()
+    binary_files = {"ndfleet-node": app}
     paths = {name: path for _, name, path, _ in _NODE_FILES}
     modes = {name: mode for _, name, _, mode in _NODE_FILES}
     paths["node.json"], modes["node.json"] = NODE_CONFIG_PATH, "0644"
     paths["ndfleet-node"], modes["ndfleet-node"] = NODE_APP_PATH, "0755"
-    write = [_write_file(NODE_APP_PATH, "0755", data=app), _write_file(NODE_CONFIG_PATH, "0644", files["node.json"])]
-    write += [_write_file(paths[name], modes[name], files[name]) for _, name, _, _ in _NODE_FILES]
     for f in ext.files:
-        raw = f.get("content_bytes")
-        write.append(_write_file(f["path"], f.get("permissions", "0644"), f.get("content"), raw))
-    user_data = _template("cloud-config.yaml.j2").render({**ctx, "files": write})
+        name = _file_name(f["path"])
+        if name in paths or name in ("user-data", UNPACK_NAME, MANIFEST_NAME, *(n for _, n, _, _ in _BOOT_UNITS)):
+            raise ValueError(f"bootstrap file {f['path']!r}: its name {name!r} is taken by {paths.get(name, name)!r}")
+        paths[name], modes[name] = f["path"], f.get("permissions", "0644")
+        if f.get("content_bytes") is not None:
+            binary_files[name] = f["content_bytes"]
+        else:
+            files[name] = f.get("content") or ""
+    contents = {**{n: t.encode() for n, t in files.items()}, **binary_files}
+    commands = activation(ext)
+    bundle = nodebundle.pack(
+        [nodebundle.BundleFile(paths[name], modes[name], contents[name]) for name in paths], commands
+    )
+
+    # The boot step: all customData carries.
+    manifest = nodebundle.manifest(bundle, spec.health.probe_port)
+    boot_ctx = {
+        **ctx,
+        "unpack_path": nodebundle.UNPACK_PATH,
+        "manifest_path": nodebundle.MANIFEST_PATH,
+        "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+        "bundle_unit": BUNDLE_UNIT,
+    }
+    boot = {name: _template(tpl).render(boot_ctx) for tpl, name, _, _ in _BOOT_UNITS}
+    boot[UNPACK_NAME] = UNPACK_SOURCE.read_text(encoding="utf-8")
+    boot[MANIFEST_NAME] = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    boot_paths = {name: path for _, name, path, _ in _BOOT_UNITS}
+    boot_paths[UNPACK_NAME], boot_paths[MANIFEST_NAME] = nodebundle.UNPACK_PATH, nodebundle.MANIFEST_PATH
+    boot_modes = {name: mode for _, name, _, mode in _BOOT_UNITS}
+    boot_modes[UNPACK_NAME], boot_modes[MANIFEST_NAME] = "0755", "0644"
+    order = (UNPACK_NAME, MANIFEST_NAME, *(name for _, name, _, _ in _BOOT_UNITS))
+    write = [{"path": boot_paths[n], "mode": boot_modes[n], "content": boot[n]} for n in order]
+    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": write})
     rendered = RenderedBootstrap(
         user_data=user_data,
-        files={"user-data": user_data, **files},
-        binary_files={"ndfleet-node": app},
-        node_paths=paths,
-        modes=modes,
+        files={"user-data": user_data, **boot, **files},
+        binary_files=binary_files,
+        node_paths={**boot_paths, **paths},
+        modes={**boot_modes, **modes},
+        bundle=bundle,
+        custom_data_names=order,
+        activate=tuple(tuple(c) for c in commands),
     )
+    problems = []
     size = len(rendered.custom_data_bytes)
     if size > CUSTOM_DATA_MAX_BYTES:
-        raise BootstrapTooLarge(
-            f"stack {spec.stack!r} island {island.name!r}: the node bootstrap is {size:,} bytes gzip-compressed "
-            f"({len(rendered.custom_data):,} base64), over Azure's customData limit of {CUSTOM_DATA_MAX_BYTES:,} "
-            "bytes; shrink the node program or the templates, or move content to an image"
+        problems.append(_too_large(spec, island, "customData", size, len(rendered.custom_data), CUSTOM_DATA_MAX_BYTES))
+    if len(bundle) > USER_DATA_MAX_BYTES:
+        problems.append(
+            _too_large(spec, island, "userData", len(bundle), len(rendered.vm_user_data), USER_DATA_MAX_BYTES)
         )
+    if problems:
+        raise BootstrapTooLarge("; ".join(problems))
     return rendered
 
 

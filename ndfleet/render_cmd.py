@@ -4,9 +4,10 @@
   ndfleet render --stack-file PATH --out DIR   (any Pulumi stack file)
 
 Writes the cloud-init user data (`user-data`), its gzip+base64 form as the scale set receives it
-(`custom-data.b64`) and every file it carries, under their names (`validate-node`, the `ndfleet-node` zipapp,
-`node.json`, `nccl.conf`, `*.service`, `*.target`). When islands render differently
-(each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
+(`custom-data.b64`), the node bundle as the scale set's userData (`vm-user-data.b64`) and every file the node
+receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the `ndfleet-node`
+zipapp, `node.json`, `nccl.conf`, `*.service`, `*.target`, a drop-in as `<unit>.d-<name>`). When islands render
+differently (each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
 configuration's message when the stack is invalid.
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, RenderedBootstrap
+from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
 from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.spec.config import SpecError
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
@@ -132,9 +133,15 @@ def _run(args: argparse.Namespace) -> int:
             written = _stage(staged, folder_fd, r)
             folder = out / name if per_island else out
             label = f"island {name}" if per_island or len(rendered) == 1 else f"{len(rendered)} identical islands"
+            user_data = (
+                f", userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes, "
+                f"{r.user_data_headroom_bytes:,} to spare"
+                if r.bundle
+                else ""
+            )
             report.append(
                 f"{label}: {len(written)} files in {folder}/ (customData {len(r.custom_data_bytes):,} of "
-                f"{CUSTOM_DATA_MAX_BYTES:,} bytes, {r.headroom_bytes:,} to spare)"
+                f"{CUSTOM_DATA_MAX_BYTES:,} bytes, {r.headroom_bytes:,} to spare{user_data})"
             )
             report.append("  " + " ".join(written))
             if not per_island:

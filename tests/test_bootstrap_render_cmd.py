@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 
+from ndfleet import bootstrap
 from ndfleet.bootstrap import render_output_files
 from ndfleet.cli import main
 from ndfleet.prepare import bootstrap_extensions
@@ -13,12 +14,38 @@ from ndfleet.spec.stackfile import load_stack
 
 SCRIPTS = ("validate-node", "ndfleet-node")
 UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")
+# customData: the cloud-config and the boot step it carries.
+BOOT_STEP = ("user-data", "custom-data.b64", "ndfleet-unpack", "bundle.json", "ndfleet-bundle.service",
+             "ndfleet-bundle-failed.service")  # fmt: skip
+
+
+def feature_file_names(stack: str) -> set[str]:
+    """The names of the files Slurm and monitoring add to the stack's bundle (a drop-in as `<unit>.d-<name>`)."""
+    spec = load_spec(load_stack(stack).ndfleet_config, stack)
+    ext = bootstrap_extensions(spec, spec.islands[0])
+    return {bootstrap._file_name(f["path"]) for f in ext.files} if ext else set()
 
 
 def test_single_island_stack_writes_every_file(tmp_path):
     assert main(["render", "--stack", "dev", "--out", str(tmp_path)]) == 0
     names = {p.name for p in tmp_path.iterdir()}
-    assert names == {"user-data", "custom-data.b64", "nccl.conf", "node.json", *SCRIPTS, *UNITS}
+    bundle = {"vm-user-data.b64", "nccl.conf", "node.json", *SCRIPTS, *UNITS, *feature_file_names("dev")}
+    assert names == {*BOOT_STEP, *bundle}
+
+
+def test_a_drop_in_is_written_under_its_unit_and_name(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    spec = load_spec(load_stack("dev").ndfleet_config, "dev")
+    r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    dropin = "/etc/systemd/system/slurmd.service.d/ndfleet.conf"
+    assert (tmp_path / "slurmd.service.d-ndfleet.conf").read_bytes() == r.node_files()[dropin]
+
+
+def test_user_data_file_is_what_the_scale_set_receives(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    spec = load_spec(load_stack("dev").ndfleet_config, "dev")
+    r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    assert (tmp_path / "vm-user-data.b64").read_text() == r.vm_user_data + "\n"
 
 
 def test_written_files_are_the_rendered_ones(tmp_path):
@@ -48,8 +75,9 @@ def test_islands_that_differ_get_their_own_folder(tmp_path):
 def test_output_says_what_was_written(tmp_path, capsys):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert f"island ib00: 10 files in {tmp_path}/" in out
-    assert "customData" in out and "validate-node" in out
+    written = len(list(tmp_path.iterdir()))
+    assert f"island ib00: {written} files in {tmp_path}/" in out
+    assert "customData" in out and "userData" in out and "validate-node" in out
 
 
 def test_bad_config_exits_1_with_the_spec_message(tmp_path, capsys):

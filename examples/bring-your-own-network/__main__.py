@@ -78,6 +78,7 @@ def main() -> None:
             identity_id=identity.id,
             ssh_public_key=ssh_public_key,
             custom_data=island.bootstrap.custom_data,
+            user_data=island.bootstrap.vm_user_data,  # the node bundle the customData's boot step fetches
             node_count=nodes,
             vm_size=vm_size,
             computer_name_prefix=f"{spec.name_prefix}-ib00-",

@@ -45,6 +45,8 @@ def _island(**overrides: typing.Any) -> IbIslandArgs:
         ({"node_count": 0}, "node_count = 0: at least 1"),
         ({"custom_data": "not base64!"}, "custom_data: not base64"),
         ({"custom_data": "A" * 90_000}, "over Azure's limit of 65,535"),
+        ({"user_data": "not base64!"}, "user_data: not base64"),
+        ({"user_data": "A" * 90_000}, "user_data: 67,500 bytes decoded, over Azure's limit of 65,535"),
     ],
 )
 def test_island_args_refuse_bad_values(overrides: dict[str, typing.Any], message: str) -> None:

@@ -3,14 +3,13 @@ properties on Uniform, Bastion and its IP in agreement, storage DNS names from t
 
 from __future__ import annotations
 
-import base64
-import gzip
 from typing import Any
 
 import pytest
 
 from ndfleet.clouds import STORAGE_CLOUDS, storage_cloud
 from ndfleet.components.ib_island import fault_domain_count
+from ndfleet.nodebundle import unpack
 from ndfleet.plan import Plan
 from ndfleet.policy_rules import RULES_BY_ID, evaluate_plan, has_mandatory
 from tests.conftest import BASTION, PIP, VMSS, base_config, dig, of_type, one, plan_of
@@ -79,8 +78,8 @@ def test_storage_dns_names_follow_the_cloud(
         config["azure-native:environment"] = environment
     plan = plan_of(config, f"cloud-{environment}")
     assert one(plan, PRIVATE_ZONE).inputs["privateZoneName"] == zone
-    custom_data = dig(one(plan, VMSS).inputs, "virtualMachineProfile.osProfile.customData")
-    user_data = gzip.decompress(base64.b64decode(custom_data)).decode()
+    files, _ = unpack(dig(one(plan, VMSS).inputs, "virtualMachineProfile.userData"))  # the node bundle
+    user_data = {f.path: f.data for f in files}["/etc/ndfleet/node.json"].decode()
     assert f'"blob_endpoint_suffix": "{suffix}"' in user_data  # the node JSON: BlobFuse2 reaches https://<account>.<suffix>
     for other in {c.blob_endpoint_suffix for c in STORAGE_CLOUDS.values()} - {suffix}:
         assert other not in user_data

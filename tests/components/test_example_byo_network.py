@@ -84,6 +84,7 @@ def test_island_has_its_infiniband_properties_in_the_given_subnet() -> None:
     assert "publicIPAddressConfiguration" not in ipconfig
     assert dig(inputs, "virtualMachineProfile.osProfile.linuxConfiguration.disablePasswordAuthentication") is True
     assert dig(inputs, "virtualMachineProfile.osProfile.customData")
+    assert dig(inputs, "virtualMachineProfile.userData")  # the node bundle the boot step fetches
     assert inputs["automaticRepairsPolicy"]["enabled"] is True
 
 

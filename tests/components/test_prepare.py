@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,7 @@ import yaml
 
 from ndfleet.bootstrap import validation_budget_s
 from ndfleet.cli import main
+from ndfleet.nodebundle import MANIFEST_PATH
 from ndfleet.plan import execute_program
 from ndfleet.prepare import (
     MAX_PROBE_GRACE_PERIOD_S,
@@ -174,3 +179,16 @@ def test_a_sovereign_cloud_from_the_stack_config_refuses_slurm_at_the_cli(
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err
     assert "Slurm supports Azure public cloud only" in err and "AzureUSGovernment" in err
+
+
+def test_the_plan_carries_each_islands_custom_data_and_user_data_on_its_scale_set() -> None:
+    """The plan is the single source of what a node boots with: customData's manifest pins the plan's userData."""
+    config = base_config()
+    prepared = prepare(load_spec(config, "plan-user-data"))
+    inputs = one(plan_of(config, "plan-user-data"), VMSS).inputs
+    user_data = dig(inputs, "virtualMachineProfile.userData")
+    assert user_data == prepared.islands[0].bootstrap.vm_user_data
+    custom_data = dig(inputs, "virtualMachineProfile.osProfile.customData")
+    cloud_config = yaml.safe_load(gzip.decompress(base64.b64decode(custom_data)))
+    manifest = json.loads(next(f["content"] for f in cloud_config["write_files"] if f["path"] == MANIFEST_PATH))
+    assert manifest["sha256"] == hashlib.sha256(base64.b64decode(user_data)).hexdigest()

@@ -138,20 +138,24 @@ def test_every_download_and_call_in_setup_has_a_timeout(mon_spec: ClusterSpec) -
             assert "timeout " in line, line
 
 
-def _user_data(spec: ClusterSpec) -> str:
+def _rendered(spec: ClusterSpec) -> bootstrap.RenderedBootstrap:
     from ndfleet.prepare import bootstrap_extensions
 
     island = spec.islands[0]
-    rendered = bootstrap.render_bootstrap(spec, island, bootstrap_extensions(spec, island))
+    return bootstrap.render_bootstrap(spec, island, bootstrap_extensions(spec, island))
+
+
+def _user_data(spec: ClusterSpec) -> str:
+    rendered = _rendered(spec)
     assert gzip.decompress(base64.b64decode(rendered.custom_data)).decode() == rendered.user_data
     return rendered.user_data
 
 
 def test_bootstrap_carries_monitoring_when_on(mon_spec: ClusterSpec) -> None:
-    user_data = yaml.safe_load(_user_data(mon_spec))
-    paths = {f["path"] for f in user_data["write_files"]}
+    rendered = _rendered(mon_spec)
+    paths = set(rendered.node_files())  # customData and the node bundle (userData) together
     assert {f.path for f in agent.node_files(mon_spec, mon_spec.islands[0])} <= paths
-    runcmd = user_data["runcmd"]
+    runcmd = [list(c) for c in rendered.activate]  # what the boot step runs once the bundle is on disk
     assert ["systemctl", "enable", "ndfleet-monitoring-setup.timer"] in runcmd  # again at every boot
     assert ["systemctl", "start", "--no-block", "ndfleet-monitoring-setup.timer"] in runcmd  # now, not waited for
     assert "[Install]" not in files_of(mon_spec)["ndfleet-monitoring-setup.service"].content  # boot never waits
@@ -161,6 +165,8 @@ def test_bootstrap_has_no_monitoring_when_off() -> None:
     spec = load_spec(base_config(), "test")
     user_data = _user_data(spec)
     assert "ndfleet-monitoring" not in user_data and "prometheus" not in user_data
+    everything = b"".join(_rendered(spec).node_files().values())
+    assert b"ndfleet-monitoring" not in everything and b"prometheus" not in everything
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1.5])

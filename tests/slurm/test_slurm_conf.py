@@ -245,9 +245,9 @@ def test_the_default_slurm_version_is_a_plausible_package_version() -> None:
 def test_compute_bootstrap_carries_the_slurm_files_only_with_slurm() -> None:
     with_slurm = spec_of(nodes=2)
     without = load_spec(base_config(nodes=2), "prod")
-    dropin = "path: /etc/systemd/system/slurmd.service.d/ndfleet.conf"
-    assert dropin in prepare(with_slurm).islands[0].bootstrap.user_data
-    assert "path: /etc/systemd/system/slurmd.service.d/" not in prepare(without).islands[0].bootstrap.user_data
+    dropin = "/etc/systemd/system/slurmd.service.d/ndfleet.conf"  # customData or the node bundle (userData)
+    assert dropin in prepare(with_slurm).islands[0].bootstrap.node_files()
+    assert not any("slurmd.service.d" in p for p in prepare(without).islands[0].bootstrap.node_files())
 
 
 def test_machines_fetch_secrets_at_boot_and_carry_none(prod: ClusterSpec) -> None:

@@ -1,0 +1,265 @@
+#!/usr/bin/python3
+"""ndfleet boot step: fetch the node bundle from this VM's userData, check it, unpack it, activate it.
+
+Shipped verbatim in customData (ndfleet/bootstrap.py) as /usr/local/sbin/ndfleet-unpack; Python 3.10 standard
+library only. Run by ndfleet-bundle.service:
+
+  ndfleet-unpack --manifest /etc/ndfleet/bundle.json                    fetch, check, unpack, activate (once)
+  ndfleet-unpack --manifest /etc/ndfleet/bundle.json --serve-unhealthy  answer the health probe "Unhealthy"
+
+The manifest (customData) names the bundle's size and sha256. When the stamp file already holds that sha256 the
+bundle was unpacked and activated on this disk before: nothing is fetched (a reboot). Otherwise the userData is read
+from the instance metadata service (header Metadata: true, no proxy, each attempt bounded, retried with doubling
+pauses), refused unless its size and sha256 are the manifest's, decompressed (bounded), and every file written
+atomically (temporary file, mode, fsync, rename); then the bundle's activation commands run (each bounded) and the
+stamp is written last, so an interrupted run is redone whole at the next boot. Exit 0 done, 1 failed: the reason
+goes to the journal and to the failure marker the health endpoint reads. docs/bootstrap.md has the whole story.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import http.server
+import json
+import lzma
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+# Azure's limit on a userData value: 87,384 base64 characters.
+MAX_USER_DATA_CHARS = 87_384
+MAX_MANIFEST_BYTES = 64 << 10
+# Retried answers of the instance metadata service (it asks for retries on 410, 429 and 5xx), and 404 while the
+# VM's metadata is not yet there early in boot.
+RETRY_STATUS = {404, 410, 429, 500, 502, 503, 504}
+REASON_MAX = 300
+FORMAT = 1
+
+
+class BundleError(Exception):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"ndfleet-unpack: {message}", file=sys.stderr, flush=True)
+
+
+def under(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/")) if root != "/" else path
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise BundleError(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def load_manifest(path: str) -> dict[str, Any]:
+    try:
+        m = json.loads(read_bounded(path, MAX_MANIFEST_BYTES))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"cannot read the manifest {path}: {e}") from None
+    need = {"sha256": str, "size": int, "url": str, "stamp": str, "failed_marker": str, "attempts": int,
+            "timeout_s": int, "backoff_max_s": int, "command_timeout_s": int, "max_unpacked_bytes": int,
+            "health_port": int}  # fmt: skip
+    if not isinstance(m, dict):
+        raise BundleError(f"the manifest {path} is not a JSON object")
+    for key, kind in need.items():
+        if not isinstance(m.get(key), kind):
+            raise BundleError(f"the manifest {path} has no {kind.__name__} {key!r}")
+    return m
+
+
+def fetch(m: dict[str, Any]) -> bytes:
+    """The userData text from the instance metadata service; BundleError after the last attempt."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS is never reached through a proxy
+    last = "no attempt"
+    for attempt in range(1, m["attempts"] + 1):
+        request = urllib.request.Request(m["url"], headers={"Metadata": "true"})
+        try:
+            with opener.open(request, timeout=m["timeout_s"]) as reply:
+                text = reply.read(MAX_USER_DATA_CHARS + 1)
+            if len(text) > MAX_USER_DATA_CHARS:
+                raise BundleError(f"userData is longer than Azure's {MAX_USER_DATA_CHARS:,} characters")
+            if text.strip():
+                return bytes(text)
+            last = "the VM has no userData"
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code}"
+            if e.code not in RETRY_STATUS:
+                raise BundleError(f"the instance metadata service answered {last}") from None
+        except (urllib.error.URLError, OSError) as e:
+            last = str(getattr(e, "reason", e))
+        if attempt < m["attempts"]:
+            time.sleep(min(2 ** (attempt - 1), m["backoff_max_s"]))
+    raise BundleError(f"no userData from the instance metadata service after {m['attempts']} attempts: {last}")
+
+
+def check(text: bytes, m: dict[str, Any]) -> bytes:
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise BundleError("userData is not base64") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if len(raw) != m["size"] or digest != m["sha256"]:
+        raise BundleError(
+            f"userData is not this node's bundle ({len(raw)} bytes, sha256 {digest[:16]}; customData expects "
+            f"{m['size']} bytes, sha256 {m['sha256'][:16]}): customData and userData come from different deployments"
+        )
+    return raw
+
+
+def parse(raw: bytes, limit: int) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
+    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    try:
+        text = decompressor.decompress(raw, limit + 1)
+    except lzma.LZMAError as e:
+        raise BundleError(f"the bundle is not an xz stream: {e}") from None
+    if len(text) > limit or not decompressor.eof:
+        raise BundleError(f"the bundle decompresses to more than {limit} bytes or is truncated")
+    try:
+        doc = json.loads(text)
+        if doc["format"] != FORMAT:
+            raise BundleError(f"bundle format {doc['format']!r}, this boot step reads {FORMAT}")
+        files = [(str(f["path"]), int(f["mode"], 8), f["data"].encode("latin-1")) for f in doc["files"]]
+        activate = [[str(a) for a in argv] for argv in doc["activate"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BundleError(f"the bundle is not valid: {e!r}") from None
+    for path, mode, _ in files:
+        if not path.startswith("/") or os.path.normpath(path) != path or mode & ~0o7777:
+            raise BundleError(f"the bundle names an invalid file {path!r} (mode {mode:o})")
+    return files, activate
+
+
+def write_atomic(path: str, data: bytes, mode: int) -> None:
+    folder = os.path.dirname(path)
+    os.makedirs(folder, 0o755, exist_ok=True)
+    temporary = f"{path}.ndfleet-{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def activate(commands: list[list[str]], timeout_s: int) -> None:
+    for argv in commands:
+        shown = " ".join(argv)
+        try:
+            done = subprocess.run(argv, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BundleError(f"activation step '{shown}' could not run: {e}") from None
+        if done.returncode != 0:
+            raise BundleError(f"activation step '{shown}' exited {done.returncode}")
+
+
+def unpack(m: dict[str, Any], root: str) -> int:
+    stamp = under(root, m["stamp"])
+    try:
+        if read_bounded(stamp, 128).decode(errors="replace").strip() == m["sha256"]:
+            log(f"bundle {m['sha256'][:16]} is unpacked already; nothing to do")
+            return 0
+    except (OSError, BundleError):
+        pass
+    files, commands = parse(check(fetch(m), m), m["max_unpacked_bytes"])
+    for path, mode, data in files:
+        write_atomic(under(root, path), data, mode)
+    log(f"bundle {m['sha256'][:16]}: {len(files)} files written; activating")
+    activate(commands, m["command_timeout_s"])
+    write_atomic(stamp, (m["sha256"] + "\n").encode(), 0o644)
+    log(f"bundle {m['sha256'][:16]} unpacked and activated")
+    return 0
+
+
+def mark_failed(m: dict[str, Any], root: str, reason: str) -> None:
+    marker = under(root, m["failed_marker"])
+    try:
+        os.makedirs(os.path.dirname(marker), 0o755, exist_ok=True)
+        with open(marker, "a", encoding="utf-8") as f:
+            f.write(f"ndfleet-bundle: {reason}\n")
+    except OSError as e:
+        log(f"cannot write the failure marker {marker}: {e}")
+
+
+def failure_reason(m: dict[str, Any], root: str) -> str:
+    try:
+        lines = read_bounded(under(root, m["failed_marker"]), 64 << 10).decode(errors="replace").splitlines()
+    except (OSError, BundleError):
+        lines = []
+    text = lines[-1] if lines else "ndfleet-bundle: the node bundle was not unpacked"
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[:REASON_MAX]
+
+
+def serve_unhealthy(m: dict[str, Any], root: str, host: str) -> int:
+    """Answer every request Unhealthy (rich health states), so automatic repairs replace this node; without it the
+    probe finds no endpoint and Azure reports Unknown, which is never repaired."""
+    body = json.dumps({"ApplicationHealthState": "Unhealthy"}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 5
+
+        def answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Ndfleet-Reason", failure_reason(m, root))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = do_POST = answer
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, m["health_port"]), Handler)
+    server.daemon_threads = True
+    log(f"answering Unhealthy on {host}:{m['health_port']}: {failure_reason(m, root)}")
+    server.serve_forever()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ndfleet-unpack", description=__doc__.splitlines()[0])
+    p.add_argument("--manifest", required=True, help="the manifest customData carries (/etc/ndfleet/bundle.json)")
+    p.add_argument("--root", default="/", help="write under this folder instead of / (tests)")
+    p.add_argument("--serve-unhealthy", action="store_true", help="answer the health probe Unhealthy, forever")
+    p.add_argument("--host", default="127.0.0.1", help="address to answer on (with --serve-unhealthy)")
+    args = p.parse_args(argv)
+    try:
+        m = load_manifest(args.manifest)
+    except BundleError as e:
+        log(str(e))
+        return 1
+    if args.serve_unhealthy:
+        return serve_unhealthy(m, args.root, args.host)
+    try:
+        return unpack(m, args.root)
+    except (BundleError, OSError) as e:
+        reason = str(e) if isinstance(e, BundleError) else f"cannot write the bundle's files: {e}"
+        log(reason)
+        mark_failed(m, args.root, reason)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

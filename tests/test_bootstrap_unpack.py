@@ -1,0 +1,246 @@
+"""The boot step (templates/node/ndfleet-unpack.py) as the node runs it: python3, the manifest customData carries,
+the userData from an instance-metadata stand-in on 127.0.0.1, and a fake systemctl that records what it is asked."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import contextlib
+import hashlib
+import http.server
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ndfleet import bootstrap, nodebundle
+from ndfleet.prepare import bootstrap_extensions
+from ndfleet.spec.config import load_spec
+from ndfleet.spec.stackfile import load_stack
+from tests.test_health_endpoint import loopback_up
+
+UNPACK = bootstrap.UNPACK_SOURCE
+TIMEOUT_S = 120  # generous: a loaded 2-core machine
+
+
+def rendered(stack: str) -> bootstrap.RenderedBootstrap:
+    spec = load_spec(load_stack(stack).ndfleet_config, stack)
+    return bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+
+
+@pytest.fixture(scope="module")
+def dev() -> bootstrap.RenderedBootstrap:
+    return rendered("dev")
+
+
+@pytest.fixture(autouse=True)
+def _loopback() -> None:
+    loopback_up()
+
+
+@dataclass
+class Imds:
+    """Serves `answers` in turn (then the last one again): (status, body). Records each request's Metadata header."""
+
+    answers: list[tuple[int, bytes]]
+    headers: list[str | None] = field(default_factory=list)
+    url: str = ""
+
+
+@contextlib.contextmanager
+def imds(answers: list[tuple[int, bytes]]) -> Iterator[Imds]:
+    state = Imds(answers)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.headers.append(self.headers.get("Metadata"))
+            status, body = state.answers[min(len(state.headers), len(state.answers)) - 1]
+            if self.headers.get("Metadata") != "true":
+                status, body = 400, b'{"error": "Bad request. Required metadata header not specified"}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/metadata/instance/compute/userData"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Node:
+    root: Path
+    manifest: Path
+    calls: Path  # what the fake systemctl was asked, one line per call
+    bin: Path
+
+    def run(self, *extra: str, systemctl_rc: int = 0) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "FAKE_SYSTEMCTL_RC": str(systemctl_rc)}
+        argv = [sys.executable, str(UNPACK), "--manifest", str(self.manifest), "--root", str(self.root), *extra]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+    def activated(self) -> list[list[str]]:
+        return [line.split(" ") for line in self.calls.read_text().splitlines()] if self.calls.exists() else []
+
+    def marker(self) -> str:
+        path = self.root / "run/ndfleet/failed"
+        return path.read_text() if path.exists() else ""
+
+
+def node(tmp_path: Path, r: bootstrap.RenderedBootstrap, url: str, **overrides: Any) -> Node:
+    """A node's disk with the boot step's manifest as customData wrote it, pointed at the IMDS stand-in."""
+    manifest = {**json.loads(r.files["bundle.json"]), "url": url, "backoff_max_s": 1, **overrides}
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(manifest))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "systemctl.calls"
+    (fake / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexit "${{FAKE_SYSTEMCTL_RC:-0}}"\n')
+    (fake / "systemctl").chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir()
+    return Node(root, path, calls, fake)
+
+
+def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        done = n.run()
+    assert done.returncode == 0, done.stderr
+    files, activate = nodebundle.unpack(dev.vm_user_data)
+    for f in files:
+        on_disk = n.root / f.path.lstrip("/")
+        assert on_disk.read_bytes() == f.data, f.path
+        assert stat.S_IMODE(on_disk.stat().st_mode) == int(f.mode, 8), f.path
+    assert [["systemctl", *c] for c in n.activated()] == activate
+    stamp = (n.root / "var/lib/ndfleet/bundle.sha256").read_text().strip()
+    assert stamp == json.loads(dev.files["bundle.json"])["sha256"]
+    assert service.headers == ["true"]
+
+
+def test_a_later_boot_finds_the_stamp_and_fetches_nothing(tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        assert n.run().returncode == 0
+        calls = n.activated()
+        again = n.run()
+    assert again.returncode == 0, again.stderr
+    assert len(service.headers) == 1  # no second request
+    assert n.activated() == calls  # nothing activated twice
+    assert "nothing to do" in again.stderr
+
+
+def test_a_user_data_from_another_deployment_is_refused(tmp_path, dev):
+    other = rendered("h200")
+    with imds([(200, other.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        done = n.run()
+    assert done.returncode == 1
+    assert "different deployments" in done.stderr and "different deployments" in n.marker()
+    assert not (n.root / "opt").exists() and n.activated() == []
+    assert not (n.root / "var/lib/ndfleet/bundle.sha256").exists()
+
+
+def test_answers_the_metadata_service_asks_to_retry_are_retried(tmp_path, dev):
+    with imds([(503, b"busy"), (429, b"slow down"), (200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        done = n.run()
+    assert done.returncode == 0, done.stderr
+    assert len(service.headers) == 3
+
+
+def test_an_unreachable_metadata_service_fails_after_the_bounded_attempts(tmp_path, dev):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    n = node(tmp_path, dev, f"http://127.0.0.1:{port}/userData", attempts=3, timeout_s=2)
+    done = n.run()
+    assert done.returncode == 1
+    assert "after 3 attempts" in n.marker()
+
+
+def test_an_oversized_user_data_is_refused_without_retrying(tmp_path, dev):
+    with imds([(200, b"A" * 90_000)]) as service:
+        n = node(tmp_path, dev, service.url)
+        done = n.run()
+    assert done.returncode == 1
+    assert "longer than Azure's 87,384 characters" in n.marker()
+    assert len(service.headers) == 1
+
+
+def test_a_failed_activation_leaves_no_stamp_so_the_next_boot_redoes_it(tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        failed = n.run(systemctl_rc=1)
+        assert failed.returncode == 1
+        assert "activation step 'systemctl daemon-reload' exited 1" in n.marker()
+        assert not (n.root / "var/lib/ndfleet/bundle.sha256").exists()
+        assert n.run().returncode == 0
+    assert len(service.headers) == 2
+
+
+def test_a_bundle_path_outside_the_normal_form_is_refused(tmp_path, dev):
+    bad = nodebundle.pack([nodebundle.BundleFile("/etc/../root/x", "0644", b"x")], [])
+    with imds([(200, base64.b64encode(bad))]) as service:
+        n = node(tmp_path, dev, service.url, size=len(bad), sha256=hashlib.sha256(bad).hexdigest())
+        done = n.run()
+    assert done.returncode == 1
+    assert "invalid file '/etc/../root/x'" in n.marker()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_node_whose_bundle_failed_answers_the_health_probe_unhealthy_with_the_reason(tmp_path, dev):
+    port = _free_port()
+    n = node(tmp_path, dev, "http://127.0.0.1:9/unused", health_port=port)
+    (n.root / "run/ndfleet").mkdir(parents=True)
+    (n.root / "run/ndfleet/failed").write_text("ndfleet-bundle: userData is not this node's bundle\r\n")
+    argv = [sys.executable, str(UNPACK), "--manifest", str(n.manifest), "--root", str(n.root), "--serve-unhealthy"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:
+                    body, reason = json.loads(reply.read()), reply.headers["X-Ndfleet-Reason"]
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=TIMEOUT_S)
+    assert body == {"ApplicationHealthState": "Unhealthy"}
+    assert reason == "ndfleet-bundle: userData is not this node's bundle"
+
+
+def test_the_boot_step_is_python_3_10_and_standard_library_only():
+    tree = ast.parse(UNPACK.read_text(), feature_version=(3, 10))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
