@@ -98,7 +98,8 @@ def zonal_lustre_plan() -> Plan:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--twin", action="store_true", default=False,
-        help="boot the twin (tests/twin): real root in namespaces of its own, e.g. `unshare --net --mount pytest --twin tests/twin`",
+        help="boot the twin (tests/twin); needs real root in namespaces of its own: "
+        "`unshare --net --mount pytest --twin tests/twin`",
     )  # fmt: skip
 
 

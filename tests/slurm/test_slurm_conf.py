@@ -128,9 +128,9 @@ def test_compute_nodes_enable_and_start_the_slurm_setup(prod: ClusterSpec) -> No
     ext = slurm_bootstrap_extensions(prod, prod.islands[0])
     assert "ndfleet-slurm-setup.service" in ext.enable_units
     assert "ndfleet-slurm-setup.service" in ext.start_units
-    user_data = prepare(spec_of(nodes=2)).islands[0].bootstrap.user_data
-    assert "  - [systemctl, enable, ndfleet-slurm-setup.service]" in user_data
-    assert "  - [systemctl, start, --no-block, ndfleet-slurm-setup.service]" in user_data
+    activate = prepare(spec_of(nodes=2)).islands[0].bootstrap.activate
+    assert ("systemctl", "enable", "ndfleet-slurm-setup.service") in activate
+    assert ("systemctl", "start", "--no-block", "ndfleet-slurm-setup.service") in activate
 
 
 def test_the_validated_target_wants_a_unit_that_exists_at_boot_not_slurmd(prod: ClusterSpec) -> None:
