@@ -70,6 +70,40 @@ TasksMax=infinity
 WantedBy=multi-user.target
 """,
 }
+# Debian's Slurm is 22.05, whose daemons have no `--systemd` (SchedMD added it later; slurm-smd's units pass it).
+# The stand-in packages put this shim where Debian's binary was: with `--systemd` it runs the daemon in the
+# foreground and tells systemd READY=1 once the daemon listens on its port, as `--systemd` does; without it, it runs
+# the daemon exactly as asked (so `-D` under Type=notify never becomes ready: issue 16's bug 2 shows as it would).
+NOTIFY_SHIM = """#!/usr/bin/python3
+import os, signal, socket, subprocess, sys, time
+REAL = os.path.realpath(__file__) + ".real"
+PORT = {"slurmd": 6818, "slurmctld": 6817}[os.path.basename(os.path.realpath(__file__)).split("-")[0]]
+# The daemons know who they are by their name (argv[0]): keep the one they were called by.
+args = sys.argv[1:]
+if "--systemd" not in args:
+    os.execv(REAL, [sys.argv[0], *args])
+args = ["-D", *[a for a in args if a != "--systemd"]]
+child = subprocess.Popen([sys.argv[0], *args], executable=REAL)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, lambda s, f: child.send_signal(s))
+def listening():
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        if any(ln.split()[1].endswith(":%04X" % PORT) and ln.split()[3] == "0A" for ln in lines):
+            return True
+    return False
+while child.poll() is None and not listening():
+    time.sleep(0.2)
+if child.poll() is None and os.environ.get("NOTIFY_SOCKET"):
+    addr = os.environ["NOTIFY_SOCKET"]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.connect("\\0" + addr[1:] if addr.startswith("@") else addr)
+    sock.send(b"READY=1\\nMAINPID=%d" % os.getpid())
+sys.exit(child.wait())
+"""
 # Microsoft's package name -> Debian's package it stands for.
 SMD_PACKAGES = {
     "slurm-smd": "slurm-wlm-basic-plugins",
@@ -158,6 +192,10 @@ def _repack(deb: Path, name: str, version: str, work: Path) -> Path:
         for path in tree.glob("**/systemd/system/*.service"):
             if path.name == f"{original}.service":
                 path.write_text(unit)
+        daemon = tree / "usr" / "sbin" / f"{original}-wlm"
+        daemon.rename(daemon.with_name(daemon.name + ".real"))
+        daemon.write_text(NOTIFY_SHIM)
+        daemon.chmod(0o755)
     (tree / "DEBIAN" / "md5sums").unlink(missing_ok=True)
     out = work / f"{name}_{version}_amd64.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)

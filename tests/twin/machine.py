@@ -27,7 +27,9 @@ class BootError(AssertionError):
 
 
 class TwinMachine:
-    def __init__(self, spec: Machine, lowers: list[Path], workdir: Path, bridge: str, binds: list[str]):
+    def __init__(
+        self, spec: Machine, lowers: list[Path], workdir: Path, bridge: str, binds: list[str], devices: list[str] = ()
+    ):
         self.spec = spec
         self.name = spec.name
         self.lowers = lowers
@@ -36,6 +38,7 @@ class TwinMachine:
         self.root = self.dir / "root"
         self.bridge = bridge
         self.binds = binds
+        self.devices = list(devices)  # "HOST_DEVICE:PATH_IN_MACHINE", e.g. an attached data disk
         self.console = self.dir / "console.log"
         self.proc: subprocess.Popen | None = None
         self.boots = 0
@@ -67,6 +70,7 @@ class TwinMachine:
             f"--network-bridge={self.bridge}", "--resolv-conf=off", "--timezone=off", "--link-journal=no",
             "--capability=all",
             *[f"--bind-ro={b}" for b in self.binds],
+            *[f"--bind={d}" for d in self.devices],
         ]  # fmt: skip
         log = self.console.open("ab")
         log.write(f"\n===== boot {self.boots} =====\n".encode())

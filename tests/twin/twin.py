@@ -30,6 +30,8 @@ ARCHIVE_HOST = "archive.twin.internal"
 MS_HOST = "packages.microsoft.com"
 FLEET_DIR_IN_MACHINE = "/opt/twin-fleet"
 HW_ROOT = "/opt/twin-hw/root"
+HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
+HERE = Path(__file__).resolve().parent
 
 
 def in_private_namespaces() -> str | None:
@@ -43,7 +45,7 @@ def in_private_namespaces() -> str | None:
     links = [ln.split(":")[0].strip() for ln in Path("/proc/self/net/dev").read_text().splitlines()[2:]]
     if set(links) - {"lo"} - {BRIDGE} - {n for n in links if n.startswith("vb-")}:
         return f"the twin must run in a network namespace of its own (found interfaces {sorted(links)})"
-    for tool in ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount"):
+    for tool in ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount", "losetup", "cc", "mariadbd"):
         if shutil.which(tool) is None:
             return f"the twin needs {tool}"
     return None
@@ -71,6 +73,7 @@ class Twin:
         self.standin_ip = str(list(self.plan.storage_subnet.hosts())[3])
         self.fleet_dir = workdir / "fleet"
         self.database: mysql.Database | None = None
+        self.loops: list[str] = []
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def _network(self) -> None:
@@ -100,6 +103,14 @@ class Twin:
         if endpoint:
             hosts.append(endpoint.split("://", 1)[-1].split("/", 1)[0])
         return hosts
+
+    def _build_hardware_lib(self) -> None:
+        out = self.workdir / "hardware.so"
+        subprocess.run(
+            ["cc", "-shared", "-fPIC", "-O2", "-o", str(out), str(HERE / "fakes" / "hardware.c"), "-ldl"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        self.hardware_lib = out.read_bytes()
 
     def _standins(self) -> None:
         version = str(self.plan.outputs.get("slurm", {}).get("slurmVersion") or "0")
@@ -147,16 +158,23 @@ class Twin:
         }  # fmt: skip
         if m.role == "compute":
             faults = self.faults.get(m.name, "")
-            files["/etc/systemd/system.conf.d/twin-hw.conf"] = (
-                f"[Manager]\nDefaultEnvironment=NDFLEET_SYSROOT={HW_ROOT} NDFLEET_FAKE_FAULTS={faults}\n".encode(),
-                0o644,
-            )
+            files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
+            files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
+            files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
             # The fake /proc resets at every boot, as the real one does (blob mounts are gone after a reboot).
             files["/etc/systemd/system/twin-hw-boot.service"] = (
                 b"[Unit]\nDescription=twin hardware stand-in: a fresh fake /proc for this boot\n"
                 b"DefaultDependencies=no\n"
                 b"After=local-fs.target\nBefore=sysinit.target\n\n[Service]\nType=oneshot\n"
                 b"ExecStart=/bin/cp " + HW_ROOT.encode() + b"/proc/mounts.boot " + HW_ROOT.encode() + b"/proc/mounts\n"
+                # A VM's systemd owns its whole cgroup tree; nspawn mounts the v1 controllers read-only (a container's
+                # view of a host it must not touch): writable again inside the machine's own cgroup namespace.
+                b"ExecStart=/bin/sh -c 'mount -o remount,rw /sys/fs/cgroup; for c in cpuset freezer devices cpuacct "
+                b"pids cpu blkio; do mount -o remount,rw /sys/fs/cgroup/$c; done; umount -l /sys/fs/cgroup/memory; "
+                b"mount -t cgroup -o rw,nosuid,nodev,noexec,memory cgroup /sys/fs/cgroup/memory'\n"
+                # The GPU driver's device files (gres.conf names them; slurmd looks for them).
+                b"ExecStart=/bin/sh -c 'for i in 0 1 2 3 4 5 6 7; do "
+                b"[ -e /dev/nvidia$i ] || mknod -m 0666 /dev/nvidia$i c 195 $i; done'\n"
                 b"\n[Install]\nWantedBy=sysinit.target\n", 0o644)  # fmt: skip
         return files
 
@@ -170,17 +188,31 @@ class Twin:
         wants.mkdir(parents=True, exist_ok=True)
         (wants / "twin-hw-boot.service").symlink_to("/etc/systemd/system/twin-hw-boot.service")
 
+    def _data_disks(self, m) -> list[str]:
+        """The controller's managed data disk at LUN 0, where Azure's udev rules name it: a loop device over a sparse
+        file, bound into the machine (the kernel's loop devices are the host's; one per disk, detached at close)."""
+        if m.role != "controller":
+            return []
+        image = self.workdir / "disks" / f"{m.name}-lun0.img"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        with image.open("wb") as f:
+            f.truncate(1 << 30)
+        loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True)
+        self.loops.append(loop.stdout.strip())
+        return [f"{self.loops[-1]}:/dev/disk/azure/scsi1/lun0"]
+
     def start(self, roles: tuple[str, ...] = ("controller", "login", "compute")) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.fleet_dir.mkdir(exist_ok=True)
         (self.fleet_dir / "bad-hosts").write_text("")
         self._network()
+        self._build_hardware_lib()
         self._standins()
         for m in self.plan.machines:
             if m.role not in roles:
                 continue
-            tm = TwinMachine(m, [self.root], self.workdir / "machines", BRIDGE,
-                             binds=[f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"])  # fmt: skip
+            binds = [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
+            tm = TwinMachine(m, [self.root], self.workdir / "machines", BRIDGE, binds, self._data_disks(m))
             tm.prepare(self._machine_files(m))
             self._hardware(tm)
             self.machines[m.name] = tm
@@ -211,6 +243,8 @@ class Twin:
             server.server_close()
         if self.database is not None:
             self.database.stop()
+        for loop in self.loops:
+            subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
 
 
