@@ -14,7 +14,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
+import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -49,9 +51,15 @@ class Result:
         return self.answered / self.probes if self.probes else 0.0
 
 
+@dataclass(frozen=True)
+class Server:
+    port: int
+    pid: int
+
+
 @contextlib.contextmanager
-def health_server(folder: Path, *extra: str) -> Iterator[int]:
-    """`ndfleet-node health` on a free 127.0.0.1 port, serving `folder/report.json`; yields the port."""
+def health_server(folder: Path, *extra: str) -> Iterator[Server]:
+    """`ndfleet-node health` on a free 127.0.0.1 port, serving `folder/report.json`."""
     argv = [sys.executable, "-m", "ndfleet_node", "health", "--config", str(folder / "absent.json"), "--port", "0",
             "--report", str(folder / "report.json"), "--failed-marker", str(folder / "failed"), *extra]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -62,8 +70,10 @@ def health_server(folder: Path, *extra: str) -> Iterator[int]:
             if select.select([proc.stdout], [], [], 0.2)[0]:
                 line = proc.stdout.readline()
         assert "listening on http://127.0.0.1:" in line, f"the endpoint did not start: {line!r}"
-        yield int(line.rsplit(":", 1)[1].split("/", 1)[0])
+        yield Server(int(line.rsplit(":", 1)[1].split("/", 1)[0]), proc.pid)
     finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # in case a test left it stopped
         proc.terminate()
         try:
             proc.wait(timeout=10)
@@ -107,6 +117,41 @@ def _flood(port: int, hold: int, stop: Any, opened: Any, deadline_s: float) -> N
     finally:
         while held:
             held.popleft().close()
+
+
+def burst_while_busy(server: Server, burst: int, rounds: int, probe_timeout_s: float = 10.0) -> Result:
+    """The moment a flood does harm, made repeatable: the endpoint is busy (stopped with SIGSTOP, as a loaded node
+    deschedules it), a probe connects and sends its request, then `burst` more connections arrive before the
+    endpoint runs again (SIGCONT). All of them wait in the listen backlog; the probe's is the oldest."""
+    failures: list[str] = []
+    opened = 0
+    for _ in range(rounds):
+        flood: list[socket.socket] = []
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=probe_timeout_s)
+            client.sendall(PROBE)
+            for _ in range(burst):
+                flood.append(socket.create_connection(("127.0.0.1", server.port), timeout=probe_timeout_s))
+            opened += burst
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        try:
+            with client:
+                data = b""
+                while chunk := client.recv(4096):
+                    data += chunk
+            if not data.startswith(b"HTTP/1.1 200 "):
+                failures.append(f"no answer (got {len(data)} bytes)")
+        except OSError as e:
+            failures.append(f"{type(e).__name__}: {e}")
+        finally:
+            for s in flood:
+                s.close()
+        # Let the endpoint take in this round's closed connections before the next round, so the next burst
+        # fits in the listen backlog: the backlog is first in, first out, so this answer comes after all of them.
+        probe(server.port, probe_timeout_s)
+    return Result(rounds, rounds - len(failures), opened, tuple(failures))
 
 
 def measure(port: int, flood: Flood) -> Result:
