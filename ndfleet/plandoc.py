@@ -1,8 +1,10 @@
 """The plan document (`ndfleet plan --format json`, docs/plan-json.md): its schema, and the one bounded reader that
 `ndfleet diff` and `ndfleet policy` use before they look at a plan.
 
-A plan from disk is untrusted input. `read_plan` bounds what reading it can cost (file size, JSON nesting, the
-decompressed size of every gzip customData) and `validate_plan` checks the types of every field ndfleet reads, so
+A plan from disk is untrusted input. `read_plan` bounds what reading it can cost (a regular file only, never a FIFO
+or device; file size, JSON nesting, integer length, the decompressed size of every gzip customData) and
+`validate_plan` refuses any number that is not finite (Python's json reads NaN and Infinity, which no rule could
+judge) and checks the types of every field ndfleet reads, so
 that diff and policy never meet a value of the wrong type: `capacity: "2"` and `protect: "false"` are errors, not a
 deletion and `true`. Each error names the JSON path (`resources[3].inputs.sku.capacity`). Keys ndfleet does not
 read are allowed (the format may grow without a version bump); a wrong `schemaVersion` is refused.
@@ -13,11 +15,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ndfleet.regularfile import NotARegularFile, read_regular_file
 from ndfleet.spec.names import stack_name_problem
 
 PLAN_SCHEMA_VERSION = 1
@@ -28,6 +32,9 @@ MAX_PLAN_DEPTH = 64
 # A node bootstrap (customData) is at most 64 KiB before compression and Azure takes at most 64 KiB of base64:
 # decompressing stops here, so a gzip bomb in a plan costs nothing.
 MAX_DECODED_CUSTOM_DATA_BYTES = 1 << 20
+# Every integer in a plan (capacities, sizes, ports, counts) fits in 64 bits, which is at most 19 digits and a sign;
+# a longer one is refused by its JSON path before Python's int() is asked (which gives up at 4,300 digits).
+MAX_INTEGER_DIGITS = 20
 CUSTOM_DATA_PATH = ("virtualMachineProfile", "osProfile", "customData")
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -178,13 +185,40 @@ def _check_object(obj: dict[str, Any], schema: Schema, path: str, errors: list[s
                     errors.append(f"{_child(here, i)}: must be {_KIND[items]}, got {_show(item)}")
 
 
-def _depth_problem(doc: Any) -> str | None:
-    """The path of the first value nested deeper than MAX_PLAN_DEPTH; iterative, so any depth is safe."""
+class _UnreadableNumber:
+    """Stands in, while parsing, for a JSON number a plan cannot hold, so the check can name its JSON path."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
+def _bounded_int(text: str) -> int | _UnreadableNumber:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        return _UnreadableNumber(f"an integer of {digits} digits, beyond any 64-bit figure a plan holds")
+    return int(text)
+
+
+def _number_problem(value: Any) -> str | None:
+    if isinstance(value, _UnreadableNumber):
+        return value.what
+    if isinstance(value, float) and not math.isfinite(value):
+        shown = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return f"{shown} is not a number a plan holds (only finite numbers; JSON itself has no NaN or Infinity)"
+    return None
+
+
+def _value_problem(doc: Any) -> str | None:
+    """The path and problem of the first value nested deeper than MAX_PLAN_DEPTH, or of the first number that is
+    not finite (NaN, Infinity, 1e999) or too long to be read; iterative, so any depth is safe."""
     stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
     while stack:
         value, path, depth = stack.pop()
         if depth > MAX_PLAN_DEPTH:
             return f"{path or '(top)'}: nested more than {MAX_PLAN_DEPTH} levels deep (a plan nests about 10)"
+        number = _number_problem(value)
+        if number is not None:
+            return f"{path or '(top)'}: {number}"
         if isinstance(value, dict):
             stack.extend((v, _child(path, str(k)), depth + 1) for k, v in value.items())
         elif isinstance(value, list):
@@ -198,7 +232,7 @@ def validate_plan(doc: Any, source: str = "plan") -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise PlanFormatError(f"{source}: expected a JSON object from `ndfleet plan --format json`, got "
                               f"{_show(doc) if not isinstance(doc, list) else 'a list'}")
-    problem = _depth_problem(doc)
+    problem = _value_problem(doc)
     if problem is not None:
         raise PlanFormatError(f"{source}: {problem}")
     version = doc.get("schemaVersion")
@@ -248,10 +282,9 @@ def _dig(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 def read_plan(path: Path) -> dict[str, Any]:
     """Read, parse and validate a plan file, bounded in size and nesting. Raises PlanFormatError."""
     try:
-        if path.is_dir():
-            raise PlanFormatError(f"{path} is a folder, not a plan file")
-        with path.open("rb") as f:
-            data = f.read(MAX_PLAN_BYTES + 1)
+        data = read_regular_file(path, MAX_PLAN_BYTES)
+    except NotARegularFile as e:
+        raise PlanFormatError(f"{path} is {e.kind}, not a plan file (only a regular file is read)") from None
     except FileNotFoundError:
         raise PlanFormatError(f"plan file not found: {path}") from None
     except OSError as e:
@@ -263,7 +296,7 @@ def read_plan(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise PlanFormatError(f"{path} is not UTF-8 text: not an ndfleet plan") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise PlanFormatError(f"{path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg}); expected the "
                               "output of `ndfleet plan --format json`") from None

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ndfleet.regularfile import NotARegularFile, read_regular_file
 from ndfleet.spec.config import NAMESPACE, from_engine
 from ndfleet.spec.names import stack_name_problem
 
@@ -27,9 +28,25 @@ class StackFileError(Exception):
     """The stack file is missing or not in Pulumi's stack-file format."""
 
 
+class AliasRefused(yaml.YAMLError):
+    """A YAML anchor or alias: refused, because nested aliases let a few hundred bytes expand to gigabytes."""
+
+    def __init__(self, what: str, mark: Any):
+        super().__init__(f"{what} at line {mark.line + 1}, column {mark.column + 1}")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, but a key written twice in one mapping is an error (Pulumi refuses such a stack file;
-    PyYAML would silently keep the last value)."""
+    PyYAML would silently keep the last value), and so is any anchor or alias: Pulumi stack files are plain
+    key/value config, and nested aliases ("billion laughs") let a 400-byte file expand to gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise AliasRefused(f"alias *{event.anchor}", event.start_mark)
+        if isinstance(event, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)) and event.anchor:
+            raise AliasRefused(f"anchor &{event.anchor}", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -53,10 +70,12 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 
 def read_yaml(file: Path) -> Any:
-    """Parse a Pulumi YAML file: bounded in size, duplicate keys refused. Raises StackFileError."""
+    """Parse a Pulumi YAML file: a regular file only, bounded in size, duplicate keys, anchors and aliases
+    refused. Raises StackFileError."""
     try:
-        with file.open("rb") as f:
-            data = f.read(MAX_STACK_FILE_BYTES + 1)
+        data = read_regular_file(file, MAX_STACK_FILE_BYTES)
+    except NotARegularFile as e:
+        raise StackFileError(f"{file} is {e.kind}, not a stack file (only a regular file is read)") from None
     except OSError as e:
         raise StackFileError(f"cannot read {file}: {e.strerror or e}") from None
     if len(data) > MAX_STACK_FILE_BYTES:
@@ -65,6 +84,9 @@ def read_yaml(file: Path) -> Any:
         return yaml.load(data.decode("utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except UnicodeDecodeError:
         raise StackFileError(f"{file} is not UTF-8 text") from None
+    except AliasRefused as e:
+        raise StackFileError(f"{file}: YAML anchors and aliases are not accepted ({e}); write each value out, "
+                             "as Pulumi stack files do") from None
     except yaml.YAMLError as e:
         raise StackFileError(f"{file} is not valid YAML: {e}") from None
     except RecursionError:
@@ -195,8 +217,6 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
                 f"{file}: the stack's name is taken from the file name (Pulumi.<stack>.yaml) and {problem}; "
                 "rename the file"
             )
-    if file.is_dir():
-        raise StackFileError(f"{file} is a folder, not a stack file")
     doc = read_yaml(file) or {}
     if not isinstance(doc, dict):
         raise StackFileError(f"{file} is not a Pulumi stack file: expected a mapping with a 'config' key")

@@ -9,29 +9,35 @@ read afresh from the validator's report and the failure marker:
                                               unreadable or malformed (not an object, checks not a list, ...)
 
 The reason is in the `X-Ndfleet-Reason` header, printable ASCII only (no CR/LF can reach the header), at most
-300 characters. The server must never get a healthy node replaced by accident, so it is hardened against what
-any job on the node could do: one event loop (no thread per connection); each connection must send its request
-within `idle_timeout_s` or is closed; beyond `max_connections` open connections the oldest is closed, so new
-probes are always served; the listen backlog is `backlog`; request heads over 8 KiB are cut off. The unit raises
-the file-handle limit (LimitNOFILE) above the cap, and the process raises its soft limit to the hard one.
+300 characters. The server must never get a healthy node replaced by accident, and Azure's probe must always be
+answered, so it is hardened against what any job on the node could do (tests/node/test_hostile_health.py): one
+event loop (no thread per connection); a request is answered as soon as its head is complete, ready connections
+before new ones are accepted; each connection must send its request within `idle_timeout_s` or is closed; at
+`max_connections` open connections, room is made by closing the oldest that has sent nothing (never one whose
+request has arrived: that one is answered), so a flood of connections cannot drop a probe's; the listen backlog
+is `backlog`; request heads over 8 KiB are cut off. The unit raises the file-handle limit (LimitNOFILE) above the
+cap, and the process raises its soft limit to the hard one.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import resource
+import selectors
+import socket
 import sys
-from collections import OrderedDict
+import time
 from typing import Any
 
 from ndfleet_node import config as node_config
 from ndfleet_node.text import header_safe
 
 MAX_REQUEST_HEAD = 8192
+ACCEPT_BATCH = 64  # connections accepted per loop pass, so ready connections are never starved by new ones
+POLL_S = 0.25  # the loop wakes at least this often to close connections past the idle timeout
 MAX_REPORT_BYTES = 4 * 1024 * 1024
 DEFAULTS = {"port": 18300, "max_connections": 256, "idle_timeout_s": 5.0, "backlog": 1024}
 
@@ -89,44 +95,150 @@ def response(report: str, failed_marker: str) -> bytes:
     return head.encode("ascii") + body
 
 
+class _Connection:
+    __slots__ = ("sock", "since", "data", "out")
+
+    def __init__(self, sock: socket.socket, since: float):
+        self.sock, self.since, self.data, self.out = sock, since, b"", b""
+
+
 class HealthServer:
-    def __init__(self, report: str, failed_marker: str, max_connections: int, idle_timeout_s: float):
-        self.report, self.failed_marker = report, failed_marker
-        self.max_connections, self.idle_timeout_s = max_connections, idle_timeout_s
-        self.open: OrderedDict[int, asyncio.StreamWriter] = OrderedDict()
-        self._next = 0
+    """One thread, one `selectors` loop, every socket non-blocking. Each request is answered the moment its head
+    is complete, in the same loop pass that reads it, so answered connections never pile up. Ready connections are
+    served before new ones are accepted, and at most ACCEPT_BATCH are accepted per pass. Beyond `max_connections`
+    a connection is closed to make room: the oldest that has sent nothing, after a look at its socket (MSG_PEEK)
+    shows nothing arrived since (if a request did arrive, it is answered instead); only when no connection is idle,
+    the oldest with a partial request. A connection with a complete request is never dropped: it has been answered
+    already. A probe's connection therefore survives any number of newer connections once its request is sent."""
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        key = self._next
-        self._next += 1
-        self.open[key] = writer
-        while len(self.open) > self.max_connections:
-            _, oldest = self.open.popitem(last=False)
-            oldest.transport.abort()
-        try:
+    def __init__(self, listener: socket.socket, report: str, failed_marker: str, max_connections: int,
+                 idle_timeout_s: float):  # fmt: skip
+        self.listener, self.report, self.failed_marker = listener, report, failed_marker
+        self.max_connections, self.idle_timeout_s = max(1, max_connections), idle_timeout_s
+        self.selector = selectors.DefaultSelector()
+        self.open: dict[int, _Connection] = {}  # by file descriptor, oldest first (dicts keep insertion order)
+        listener.setblocking(False)
+        self.selector.register(listener, selectors.EVENT_READ, None)
+
+    def serve_forever(self) -> None:
+        while True:
+            self.serve_once(POLL_S)
+
+    def serve_once(self, timeout_s: float) -> None:
+        events = self.selector.select(timeout_s)
+        accept = False
+        for key, mask in events:
+            if key.data is None:
+                accept = True
+            elif key.fd in self.open:
+                self._ready(key.data, mask)
+        if accept:
+            self._accept()
+        self._expire(time.monotonic())
+
+    # -------------------------------------------------------------------------------------------- connections
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            if len(self.open) >= self.max_connections and not self._make_room():
+                return  # every connection is mid-answer: the rest wait in the kernel's backlog
             try:
-                await asyncio.wait_for(self._read_head(reader), self.idle_timeout_s)
-            except (asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-                return  # an idle or broken connection gets nothing; a probe sends its request at once
-            if writer.transport.is_closing():
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
                 return
-            writer.write(response(self.report, self.failed_marker))
-            await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
-        except (asyncio.TimeoutError, ConnectionError, OSError):
-            pass
-        finally:
-            self.open.pop(key, None)
-            writer.transport.abort()
+            except OSError:  # out of file handles, or the client gave up: try again next pass
+                return
+            sock.setblocking(False)
+            conn = _Connection(sock, time.monotonic())
+            self.open[sock.fileno()] = conn
+            self.selector.register(sock, selectors.EVENT_READ, conn)
+            self._read(conn)  # a probe sends its request at once: it may be here already
 
-    @staticmethod
-    async def _read_head(reader: asyncio.StreamReader) -> None:
-        """Up to the blank line after the request head, or 8 KiB, or EOF: whatever comes first."""
-        data = b""
-        while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < MAX_REQUEST_HEAD:
-            chunk = await reader.read(MAX_REQUEST_HEAD - len(data))
-            if not chunk:
+    def _make_room(self) -> bool:
+        """Close one connection that is waiting for its request (see the class docstring); False if none is."""
+        partial: _Connection | None = None
+        for conn in list(self.open.values()):
+            if conn.out:
+                continue
+            if conn.data:
+                partial = partial or conn
+                continue
+            try:
+                arrived = conn.sock.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                self._close(conn)  # idle: nothing sent, nothing arrived
+                return True
+            except OSError:
+                arrived = b""
+            if arrived:
+                self._read(conn)  # its request arrived: answer it rather than drop it
+            else:
+                self._close(conn)  # the client has gone
+            if len(self.open) < self.max_connections:
+                return True
+        if partial is not None:
+            self._close(partial)
+            return True
+        return len(self.open) < self.max_connections
+
+    def _ready(self, conn: _Connection, mask: int) -> None:
+        if conn.out and mask & selectors.EVENT_WRITE:
+            self._send(conn)
+        elif mask & selectors.EVENT_READ:
+            self._read(conn)
+
+    def _read(self, conn: _Connection) -> None:
+        try:
+            chunk = conn.sock.recv(MAX_REQUEST_HEAD - len(conn.data))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not chunk and not conn.data:
+            self._close(conn)  # connected and left without a request: nothing to answer
+            return
+        conn.data += chunk
+        head_done = b"\r\n\r\n" in conn.data or b"\n\n" in conn.data or len(conn.data) >= MAX_REQUEST_HEAD
+        if head_done or not chunk:  # a whole head, the 8 KiB cut, or the client stopped sending: answer
+            conn.out = response(self.report, self.failed_marker)
+            self._send(conn)
+
+    def _send(self, conn: _Connection) -> None:
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._close(conn)
+            return
+        conn.out = conn.out[sent:]
+        if conn.out:
+            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            return
+        # Answered. Say so (FIN after the answer), drop what the client sent beyond the head, then close.
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+            while conn.sock.recv(65536):
+                pass
+        self._close(conn)
+
+    def _expire(self, now: float) -> None:
+        """Close connections older than the idle timeout that are still open (no request, or not reading the
+        answer). `open` is oldest first, so this stops at the first young one."""
+        while self.open:
+            conn = next(iter(self.open.values()))
+            if now - conn.since < self.idle_timeout_s:
                 return
-            data += chunk
+            self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        fd = conn.sock.fileno()
+        if self.open.pop(fd, None) is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(conn.sock)
+        conn.sock.close()
 
 
 def raise_nofile() -> int:
@@ -141,13 +253,12 @@ def raise_nofile() -> int:
     return soft
 
 
-async def serve(args: argparse.Namespace) -> None:
-    server = HealthServer(args.report, args.failed_marker, args.max_connections, args.idle_timeout)
-    srv = await asyncio.start_server(server.handle, args.host, args.port, backlog=args.backlog, reuse_address=True)
-    host, port = srv.sockets[0].getsockname()[:2]
+def serve(args: argparse.Namespace) -> None:
+    listener = socket.create_server((args.host, args.port), backlog=args.backlog)
+    server = HealthServer(listener, args.report, args.failed_marker, args.max_connections, args.idle_timeout)
+    host, port = listener.getsockname()[:2]
     print(f"ndfleet-health: listening on http://{host}:{port}{args.path}", flush=True)
-    async with srv:
-        await srv.serve_forever()
+    server.serve_forever()
 
 
 def register(subparsers: Any) -> None:
@@ -184,5 +295,5 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, name, type(DEFAULTS[key])(cfg_health.get(key, DEFAULTS[key])))
     raise_nofile()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args))
+        serve(args)
     return 0

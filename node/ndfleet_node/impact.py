@@ -5,14 +5,21 @@
 For each failed check with a hardware category (`impact_categories.py`) the node files one impact,
 `PUT {arm}/subscriptions/{sub}/providers/Microsoft.Impact/workloadImpacts/{name}?api-version=...` with body
 
-    {"properties": {"startDateTime", "reportedTimeUtc", "impactCategory", "impactDescription",
+    {"properties": {"startDateTime", "impactCategory", "impactDescription",
                     "impactedResourceId", "additionalProperties": {"PhysicalHostName", "VmUniqueId"}}}
 
 (Microsoft Learn, "Report guest health status": PhysicalHostName or VmUniqueId required, PhysicalHostName
-preferred). The token comes from the instance metadata service for the node's managed identity (it needs the
-Impact Reporter role); the subscription, resource id and VM id from IMDS compute metadata; PhysicalHostName
-from Hyper-V's KVP pool 3, the key/value pairs the host gives the guest. A 429 is retried after its Retry-After;
-a 403 means the subscription is not onboarded or the identity lacks the role, said plainly.
+preferred; `reportedTimeUtc` is set by Azure, read-only in the Microsoft.Impact API, so it is not sent). The token
+comes from the instance metadata service for the node's managed identity (it needs the Impact Reporter role); the
+subscription, resource id and VM id from IMDS compute metadata; PhysicalHostName from Hyper-V's KVP pool 3, the
+key/value pairs the host gives the guest. A 429 is retried after its Retry-After; a 403 means the subscription is
+not onboarded or the identity lacks the role, said plainly.
+
+Every answer is bounded: at most 64 KiB of body is read, and the whole request (connect, headers, body) has a
+deadline, so a server that drips a byte a second cannot hold the node; an error body of any shape and a Retry-After
+of any value (`nan`, negative, huge, a date) are handled, never a crash. Whatever happens with Azure, the node is
+then marked Unhealthy in the same report file, its mode and owner kept (the health endpoint reads it as another
+user).
 
 Only when the stack opted in (`ndfleet:health.impactReporting`, node JSON `impact.enabled`): otherwise the
 node logs the exact request it would have sent. Either way it then marks itself Unhealthy (a failed check in
@@ -25,23 +32,26 @@ Exit 0 reported (or logged), 1 Azure refused or could not be reached, 2 could no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
+import math
+import socket
 import sys
-import tempfile
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from pathlib import Path
 from typing import Any
 
 from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
+from ndfleet_node.report import write_atomic
+from ndfleet_node.text import clip, decode
 
 KVP_POOL_3 = Path("/var/lib/hyperv/.kvp_pool_3")
 KVP_KEY_BYTES = 512  # HV_KVP_EXCHANGE_MAX_KEY_SIZE (Linux include/uapi/linux/hyperv.h)
@@ -53,7 +63,10 @@ ARM = "https://management.azure.com"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
 IDENTITY_TAG = "ndfleet:identity-client-id"  # scale-set tag the bootstrap also reads (docs/bootstrap.md)
-HTTP_TIMEOUT_S = 20
+HTTP_TIMEOUT_S = 20  # each connect, send or receive
+HTTP_DEADLINE_S = 60  # the whole request, however the server paces it
+MAX_BODY_BYTES = 64 * 1024  # IMDS and Resource Manager answers here are a few KiB; the rest is not read
+MAX_REPORT_BYTES = 4 * 1024 * 1024  # as the health endpoint: a validator report larger than this is not one
 MAX_ATTEMPTS = 4
 MAX_RETRY_AFTER_S = 120
 
@@ -101,20 +114,49 @@ class Reply:
     def json(self) -> Any:
         try:
             return json.loads(self.body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 
-def http(method: str, url: str, headers: dict[str, str], body: bytes | None = None) -> Reply:
-    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+def http(method: str, url: str, headers: dict[str, str], body: bytes | None = None,
+         deadline_s: float | None = None) -> Reply:  # fmt: skip
+    """One request, bounded: each socket operation by HTTP_TIMEOUT_S, the whole exchange by `deadline_s` (default
+    HTTP_DEADLINE_S; a timer shuts the socket down, which ends any read in progress), the body at MAX_BODY_BYTES.
+    No proxy: the instance metadata service must be reached directly, and so is Resource Manager."""
+    deadline_s = HTTP_DEADLINE_S if deadline_s is None else deadline_s
+    parts = urllib.parse.urlsplit(url)
+    where = parts.netloc
+    connection_class = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+    conn = connection_class(parts.hostname or "", parts.port, timeout=HTTP_TIMEOUT_S)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        if conn.sock is not None:
+            with contextlib.suppress(OSError):  # the plain socket's shutdown, under TLS too
+                socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+
+    timer = threading.Timer(deadline_s, expire)
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310 - fixed endpoints
-            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read())
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ImpactError(f"cannot reach {urllib.parse.urlsplit(url).netloc}: {reason}") from None
+        conn.connect()
+        if expired.is_set():  # the deadline passed while connecting, before there was a socket to shut down
+            raise TimeoutError
+        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read(MAX_BODY_BYTES + 1)[:MAX_BODY_BYTES]
+        reply = Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
+    except (OSError, HTTPException, ValueError) as exc:
+        if expired.is_set():
+            raise ImpactError(f"no complete answer from {where} within {deadline_s:g} s") from None
+        raise ImpactError(f"cannot reach {where}: {exc or type(exc).__name__}") from None
+    finally:
+        timer.cancel()
+        conn.close()
+    if expired.is_set():  # the body ended because the deadline shut the socket: not a whole answer
+        raise ImpactError(f"no complete answer from {where} within {deadline_s:g} s")
+    return reply
 
 
 Http = Callable[[str, str, dict[str, str], bytes | None], Reply]
@@ -158,11 +200,9 @@ def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/",
 
 
 def impact_body(category: str, description: str, instance: Instance, host: str, now: datetime) -> dict[str, Any]:
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "properties": {
-            "startDateTime": stamp,
-            "reportedTimeUtc": stamp,
+            "startDateTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "impactCategory": category,
             "impactDescription": description[:1000],
             "impactedResourceId": instance.resource_id,
@@ -185,18 +225,34 @@ class Filed:
 
 
 def _retry_after(reply: Reply, attempt: int) -> float:
+    """Seconds to wait: Retry-After in seconds, capped at MAX_RETRY_AFTER_S; anything else (absent, a date, `nan`,
+    `inf`, negative, garbage) waits 2**attempt seconds instead."""
     try:
         wait = float(reply.headers.get("retry-after", ""))
     except ValueError:
+        wait = math.nan
+    if math.isnan(wait) or wait < 0:
         wait = 2.0**attempt
-    return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
+    return min(wait, MAX_RETRY_AFTER_S)
+
+
+def _one_line(value: object, limit: int = 300) -> str:
+    """A value from the server, as one printable line for the log."""
+    text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
+    return clip(" ".join(decode(text).split()), limit)
 
 
 def _error_text(reply: Reply) -> str:
+    """`code: message` from Resource Manager's error body {"error": {"code", "message"}}, whatever shape the body
+    really has (a string, numbers, nothing): never raises."""
     doc = reply.json()
-    error = doc.get("error", {}) if isinstance(doc, dict) else {}
-    code, message = error.get("code", ""), (error.get("message", "") or "").splitlines()
-    return f"{code}: {message[0]}" if code and message else code or f"HTTP {reply.status}"
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict):
+        code, message = _one_line(error.get("code")), _one_line(error.get("message"))
+    else:
+        code, message = "", _one_line(error if error is not None else doc.get("message") if isinstance(doc, dict)
+                                      else None)  # fmt: skip
+    return f"{code}: {message}" if code and message else code or message or "no error details"
 
 
 def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[float], None] = time.sleep) -> Filed:
@@ -205,7 +261,11 @@ def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[fl
     data = json.dumps(filed.body).encode()
     for attempt in range(1, MAX_ATTEMPTS + 1):
         filed.attempts = attempt
-        reply = send("PUT", filed.url, headers, data)
+        try:
+            reply = send("PUT", filed.url, headers, data)
+        except ImpactError as exc:  # unreachable, or no whole answer within the deadline
+            filed.error = str(exc)
+            return filed
         filed.status = reply.status
         if reply.status in (200, 201, 202):
             filed.sent = True
@@ -233,22 +293,41 @@ def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[fl
 # ------------------------------------------------------------------------------------------------ unhealthy
 
 
-def mark_unhealthy(report: Path, check_id: str, message: str) -> None:
-    """Add a failed check to the validator report the health endpoint serves (atomically): it answers Unhealthy."""
+def read_report(path: Path) -> dict[str, Any]:
+    """A validator report as an object, read within MAX_REPORT_BYTES. Raises ImpactError saying why not."""
     try:
-        doc = json.loads(report.read_text())
-        if not isinstance(doc, dict):
-            doc = {}
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise ImpactError(f"cannot read validator report {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ImpactError(f"validator report {path} is over {MAX_REPORT_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise ImpactError(f"validator report {path} is not JSON ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise ImpactError(f"validator report {path} is not a JSON object")
+    return doc
+
+
+def _checks(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = doc.get("checks")
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
+def mark_unhealthy(report: Path, check_id: str, message: str) -> None:
+    """Add a failed check to the validator report the health endpoint serves (atomically, keeping the file's mode
+    and owner, so the endpoint, another user, can still read it): it answers Unhealthy."""
+    try:
+        doc = read_report(report)
+    except ImpactError:
         doc = {}
-    checks = [c for c in doc.get("checks", []) if isinstance(c, dict) and c.get("id") != check_id]
+    checks = [c for c in _checks(doc) if c.get("id") != check_id]
     checks.append({"id": check_id, "status": "fail", "value": message, "expected": "healthy", "message": message})
     doc.update(status="unhealthy", checks=checks)
     report.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=report.parent, prefix=".report.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, report)
+    write_atomic(str(report), json.dumps(doc, indent=2, ensure_ascii=True) + "\n", keep_owner=True)
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -257,12 +336,9 @@ def mark_unhealthy(report: Path, check_id: str, message: str) -> None:
 def failed_checks(args: argparse.Namespace) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if args.validator_report is not None:
-        try:
-            doc = json.loads(Path(args.validator_report).read_text())
-        except (OSError, ValueError) as exc:
-            raise ImpactError(f"cannot read validator report {args.validator_report}: {exc}") from None
-        checks = doc.get("checks", []) if isinstance(doc, dict) else []
-        out += [(c["id"], str(c.get("message", ""))) for c in checks if c.get("status") == "fail" and "id" in c]
+        doc = read_report(Path(args.validator_report))
+        out += [(_one_line(c["id"], 200), _one_line(c.get("message", ""), 1000)) for c in _checks(doc)
+                if c.get("status") == "fail" and "id" in c]  # fmt: skip
     out += [(check, args.detail or check) for check in args.check or []]
     return out
 
@@ -309,14 +385,17 @@ def run_report(
         if category_for(check, message) is None:
             log(f"{check}: not a host fault Azure takes reports for; not reported")
     code = 0
-    if reportable:
-        code = _file_all(reportable, settings, args.kvp_pool, send, sleep, now(), log)
-    # Checks given on the command line (the burn-in's) are not in the report the endpoint serves yet: add them.
-    explicit = [(c, m) for c, m in failed if c in (args.check or [])]
-    for check, message in explicit:
-        mark_unhealthy(args.health_report, check, message)
-    if explicit:
-        log(f"marked Unhealthy in {args.health_report}: {', '.join(c for c, _ in explicit)}")
+    try:
+        if reportable:
+            code = _file_all(reportable, settings, args.kvp_pool, send, sleep, now(), log)
+    finally:
+        # Checks given on the command line (the burn-in's) are not in the report the endpoint serves yet: add them,
+        # whatever happened with Azure (even an error nobody foresaw), so automatic repairs still act.
+        explicit = [(c, m) for c, m in failed if c in (args.check or [])]
+        for check, message in explicit:
+            mark_unhealthy(args.health_report, check, message)
+        if explicit:
+            log(f"marked Unhealthy in {args.health_report}: {', '.join(c for c, _ in explicit)}")
     return code
 
 

@@ -43,16 +43,25 @@ def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, ensure_ascii=True) + "\n"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one."""
+def write_atomic(path: str, text: str, *, keep_owner: bool = False) -> None:
+    """Write `text` to `path` so a reader sees the old file or the new one, never half of one. Mode 0644, or with
+    `keep_owner` the mode, owner and group of the file it replaces (the health endpoint runs as another user and
+    must still read a report a root process rewrote)."""
     folder = os.path.dirname(os.path.abspath(path))
+    try:
+        old = os.stat(path) if keep_owner else None
+    except FileNotFoundError:
+        old = None
     fd, tmp = tempfile.mkstemp(prefix=".report.", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        mine = os.stat(tmp)
+        if old is not None and (old.st_uid, old.st_gid) != (mine.st_uid, mine.st_gid):
+            os.chown(tmp, old.st_uid, old.st_gid)
+        os.chmod(tmp, 0o644 if old is None else old.st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -2,6 +2,11 @@
 
 Routes map (method, path prefix) to a queue of replies (status, headers, recorded body file); the last reply of
 a queue repeats. Every request is recorded (method, path with query, headers, body) for the assertions.
+
+A reply can also be hostile: `raw` bytes as the body (any shape), `stream_bytes` of zeros after a matching
+Content-Length (a huge body, written until the client hangs up), or `drip_s` seconds between single bytes of the
+body (`drip="body"`) or of the whole answer from its status line on (`drip="head"`). A drip stops by itself after
+DRIP_LIMIT_S, so a client without a deadline fails its test instead of hanging it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +26,7 @@ from typing import Any
 
 ARM_DATA = Path(__file__).resolve().parent.parent / "data" / "arm"
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+DRIP_LIMIT_S = 60
 
 
 def loopback_up() -> None:
@@ -36,9 +43,32 @@ class Reply:
     status: int
     file: str | None = None  # under tests/data/arm
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # the body as given, instead of a file
+    stream_bytes: int = 0  # a body of this many zeros, streamed
+    drip: str = ""  # "body" or "head": one byte every drip_s seconds
+    drip_s: float = 0.1
 
     def body(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
         return (ARM_DATA / self.file).read_bytes() if self.file else b""
+
+
+def _drip(out: Any, data: bytes, every_s: float) -> None:
+    stop = time.monotonic() + DRIP_LIMIT_S
+    for i in range(len(data)):
+        if time.monotonic() > stop:
+            return
+        out.write(data[i : i + 1])
+        out.flush()
+        time.sleep(every_s)
+
+
+def _stream_zeros(out: Any, count: int) -> None:
+    chunk = bytes(1 << 16)
+    while count > 0:
+        out.write(chunk[: min(count, len(chunk))])
+        count -= len(chunk)
 
 
 @dataclass
@@ -82,13 +112,25 @@ def serve(routes: dict[tuple[str, str], list[Reply]]) -> Iterator[FakeArm]:
             arm.requests.append(Seen(self.command, self.path, dict(self.headers), body))
             reply = arm.reply_for(self.command, self.path)
             payload = reply.body()
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            for k, v in reply.headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(payload)
+            length = reply.stream_bytes or (1 << 20 if reply.drip else len(payload))
+            head = (f"HTTP/1.1 {reply.status} Reply\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {length}\r\nConnection: close\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items()) + "\r\n").encode()  # fmt: skip
+            self.close_connection = True
+            try:
+                if reply.drip == "head":
+                    _drip(self.wfile, head + payload.ljust(length, b" "), reply.drip_s)
+                elif reply.drip == "body":
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                    _drip(self.wfile, payload.ljust(length, b" "), reply.drip_s)
+                elif reply.stream_bytes:
+                    self.wfile.write(head)
+                    _stream_zeros(self.wfile, reply.stream_bytes)
+                else:
+                    self.wfile.write(head + payload)
+            except OSError:
+                pass  # the client hung up: what a bounded client does to a hostile answer
 
         do_GET = do_PUT = do_POST = _answer
 

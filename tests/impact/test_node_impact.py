@@ -144,7 +144,6 @@ def test_accepted_report_then_unhealthy(tmp_path: Path, capsys: pytest.CaptureFi
     assert put[0].json() == {
         "properties": {
             "startDateTime": "2026-12-03T08:00:00Z",
-            "reportedTimeUtc": "2026-12-03T08:00:00Z",
             "impactCategory": "Resource.Hpc.Unhealthy.IBPerformance",
             "impactDescription": "burnin.busbw-below-floor: busbw 187.44 GB/s < floor 340 GB/s",
             "impactedResourceId": f"/subscriptions/{SUB}/resourceGroups/prod-rg/providers/Microsoft.Compute/"
