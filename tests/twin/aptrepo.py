@@ -69,6 +69,28 @@ TasksMax=infinity
 [Install]
 WantedBy=multi-user.target
 """,
+    "slurmdbd": """[Unit]
+Description=Slurm DBD accounting daemon
+After=network-online.target remote-fs.target munge.service mysql.service mysqld.service mariadb.service sssd.service
+Wants=network-online.target
+ConditionPathExists=/etc/slurm/slurmdbd.conf
+
+[Service]
+Type=notify
+EnvironmentFile=-/etc/sysconfig/slurmdbd
+EnvironmentFile=-/etc/default/slurmdbd
+User=slurm
+Group=slurm
+RuntimeDirectory=slurmdbd
+RuntimeDirectoryMode=0755
+ExecStart=/usr/sbin/slurmdbd --systemd $SLURMDBD_OPTIONS
+ExecReload=/bin/kill -HUP $MAINPID
+LimitNOFILE=65536
+TasksMax=infinity
+
+[Install]
+WantedBy=multi-user.target
+""",
 }
 # Debian's Slurm is 22.05, whose daemons have no `--systemd` (SchedMD added it later; slurm-smd's units pass it).
 # The stand-in packages put this shim where Debian's binary was: with `--systemd` it runs the daemon in the
@@ -77,7 +99,7 @@ WantedBy=multi-user.target
 NOTIFY_SHIM = """#!/usr/bin/python3
 import os, signal, socket, subprocess, sys, time
 REAL = os.path.realpath(__file__) + ".real"
-PORT = {"slurmd": 6818, "slurmctld": 6817}[os.path.basename(os.path.realpath(__file__)).split("-")[0]]
+PORT = {"slurmd": 6818, "slurmctld": 6817, "slurmdbd": 6819}[os.path.basename(os.path.realpath(__file__)).split("-")[0]]
 # The daemons know who they are by their name (argv[0]): keep the one they were called by.
 args = sys.argv[1:]
 if "--systemd" not in args:
@@ -192,7 +214,7 @@ def _repack(deb: Path, name: str, version: str, work: Path) -> Path:
         for path in tree.glob("**/systemd/system/*.service"):
             if path.name == f"{original}.service":
                 path.write_text(unit)
-        daemon = tree / "usr" / "sbin" / f"{original}-wlm"
+        daemon = next(p for p in (tree / "usr" / "sbin").iterdir() if p.name in (original, f"{original}-wlm"))
         daemon.rename(daemon.with_name(daemon.name + ".real"))
         daemon.write_text(NOTIFY_SHIM)
         daemon.chmod(0o755)
