@@ -32,6 +32,7 @@ FLEET_DIR_IN_MACHINE = "/opt/twin-fleet"
 HW_ROOT = "/opt/twin-hw/root"
 HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
 HERE = Path(__file__).resolve().parent
+HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
 
 
 def in_private_namespaces() -> str | None:
@@ -161,21 +162,16 @@ class Twin:
             files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
-            # The fake /proc resets at every boot, as the real one does (blob mounts are gone after a reboot).
+            # What the hardware and a VM's kernel give at every boot: a fresh fake /proc (blob mounts are gone after a
+            # reboot), the GPU driver's device files (gres.conf names them), and the machine's own cgroup controllers
+            # writable (a VM's systemd owns its cgroup tree; nspawn mounts the v1 controllers read-only).
+            files["/opt/twin-hw/boot.sh"] = (HW_BOOT_SCRIPT.encode(), 0o755)
             files["/etc/systemd/system/twin-hw-boot.service"] = (
-                b"[Unit]\nDescription=twin hardware stand-in: a fresh fake /proc for this boot\n"
-                b"DefaultDependencies=no\n"
-                b"After=local-fs.target\nBefore=sysinit.target\n\n[Service]\nType=oneshot\n"
-                b"ExecStart=/bin/cp " + HW_ROOT.encode() + b"/proc/mounts.boot " + HW_ROOT.encode() + b"/proc/mounts\n"
-                # A VM's systemd owns its whole cgroup tree; nspawn mounts the v1 controllers read-only (a container's
-                # view of a host it must not touch): writable again inside the machine's own cgroup namespace.
-                b"ExecStart=/bin/sh -c 'mount -o remount,rw /sys/fs/cgroup; for c in cpuset freezer devices cpuacct "
-                b"pids cpu blkio; do mount -o remount,rw /sys/fs/cgroup/$c; done; umount -l /sys/fs/cgroup/memory; "
-                b"mount -t cgroup -o rw,nosuid,nodev,noexec,memory cgroup /sys/fs/cgroup/memory'\n"
-                # The GPU driver's device files (gres.conf names them; slurmd looks for them).
-                b"ExecStart=/bin/sh -c 'for i in 0 1 2 3 4 5 6 7; do "
-                b"[ -e /dev/nvidia$i ] || mknod -m 0666 /dev/nvidia$i c 195 $i; done'\n"
-                b"\n[Install]\nWantedBy=sysinit.target\n", 0o644)  # fmt: skip
+                b"[Unit]\nDescription=twin hardware stand-in: what the hardware gives at boot\n"
+                b"DefaultDependencies=no\nAfter=local-fs.target\nBefore=sysinit.target\n\n[Service]\nType=oneshot\n"
+                b"ExecStart=/opt/twin-hw/boot.sh\n\n[Install]\nWantedBy=sysinit.target\n",
+                0o644,
+            )
         return files
 
     def _hardware(self, tm: TwinMachine) -> None:
