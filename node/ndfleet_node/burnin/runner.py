@@ -139,6 +139,11 @@ def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:
                           run.duration_s)  # fmt: skip
     parsed = parse_nccl_test_output(run.output)
     busbw = parsed.busbw
+    if parsed.problems:
+        # A figure that is not a number (nan, inf, 1.2.3, 10^5000) cannot clear a floor: fail, and say which.
+        return TestResult(test, "unreadable", None, parsed.wrong,
+                          f"unreadable nccl-tests output: {'; '.join(parsed.problems)[:300]}",
+                          run.duration_s)  # fmt: skip
     if parsed.complete and busbw is not None:
         if parsed.wrong > 0:
             return TestResult(test, "wrong", busbw, parsed.wrong, f"nccl-tests found {parsed.wrong} wrong values",
