@@ -111,8 +111,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.test_timeout <= 0:
             log(f"burnin: --test-timeout = {args.test_timeout}: must be a positive number of seconds")
             return EXIT_CANNOT_RUN
-        per_level = {lvl: args.test_timeout for lvl in LEVELS}
-        settings = replace(settings, pair_timeout_s=per_level, island_timeout_s=per_level)
+        settings = replace(settings, timeout_override_s=args.test_timeout)
     if args.max_parallel is not None:
         settings = replace(settings, max_parallel=max(0, args.max_parallel))
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:

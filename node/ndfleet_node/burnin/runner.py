@@ -12,6 +12,7 @@ take its remote ranks down; and an interrupted burn-in must stop every test stil
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -64,8 +65,28 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
     return cmd
 
 
+def expected_duration_s(settings: BurninSettings, vms: int, floor_gbps: float, level: str) -> float:
+    """How long the data part of one test takes when its busbw is exactly the floor.
+
+    nccl-tests runs, for the one message size, the warm-up iterations once, then the timed iterations out of place
+    and in place, each followed by one checked run (`-c 1`; NVIDIA/nccl-tests `src/common.cu`, `TimeTest` /
+    `BenchTime`). One all-reduce of S bytes takes S / algbw, with algbw = busbw x r / (2 (r - 1)) for r ranks
+    (nccl-tests `doc/PERFORMANCE.md`).
+    """
+    ranks = vms * settings.gpus_per_node
+    algbw_gbps = floor_gbps * ranks / (2 * (ranks - 1)) if ranks > 1 else floor_gbps
+    runs = settings.warmup_iters + 2 * (settings.iters[level] + 1)
+    return runs * settings.message_bytes / (algbw_gbps * 1e9)
+
+
 def timeout_for(settings: BurninSettings, test: TestSpec, level: str) -> int:
-    return (settings.island_timeout_s if test.phase == "island" else settings.pair_timeout_s)[level]
+    """The test's expected duration at its floor plus the launch allowance (whole seconds, rounded up): a hung
+    pair costs about a minute, not the five a fixed timeout gave it; `--test-timeout` overrides it."""
+    if settings.timeout_override_s is not None:
+        return settings.timeout_override_s
+    vms = len(test.hosts)
+    launch = settings.launch_allowance_s + settings.launch_allowance_per_node_s * vms
+    return math.ceil(launch + expected_duration_s(settings, vms, test.floor_gbps, level))
 
 
 @dataclass(frozen=True)

@@ -174,8 +174,7 @@ def _run(args: argparse.Namespace) -> int:
                 "partners); need at least 2")  # fmt: skip
             return EXIT_CANNOT_RUN if not hosts else EXIT_UNHEALTHY
         if args.test_timeout is not None:
-            per_level = dict.fromkeys(LEVELS, args.test_timeout)
-            settings = replace(settings, pair_timeout_s=per_level, island_timeout_s=per_level)
+            settings = replace(settings, timeout_override_s=args.test_timeout)
         log(f"burnin-slurm: {len(hosts)} node(s): {', '.join(hosts)}")
         report = run_burnin(hosts, settings, args.level, mpirun_executor(settings, args.level, Path(workdir)), log=log)
         write_report(args.report, report)
