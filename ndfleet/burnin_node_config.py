@@ -39,7 +39,19 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         "nccl_env": common,
         "pair_env": dict(b.pair_env),
         "island_env": dict(b.island_env),
+        # The Azure HPC image: HPC-X under /opt/hpcx-*/ (module mpi/hpcx; ndfleet_node.burnin.hpcx sources its
+        # hpcx-init.sh), nccl-tests built in /opt/nccl-tests (Azure/azhpc-images). mpirun is HPC-X's.
+        "hpcx_init": "/opt/hpcx-*/hpcx-init.sh",
         "mpirun": "mpirun",
+        # Azure's NCCL validation scripts (Azure/ai-infrastructure-on-azure, infrastructure_validations/slurm/NCCL):
+        # no HCOLL (NCCL does the collectives; MPI only bootstraps), no tree spawn (every VM is reached straight from
+        # the launching node, which is the one with ssh trust), and the remote ranks get HPC-X's library path.
+        "mpirun_args": [
+            "-mca", "coll_hcoll_enable", "0", "-mca", "plm_rsh_no_tree_spawn", "1", "-x", "LD_LIBRARY_PATH",
+        ],  # fmt: skip
+        # UCX (MPI's transport) over reliable connection on the first InfiniBand port, as those scripts set it.
+        "mpi_env": {"UCX_TLS": "rc", "UCX_NET_DEVICES": f"{profile.ib_devices[0]}:{profile.ib_port}"},
+        "srun": "srun",
         "all_reduce_perf": "/opt/nccl-tests/build/all_reduce_perf",
     }
 

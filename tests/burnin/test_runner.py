@@ -14,8 +14,10 @@ PAIR = TestSpec("r1-a+b", 1, "pairwise", ("nd-a", "nd-b"), 340.0)
 ISLAND = TestSpec("r3-island", 3, "island", ("nd-a", "nd-b", "nd-c"), 340.0)
 
 
-def exported(cmd: list[str]) -> dict[str, str]:
-    return dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "-x")
+def exported(cmd: list[str]) -> dict[str, str | None]:
+    """`-x NAME=VALUE` as NAME: VALUE; `-x NAME` (export mpirun's own value) as NAME: None."""
+    pairs = [cmd[i + 1].partition("=") for i, a in enumerate(cmd) if a == "-x"]
+    return {name: value if eq else None for name, eq, value in pairs}
 
 
 @pytest.mark.parametrize("profile", [H100_V5, H200_V5], ids=lambda p: p.name)
@@ -35,6 +37,19 @@ def test_pair_command_line(profile: VmSizeProfile) -> None:
     # 60 s launch + 2 x 1 s per VM + (5 warm-up + 2 x (10 + 1 checked)) x 16 GiB at algbw 340 x 16 / 30 GB/s
     # = 62 + 27 x 0.0947 s = 64.6 s -> 65 s (a fixed 300 s before).
     assert timeout_for(settings, PAIR, "quick") == 65
+
+
+@pytest.mark.parametrize("profile", [H100_V5, H200_V5], ids=lambda p: p.name)
+def test_mpirun_gets_azures_hpcx_flags(profile: VmSizeProfile) -> None:
+    """Azure's NCCL scripts: -mca coll_hcoll_enable 0 -mca plm_rsh_no_tree_spawn 1 -x LD_LIBRARY_PATH
+    -x UCX_TLS=rc -x UCX_NET_DEVICES=mlx5_ib0:1 (the remote ranks need HPC-X's library path)."""
+    cmd = mpirun_command(settings_from_section(burnin_node_section(profile)), PAIR, "quick")
+    joined = " ".join(cmd)
+    assert "-mca coll_hcoll_enable 0" in joined and "-mca plm_rsh_no_tree_spawn 1" in joined
+    env = exported(cmd)
+    assert env["LD_LIBRARY_PATH"] is None  # exported with mpirun's own value: HPC-X loaded
+    assert (env["UCX_TLS"], env["UCX_NET_DEVICES"]) == ("rc", "mlx5_ib0:1")
+    assert cmd.index(settings_from_section(burnin_node_section(profile)).all_reduce_perf) > cmd.index("UCX_TLS=rc")
 
 
 def test_island_command_line_uses_island_settings_and_full_iterations() -> None:

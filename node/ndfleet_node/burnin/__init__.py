@@ -12,6 +12,7 @@ See docs/burnin.md.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.burnin.hosts import HostfileError, read_hostfile
+from ndfleet_node.burnin.hpcx import HpcxError, hpcx_environment
 from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
 from ndfleet_node.burnin.report import build_report, report_json, summary_lines, write_report
@@ -97,6 +99,13 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_run)
 
 
+def launch_environment(settings: BurninSettings) -> dict[str, str]:
+    """mpirun's environment: this one with HPC-X loaded (`hpcx.hpcx_environment`), or as it is when the node JSON
+    names no HPC-X (`burnin.hpcx_init` = "")."""
+    base = dict(os.environ)
+    return hpcx_environment(settings.hpcx_init, base) if settings.hpcx_init else base
+
+
 def _run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -114,11 +123,19 @@ def _run(args: argparse.Namespace) -> int:
         settings = replace(settings, timeout_override_s=args.test_timeout)
     if args.max_parallel is not None:
         settings = replace(settings, max_parallel=max(0, args.max_parallel))
+    try:
+        env = launch_environment(settings)
+    except HpcxError as exc:
+        log(f"burnin: {exc}")
+        return EXIT_CANNOT_RUN
+    mpirun = shutil.which(settings.mpirun, path=env.get("PATH", os.defpath))
+    if mpirun is None:
+        where = f"HPC-X ({settings.hpcx_init}) loaded" if settings.hpcx_init else "PATH"
+        log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable with {where})")
+        return EXIT_CANNOT_RUN
+    settings = replace(settings, mpirun=mpirun)
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:
-        executor = mpirun_executor(settings, args.level, Path(workdir))
-        if shutil.which(settings.mpirun) is None:
-            log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable)")
-            return EXIT_CANNOT_RUN
+        executor = mpirun_executor(settings, args.level, Path(workdir), env)
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
         for line in summary_lines(report):

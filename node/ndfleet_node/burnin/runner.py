@@ -1,4 +1,5 @@
-"""Run a round's all_reduce_perf tests with mpirun: command lines, parallel runs, timeouts, verdict per test.
+"""Run a round's all_reduce_perf tests with mpirun (hostfile mode) or srun (Slurm mode): command lines, parallel
+runs, timeouts, verdict per test.
 
 Each test runs as `mpirun` (Open MPI / HPC-X syntax) in a new session, so the whole process tree (mpirun, its
 ssh / prted launchers and the ranks) is one process group: when the test outlives its timeout the group gets
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ndfleet_node.burnin import hpcx
 from ndfleet_node.burnin.parser import parse_nccl_test_output
 from ndfleet_node.burnin.planner import TestResult, TestSpec
 from ndfleet_node.burnin.settings import BurninSettings
@@ -35,11 +37,20 @@ def env_for(settings: BurninSettings, test: TestSpec) -> dict[str, str]:
     return env
 
 
+def all_reduce_perf_args(settings: BurninSettings, level: str) -> list[str]:
+    """One message size (`-b S -e S`), one GPU per rank (`-g 1`), every result checked (`-c 1`, the `#wrong` column)."""
+    size = str(settings.message_bytes)
+    return [
+        "-b", size, "-e", size, "-f", "2", "-g", "1",
+        "-w", str(settings.warmup_iters), "-n", str(settings.iters[level]), "-c", "1",
+    ]  # fmt: skip
+
+
 def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list[str]:
     """`mpirun -np N -H a:8,b:8 ... -x NCCL_...=... all_reduce_perf -b S -e S ...` for one test.
 
-    One rank per GPU (`--map-by ppr:G:node`), one GPU per rank (`-g 1`); `-x` exports each NCCL setting to the
-    remote ranks; `-c 1` makes nccl-tests check every result (the `#wrong` column).
+    One rank per GPU (`--map-by ppr:G:node`); `-x` exports each NCCL and MPI setting to the remote ranks, and
+    `mpirun_args` carry Azure's flags (`-x LD_LIBRARY_PATH` among them: HPC-X's libraries on the remote ranks).
     """
     gpus = settings.gpus_per_node
     cmd = [
@@ -54,15 +65,58 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
         "numa",
         *settings.mpirun_args,
     ]
-    for name, value in sorted(env_for(settings, test).items()):
+    for name, value in sorted({**settings.mpi_env, **env_for(settings, test)}.items()):
         cmd += ["-x", f"{name}={value}"]
-    size = str(settings.message_bytes)
+    return [*cmd, settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
+
+
+def _mca_as_env(args: Sequence[str]) -> dict[str, str]:
+    """`-mca NAME VALUE` pairs of mpirun_args as Open MPI's environment form `OMPI_MCA_NAME=VALUE`, for ranks srun
+    starts (no mpirun to read the flags). Launcher-only parameters (`plm_*`: how mpirun spawns) do not apply."""
+    env: dict[str, str] = {}
+    for i, arg in enumerate(args[:-2]):
+        if arg in ("-mca", "--mca") and not args[i + 1].startswith("plm_"):
+            env[f"OMPI_MCA_{args[i + 1]}"] = args[i + 2]
+    return env
+
+
+@dataclass(frozen=True)
+class SlurmPlacement:
+    """Where Slurm runs a test: the burn-in's reservation, and each host's partition (srun needs one that holds
+    every node of the test)."""
+
+    reservation: str
+    partitions: dict[str, tuple[str, ...]]
+
+    def partition_for(self, hosts: Sequence[str]) -> str | None:
+        first = self.partitions.get(hosts[0], ())
+        return next((p for p in first if all(p in self.partitions.get(h, ()) for h in hosts)), None)
+
+
+def srun_command(settings: BurninSettings, test: TestSpec, level: str, where: SlurmPlacement) -> list[str]:
+    """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
+
+    One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
+    (`hpcx.task_command`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
+    itself is killed; `--kill-on-bad-exit` ends the test when one rank dies.
+    """
+    gpus = settings.gpus_per_node
+    timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
+    cmd = [settings.srun, f"--reservation={where.reservation}"]
+    if partition := where.partition_for(test.hosts):
+        cmd.append(f"--partition={partition}")
     cmd += [
-        settings.all_reduce_perf,
-        "-b", size, "-e", size, "-f", "2", "-g", "1",
-        "-w", str(settings.warmup_iters), "-n", str(settings.iters[level]), "-c", "1",
+        "-w", ",".join(test.hosts), "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}",
+        f"--gpus-per-node={gpus}", "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
+        f"--job-name=ndfleet-burnin-{test.id}"[:128],
     ]  # fmt: skip
-    return cmd
+    task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
+    return cmd + (hpcx.task_command(settings.hpcx_init, task) if settings.hpcx_init else task)
+
+
+def srun_env(settings: BurninSettings, test: TestSpec, base: dict[str, str]) -> dict[str, str]:
+    """srun exports its own environment to the tasks (`--export=ALL`, the default): the NCCL and MPI settings."""
+    return {**base, **_mca_as_env(settings.mpirun_args), **settings.mpi_env, **env_for(settings, test)}
 
 
 def expected_duration_s(settings: BurninSettings, vms: int, floor_gbps: float, level: str) -> float:
@@ -127,14 +181,17 @@ def stop_all(grace_s: float = 5.0) -> None:
         kill_group(proc, grace_s)
 
 
-def run_bounded(cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path) -> ProcessRun:
+def run_bounded(
+    cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path, env: dict[str, str] | None = None
+) -> ProcessRun:
     """Run `cmd` in its own process group; kill the group at the timeout. Never raises for the command's sake."""
     start = time.monotonic()
     with tempfile.NamedTemporaryFile(dir=workdir, prefix="test-", suffix=".out", delete=False) as out:
         out_path = Path(out.name)
         try:
             proc = subprocess.Popen(
-                list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=env,
             )
         except OSError as exc:
             return ProcessRun(127, f"cannot start {cmd[0]}: {exc}", time.monotonic() - start)
@@ -183,12 +240,27 @@ def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:
 RunTest = Callable[[TestSpec], TestResult]
 
 
-def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunTest:
-    """A function that runs one test for real (mpirun) and judges it."""
+def mpirun_executor(
+    settings: BurninSettings, level: str, workdir: Path, env: dict[str, str] | None = None
+) -> RunTest:
+    """A function that runs one test for real (mpirun, in `env`: HPC-X loaded) and judges it."""
 
     def run(test: TestSpec) -> TestResult:
         timeout = timeout_for(settings, test, level)
-        proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir)
+        proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir, env)
+        return judge(test, proc, timeout)
+
+    return run
+
+
+def srun_executor(settings: BurninSettings, level: str, workdir: Path, where: SlurmPlacement) -> RunTest:
+    """A function that runs one test as a Slurm job step in the burn-in's reservation and judges it."""
+    base = dict(os.environ)
+
+    def run(test: TestSpec) -> TestResult:
+        timeout = timeout_for(settings, test, level)
+        cmd = srun_command(settings, test, level, where)
+        proc = run_bounded(cmd, timeout, settings.kill_grace_s, workdir, srun_env(settings, test, base))
         return judge(test, proc, timeout)
 
     return run

@@ -36,7 +36,13 @@ class BurninSettings:
     island_env: dict[str, str]  # the island-wide test only
     mpirun: str = "mpirun"
     mpirun_args: tuple[str, ...] = ()
+    # MPI's own settings (UCX transport and device for MPI's bootstrap): `-x NAME=VALUE` for mpirun, the
+    # environment srun exports for Slurm tasks.
+    mpi_env: dict[str, str] = field(default_factory=dict)
     all_reduce_perf: str = "/opt/nccl-tests/build/all_reduce_perf"
+    # Glob of HPC-X's hpcx-init.sh (ndfleet_node.burnin.hpcx); "" = use `mpirun` as found on PATH, load nothing.
+    hpcx_init: str = "/opt/hpcx-*/hpcx-init.sh"
+    srun: str = "srun"
     max_rounds: int = 8
     max_parallel: int = 0  # tests of a round at once; 0 = all
     kill_grace_s: float = 5.0
@@ -84,6 +90,7 @@ def settings_from_section(section: Any) -> BurninSettings:
     nccl_env = _env(section, "nccl_env", problems)
     pair_env = _env(section, "pair_env", problems)
     island_env = _env(section, "island_env", problems)
+    mpi_env = _env(section, "mpi_env", problems)
     mpirun_args = section.get("mpirun_args", [])
     if not isinstance(mpirun_args, list) or not all(isinstance(a, str) for a in mpirun_args):
         problems.append(f"burnin.mpirun_args = {mpirun_args!r}: expected a list of strings")
@@ -91,6 +98,8 @@ def settings_from_section(section: Any) -> BurninSettings:
     for key, attr, kind in (
         ("mpirun", "mpirun", str),
         ("all_reduce_perf", "all_reduce_perf", str),
+        ("hpcx_init", "hpcx_init", str),
+        ("srun", "srun", str),
         ("max_rounds", "max_rounds", int),
         ("max_parallel", "max_parallel", int),
     ):
@@ -121,6 +130,7 @@ def settings_from_section(section: Any) -> BurninSettings:
         nccl_env=nccl_env,
         pair_env=pair_env,
         island_env=island_env,
+        mpi_env=mpi_env,
         mpirun_args=tuple(mpirun_args),
         **optional,
     )
