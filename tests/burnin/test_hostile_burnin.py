@@ -149,7 +149,7 @@ def test_dev_zero_as_hostfile_is_read_bounded(
 def test_too_many_lines_is_a_named_error(tmp_path: Path) -> None:
     path = tmp_path / "hosts"
     path.write_text("\n" * (MAX_HOSTFILE_LINES + 1))
-    with pytest.raises(HostfileError, match=f"at most {MAX_HOSTFILE_LINES} are read"):
+    with pytest.raises(HostfileError, match=f"has more than {MAX_HOSTFILE_LINES} lines"):
         read_hostfile(path)
 
 

@@ -1,4 +1,4 @@
-"""HPC-X for the hostfile burn-in: mpirun is found only once HPC-X is loaded (`source hpcx-init.sh; hpcx_load`, as
+"""HPC-X for the hostfile burn-in: each test's mpirun runs with HPC-X loaded (`source hpcx-init.sh; hpcx_load`, as
 on the Azure HPC image, where a bare `mpirun` is not on PATH); a missing or broken HPC-X is a named error."""
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def test_bare_mpirun_is_found_through_hpcx(tmp_path: Path, monkeypatch: pytest.M
     log = tmp_path / "hpcx.log"
     monkeypatch.setenv("NDFLEET_FAKE_HPCX_LOG", str(log))
     assert burnin(fleet, monkeypatch, mpirun="mpirun") == 0
-    assert json.loads(fleet.report.read_text())["status"] == "healthy"
-    assert log.read_text().splitlines() == ["loaded here"]  # loaded once, by the launcher
+    report = json.loads(fleet.report.read_text())
+    assert report["status"] == "healthy"
+    tests = sum(len(r["tests"]) for r in report["rounds"])
+    assert log.read_text().splitlines() == ["loaded here"] * tests  # each test's mpirun runs with HPC-X loaded
 
 
 def test_without_hpcx_a_bare_mpirun_is_not_found(
@@ -39,7 +41,7 @@ def test_without_hpcx_a_bare_mpirun_is_not_found(
 ) -> None:
     fleet = FakeFleet(tmp_path, host_names(4))
     assert burnin(fleet, monkeypatch, mpirun="mpirun", hpcx_init="") == 2
-    assert "cannot start 'mpirun' (not found or not executable with PATH)" in capsys.readouterr().err
+    assert "cannot start 'mpirun' (not found or not executable on PATH)" in capsys.readouterr().err
 
 
 def test_no_hpcx_on_this_machine_is_a_named_error(
@@ -60,4 +62,6 @@ def test_a_failing_hpcx_load_is_a_named_error(
     broken.parent.mkdir(parents=True)
     broken.write_text("hpcx_load() { echo 'module file missing' >&2; return 3; }\n")
     assert burnin(fleet, monkeypatch, mpirun="mpirun", hpcx_init=str(tmp_path / "opt" / "hpcx-*" / "hpcx-init.sh")) == 2
-    assert "loading HPC-X failed" in (err := capsys.readouterr().err) and "module file missing" in err
+    error = json.loads(fleet.report.read_text())["error"]
+    assert error.startswith("no test could run") and "module file missing" in error and "no HPC-X" in error
+    assert "no test could run" in capsys.readouterr().err

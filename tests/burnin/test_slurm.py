@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from ndfleet_node.__main__ import main
+from ndfleet_node.burnin import slurm as slurm_module
 from ndfleet_node.burnin.slurm import AWAITING_REASON, held_by_burnin, parse_node_line
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
@@ -143,8 +144,8 @@ def test_every_test_is_an_srun_step_in_the_reservation_with_hpcx_loaded_on_the_n
     assert first["opts"] | {"-w": "x", "--time": "x"} == {
         "--reservation": reservation, "--partition": "gpu", "-w": "x", "-N": "2", "--ntasks-per-node": "8",
         "--gpus-per-node": "8", "--mpi": "pmix", "--time": "x", "--kill-on-bad-exit": "1",
-        "--job-name": f"ndfleet-burnin-r1-{names[0]}+{names[2]}",
     }  # fmt: skip
+    assert "--exclusive" in first["flags"]
     assert first["opts"]["-w"] == f"{names[0]},{names[2]}"
     assert first["command"][:2] == ["/bin/bash", "-c"]  # the task loads HPC-X first, on its node
     assert "all_reduce_perf" in " ".join(first["command"])
@@ -219,8 +220,9 @@ def test_a_hung_scontrol_is_bounded(
 ) -> None:
     sf = slurm_fleet(tmp_path, awaiting(host_names(2)))
     sf.state_file.write_text(json.dumps(sf.state | {"hang_on": ["show"]}))
-    assert run(sf, monkeypatch, "--slurm-timeout", "2") == 2
-    assert "`scontrol -o show node` failed (timed out after 2 s)" in capsys.readouterr().err
+    monkeypatch.setattr(slurm_module, "SLURM_TIMEOUT_S", 2)
+    assert run(sf, monkeypatch) == 2
+    assert "`scontrol -o show node` failed (timed out)" in capsys.readouterr().err
 
 
 def test_explicit_nodes_leave_out_a_foreign_drain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,6 @@ See docs/burnin.md.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.burnin.hosts import HostfileError, read_hostfile
-from ndfleet_node.burnin.hpcx import HpcxError, hpcx_environment
+from ndfleet_node.burnin.hpcx import HpcxError, find_init
 from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
 from ndfleet_node.burnin.report import build_report, report_json, summary_lines, write_report
@@ -77,33 +76,30 @@ def run_burnin(
     return build_report(planner, level, started, time.monotonic() - t0, error=error)
 
 
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """The options `burnin` and `burnin-slurm` share."""
+    p.add_argument("--report", type=Path, required=True, help="the JSON report")
+    p.add_argument("--level", choices=LEVELS, default="quick")
+    p.add_argument("--config", type=Path, help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")
+    p.add_argument("--test-timeout", type=int, metavar="S", help="every test's timeout (default: derived)")
+    p.add_argument("--report-impact", action="store_true", help="ask each unhealthy host to file its impact report")
+    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
+
+
+def bad_test_timeout(seconds: int | None) -> str:
+    return f"--test-timeout = {seconds}: must be positive seconds" if seconds is not None and seconds <= 0 else ""
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "burnin",
-        help="cross-node NCCL burn-in of an island: pin every bad host",
-        description="Pairwise all_reduce_perf across the island, re-pairing of suspects with known-good hosts "
-        "until each failure is pinned, then one island-wide all_reduce at the floor. "
-        "Exit 0: all healthy; 1: some host unhealthy (see the report); 2: could not run.",
+        help="cross-node NCCL burn-in of an island over mpirun: pin every bad host",
+        description="Exit 0: all healthy; 1: some host unhealthy; 2: could not run; 3: report not written.",
     )
     p.add_argument("--hostfile", type=Path, required=True, help="one host per line")
-    p.add_argument("--report", type=Path, required=True, help="where to write the JSON report")
-    p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=None,
-                   help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")  # fmt: skip
-    p.add_argument("--test-timeout", type=int, default=None, metavar="S",
-                   help="override every test's timeout (seconds)")  # fmt: skip
     p.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N tests at once")
-    p.add_argument("--report-impact", action="store_true",
-                   help="ask each unhealthy host over ssh to file its impact report and go Unhealthy")  # fmt: skip
-    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
+    add_common_args(p)
     p.set_defaults(handler=_run)
-
-
-def launch_environment(settings: BurninSettings) -> dict[str, str]:
-    """mpirun's environment: this one with HPC-X loaded (`hpcx.hpcx_environment`), or as it is when the node JSON
-    names no HPC-X (`burnin.hpcx_init` = "")."""
-    base = dict(os.environ)
-    return hpcx_environment(settings.hpcx_init, base) if settings.hpcx_init else base
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -116,26 +112,23 @@ def _run(args: argparse.Namespace) -> int:
     except (HostfileError, SettingsError) as exc:
         log(f"burnin: {exc}")
         return EXIT_CANNOT_RUN
+    if problem := bad_test_timeout(args.test_timeout):
+        log(f"burnin: {problem}")
+        return EXIT_CANNOT_RUN
     if args.test_timeout is not None:
-        if args.test_timeout <= 0:
-            log(f"burnin: --test-timeout = {args.test_timeout}: must be a positive number of seconds")
-            return EXIT_CANNOT_RUN
         settings = replace(settings, timeout_override_s=args.test_timeout)
     if args.max_parallel is not None:
         settings = replace(settings, max_parallel=max(0, args.max_parallel))
     try:
-        env = launch_environment(settings)
+        if settings.hpcx_init:
+            find_init(settings.hpcx_init)  # mpirun is HPC-X's, found once each test has loaded it
+        elif shutil.which(settings.mpirun) is None:
+            raise HpcxError(f"cannot start {settings.mpirun!r} (not found or not executable on PATH)")
     except HpcxError as exc:
         log(f"burnin: {exc}")
         return EXIT_CANNOT_RUN
-    mpirun = shutil.which(settings.mpirun, path=env.get("PATH", os.defpath))
-    if mpirun is None:
-        where = f"HPC-X ({settings.hpcx_init}) loaded" if settings.hpcx_init else "PATH"
-        log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable with {where})")
-        return EXIT_CANNOT_RUN
-    settings = replace(settings, mpirun=mpirun)
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:
-        executor = mpirun_executor(settings, args.level, Path(workdir), env)
+        executor = mpirun_executor(settings, args.level, Path(workdir))
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
         for line in summary_lines(report):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 
 # An island holds at most 300 VMs (ndfleet.spec.profiles.HARD_MAX_NODES_PER_ISLAND); a hostfile may list a few
@@ -35,32 +34,19 @@ def host_name_problem(text: str) -> str:
     """Why `text` is not a host name ('' when it is one)."""
     if is_host_name(text):
         return ""
-    if text.startswith("-"):
-        return f"{text[:60]!r} starts with '-' (it would read as an option); host names start with a letter or digit"
-    return (f"{text[:60]!r} is not a host name (letters, digits, '-', '.', '_'; starting with a letter or digit; "
-            "at most 253 characters)")  # fmt: skip
+    why = "starts with '-' (it would read as an option)" if text.startswith("-") else "is not a host name"
+    return f"{text[:60]!r} {why}: letters, digits, '-', '.', '_', starting with a letter or digit"
 
 
 def _read_bounded(path: Path) -> bytes:
-    # O_NONBLOCK: opening a FIFO with no writer must not hang; reads below are blocking again.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise HostfileError(f"hostfile {path} is a directory")
-        os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_HOSTFILE_BYTES:
-            chunk = os.read(fd, min(1024 * 1024, MAX_HOSTFILE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_HOSTFILE_BYTES:
-            raise HostfileError(f"hostfile {path} is larger than {MAX_HOSTFILE_BYTES} bytes: not a list of hosts")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    # O_NONBLOCK: opening a FIFO with no writer must not hang; the read itself blocks again (a directory fails it).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    os.set_blocking(fd, True)
+    with open(fd, "rb") as f:
+        data = f.read(MAX_HOSTFILE_BYTES + 1)
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise HostfileError(f"hostfile {path} is larger than {MAX_HOSTFILE_BYTES} bytes")
+    return data
 
 
 def read_hostfile(path: Path) -> list[str]:
@@ -77,7 +63,7 @@ def read_hostfile(path: Path) -> list[str]:
         ) from None
     lines = text.splitlines()
     if len(lines) > MAX_HOSTFILE_LINES:
-        raise HostfileError(f"hostfile {path} has {len(lines)} lines; at most {MAX_HOSTFILE_LINES} are read")
+        raise HostfileError(f"hostfile {path} has more than {MAX_HOSTFILE_LINES} lines")
     hosts: list[str] = []
     seen: set[str] = set()
     for number, raw in enumerate(lines, 1):

@@ -17,7 +17,6 @@ verdict (`runner.judge`) fails the test as `unreadable` instead of comparing NaN
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -32,25 +31,14 @@ _FIGURE = re.compile(r"^[0-9]{1,15}(\.[0-9]{1,15})?$")
 MAX_FIGURE = 1e12
 
 
-class FigureError(ValueError):
-    """A token that should be a figure is not one; the message says which and why."""
+FigureError = ValueError  # a token that should be a figure is not one; the message says which and why
 
 
 def read_figure(token: str, what: str) -> float:
     """A finite, non-negative, plausible decimal figure, or FigureError naming `what` and the token."""
-    if not _FIGURE.match(token):
-        raise FigureError(f"{what} {token[:40]!r} is not a finite decimal number")
-    value = float(token)
-    if not math.isfinite(value) or value > MAX_FIGURE:
-        raise FigureError(f"{what} {token[:40]!r} is out of range (at most {MAX_FIGURE:g})")
-    return value
-
-
-def read_count(token: str, what: str) -> int:
-    value = read_figure(token, what)
-    if value != int(value):
-        raise FigureError(f"{what} {token[:40]!r} is not a whole number")
-    return int(value)
+    if not _FIGURE.match(token) or float(token) > MAX_FIGURE:
+        raise FigureError(f"{what} {token[:40]!r} is not a finite decimal number up to {MAX_FIGURE:g}")
+    return float(token)
 
 
 @dataclass(frozen=True)
@@ -107,7 +95,7 @@ class NcclTestOutput:
 
 
 def _wrong(token: str) -> int | None:
-    return None if token.upper() == "N/A" else read_count(token, "#wrong")
+    return None if token.upper() == "N/A" else int(read_figure(token, "#wrong"))
 
 
 def _row(tokens: list[str]) -> SizeResult:
@@ -115,7 +103,7 @@ def _row(tokens: list[str]) -> SizeResult:
     if len(tokens) != 13:
         raise FigureError(f"{len(tokens)} columns, expected 13")
     return SizeResult(
-        size_bytes=read_count(tokens[0], "size"),
+        size_bytes=int(read_figure(tokens[0], "size")),
         oop_time_us=read_figure(tokens[5], "out-of-place time"),
         oop_algbw=read_figure(tokens[6], "out-of-place algbw"),
         oop_busbw=read_figure(tokens[7], "out-of-place busbw"),
@@ -151,7 +139,7 @@ def parse_nccl_test_output(text: str) -> NcclTestOutput:
                     problems.append(str(exc))
             elif m := _OOB.match(line):
                 try:
-                    oob = read_count(m.group(1), "out-of-bounds count")
+                    oob = int(read_figure(m.group(1), "out-of-bounds count"))
                 except FigureError as exc:
                     problems.append(str(exc))
             continue

@@ -70,30 +70,14 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
     return [*cmd, settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
 
 
-def _mca_as_env(args: Sequence[str]) -> dict[str, str]:
-    """`-mca NAME VALUE` pairs of mpirun_args as Open MPI's environment form `OMPI_MCA_NAME=VALUE`, for ranks srun
-    starts (no mpirun to read the flags). Launcher-only parameters (`plm_*`: how mpirun spawns) do not apply."""
-    env: dict[str, str] = {}
-    for i, arg in enumerate(args[:-2]):
-        if arg in ("-mca", "--mca") and not args[i + 1].startswith("plm_"):
-            env[f"OMPI_MCA_{args[i + 1]}"] = args[i + 2]
-    return env
+def shared_partition(partitions: dict[str, tuple[str, ...]], hosts: Sequence[str]) -> str | None:
+    """A partition that holds every host of the test (srun needs one), the first host's order first."""
+    return next((p for p in partitions.get(hosts[0], ()) if all(p in partitions.get(h, ()) for h in hosts)), None)
 
 
-@dataclass(frozen=True)
-class SlurmPlacement:
-    """Where Slurm runs a test: the burn-in's reservation, and each host's partition (srun needs one that holds
-    every node of the test)."""
-
-    reservation: str
-    partitions: dict[str, tuple[str, ...]]
-
-    def partition_for(self, hosts: Sequence[str]) -> str | None:
-        first = self.partitions.get(hosts[0], ())
-        return next((p for p in first if all(p in self.partitions.get(h, ()) for h in hosts)), None)
-
-
-def srun_command(settings: BurninSettings, test: TestSpec, level: str, where: SlurmPlacement) -> list[str]:
+def srun_command(
+    settings: BurninSettings, test: TestSpec, level: str, reservation: str, partitions: dict[str, tuple[str, ...]]
+) -> list[str]:
     """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
 
     One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
@@ -102,21 +86,24 @@ def srun_command(settings: BurninSettings, test: TestSpec, level: str, where: Sl
     """
     gpus = settings.gpus_per_node
     timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
-    cmd = [settings.srun, f"--reservation={where.reservation}"]
-    if partition := where.partition_for(test.hosts):
+    cmd = [settings.srun, f"--reservation={reservation}"]
+    if partition := shared_partition(partitions, test.hosts):
         cmd.append(f"--partition={partition}")
     cmd += [
         "-w", ",".join(test.hosts), "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}",
         f"--gpus-per-node={gpus}", "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
-        f"--job-name=ndfleet-burnin-{test.id}"[:128],
     ]  # fmt: skip
     task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
-    return cmd + (hpcx.task_command(settings.hpcx_init, task) if settings.hpcx_init else task)
+    return cmd + (hpcx.with_hpcx(settings.hpcx_init, task) if settings.hpcx_init else task)
 
 
 def srun_env(settings: BurninSettings, test: TestSpec, base: dict[str, str]) -> dict[str, str]:
     """srun exports its own environment to the tasks (`--export=ALL`, the default): the NCCL and MPI settings."""
-    return {**base, **_mca_as_env(settings.mpirun_args), **settings.mpi_env, **env_for(settings, test)}
+    # mpirun_args' `-mca NAME VALUE` in Open MPI's environment form, OMPI_MCA_NAME=VALUE (no mpirun reads the flags
+    # here); launcher-only ones (`plm_*`: how mpirun spawns) do not apply.
+    a = settings.mpirun_args
+    mca = {f"OMPI_MCA_{a[i + 1]}": a[i + 2] for i in range(len(a) - 2) if a[i] == "-mca" and a[i + 1][:4] != "plm_"}
+    return {**base, **mca, **settings.mpi_env, **env_for(settings, test)}
 
 
 def expected_duration_s(settings: BurninSettings, vms: int, floor_gbps: float, level: str) -> float:
@@ -240,26 +227,28 @@ def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:
 RunTest = Callable[[TestSpec], TestResult]
 
 
-def mpirun_executor(
-    settings: BurninSettings, level: str, workdir: Path, env: dict[str, str] | None = None
-) -> RunTest:
-    """A function that runs one test for real (mpirun, in `env`: HPC-X loaded) and judges it."""
+def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunTest:
+    """A function that runs one test for real (HPC-X's mpirun, when the node JSON names HPC-X) and judges it."""
 
     def run(test: TestSpec) -> TestResult:
         timeout = timeout_for(settings, test, level)
-        proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir, env)
-        return judge(test, proc, timeout)
+        cmd = mpirun_command(settings, test, level)
+        if settings.hpcx_init:
+            cmd = hpcx.with_hpcx(settings.hpcx_init, cmd)
+        return judge(test, run_bounded(cmd, timeout, settings.kill_grace_s, workdir), timeout)
 
     return run
 
 
-def srun_executor(settings: BurninSettings, level: str, workdir: Path, where: SlurmPlacement) -> RunTest:
+def srun_executor(
+    settings: BurninSettings, level: str, workdir: Path, reservation: str, partitions: dict[str, tuple[str, ...]]
+) -> RunTest:
     """A function that runs one test as a Slurm job step in the burn-in's reservation and judges it."""
     base = dict(os.environ)
 
     def run(test: TestSpec) -> TestResult:
         timeout = timeout_for(settings, test, level)
-        cmd = srun_command(settings, test, level, where)
+        cmd = srun_command(settings, test, level, reservation, partitions)
         proc = run_bounded(cmd, timeout, settings.kill_grace_s, workdir, srun_env(settings, test, base))
         return judge(test, proc, timeout)
 

@@ -40,11 +40,9 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ndfleet_node.burnin import (
@@ -52,19 +50,21 @@ from ndfleet_node.burnin import (
     EXIT_HEALTHY,
     EXIT_REPORT_NOT_WRITTEN,
     EXIT_UNHEALTHY,
+    add_common_args,
+    bad_test_timeout,
     deliver_report,
     run_burnin,
 )
 from ndfleet_node.burnin.hosts import host_name_problem
-from ndfleet_node.burnin.notify import NODE_PROGRAM, Run, report_impacts
+from ndfleet_node.burnin.notify import Run, report_impacts
 from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.report import summary_lines
-from ndfleet_node.burnin.runner import ProcessRun, SlurmPlacement, run_bounded, srun_executor, timeout_for
-from ndfleet_node.burnin.settings import LEVELS, BurninSettings, SettingsError, load_settings
+from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
+from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 AWAITING_REASON = AWAITING_BURNIN_REASON
-# What nodes registered by earlier releases of ndfleet carry; still the burn-in's to lift.
+# The reason earlier releases documented (no release set it): still the burn-in's to lift, not to select.
 LEGACY_AWAITING_REASON = "ndfleet: awaiting burn-in"
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"
 SLURM_TIMEOUT_S = 60  # each scontrol call: slurmctld answers in well under a second when it is up
@@ -96,11 +96,8 @@ class SlurmNode:
 
     @property
     def awaiting_burnin(self) -> bool:
-        return self.drained and self.reason in (AWAITING_REASON, LEGACY_AWAITING_REASON)
+        return self.drained and self.reason == AWAITING_REASON
 
-    @property
-    def idle(self) -> bool:
-        return self.flags == {"IDLE"}
 
 
 # `scontrol -o show node` prints one node per line as `Key=Value` fields. Only Reason's value (and OS's) holds
@@ -115,8 +112,7 @@ def parse_node_line(line: str) -> SlurmNode | None:
     if not fields["NodeName"]:
         return None
     reason = m.group(1).strip() if (m := _REASON.search(line)) else ""
-    partitions = tuple(p for p in fields["Partitions"].split(",") if p and p != "(null)")
-    return SlurmNode(fields["NodeName"], fields["State"], "" if reason == "(null)" else reason, partitions)
+    return SlurmNode(fields["NodeName"], fields["State"], reason, tuple(fields["Partitions"].split(",")))
 
 
 class SlurmError(Exception):
@@ -126,14 +122,13 @@ class SlurmError(Exception):
 class Slurm:
     """The scontrol calls the wrapper needs, each bounded in time."""
 
-    def __init__(self, run: Run, timeout_s: float = SLURM_TIMEOUT_S):
+    def __init__(self, run: Run):
         self.run = run
-        self.timeout_s = timeout_s
 
     def _call(self, cmd: list[str]) -> str:
-        result = self.run(cmd, self.timeout_s)
+        result = self.run(cmd, SLURM_TIMEOUT_S)
         if result.returncode != 0:
-            why = f"timed out after {self.timeout_s:g} s" if result.returncode is None else f"exit {result.returncode}"
+            why = "timed out" if result.returncode is None else f"exit {result.returncode}"
             raise SlurmError(f"`{shlex.join(cmd)[:200]}` failed ({why}): {result.output.strip()[:300]}")
         return result.output
 
@@ -172,24 +167,20 @@ def choose_hosts(
     """The nodes to burn in."""
     by_name = {n.name: n for n in known}
     if explicit is not None:
-        chosen = []
-        for name in explicit:
-            node = by_name.get(name)
-            if node is None:
-                raise SlurmError(f"--nodes: {name} is not a Slurm node")
-            if node.drained and not held_by_burnin(node.reason):
-                log(f"{name}: left out, drained for another reason ({node.reason or 'none'}); not the burn-in's")
-                continue
-            chosen.append(node)
+        if missing := [name for name in explicit if name not in by_name]:
+            raise SlurmError(f"--nodes: not Slurm nodes: {', '.join(missing)}")
+        chosen = [by_name[name] for name in explicit]
     else:
         pool = [n for n in known if partition is None or partition in n.partitions]
         chosen = [n for n in pool if n.awaiting_burnin]
         if chosen:
             # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
-            chosen += [n for n in pool if n.idle and n not in chosen][:idle_partners]
+            chosen += [n for n in pool if n.flags == {"IDLE"}][:idle_partners]
     usable = []
     for node in chosen:
-        if problem := host_name_problem(node.name):
+        if node.drained and not held_by_burnin(node.reason):
+            log(f"{node.name}: left out, drained for another reason: {node.reason}")
+        elif problem := host_name_problem(node.name):
             log(f"left out: {problem}")
         else:
             usable.append(node)
@@ -197,9 +188,9 @@ def choose_hosts(
 
 
 def reservation_minutes(settings: BurninSettings, hosts: Sequence[str], level: str) -> int:
-    pair = timeout_for(settings, TestSpec("pair", 0, "pairwise", tuple(hosts[:2]), settings.pair_floor_gbps), level)
-    island = timeout_for(settings, TestSpec("island", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
-    return math.ceil((settings.max_rounds * pair + island + RESERVATION_SLACK_S) / 60)
+    """Every round at the longest test there is (the island test), plus slack."""
+    longest = timeout_for(settings, TestSpec("", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
+    return math.ceil(((settings.max_rounds + 1) * longest + RESERVATION_SLACK_S) / 60)
 
 
 def apply_verdicts(
@@ -214,10 +205,10 @@ def apply_verdicts(
         held = node is not None and node.drained and held_by_burnin(node.reason)
         if status == "healthy":
             if held and island_ok:
-                log(f"{name}: passed, resumed")
+                log(f"{name}: resumed")
             elif held:
                 slurm.drain(name, BURNIN_REASON_PREFIX + "island-below-floor")
-                log(f"{name}: passed its pair tests, drained: the island-wide test missed its floor")
+                log(f"{name}: drained, the island-wide test missed its floor")
         else:
             reason = host["reason"] if status == "unhealthy" else "unresolved"
             slurm.drain(name, BURNIN_REASON_PREFIX + reason)
@@ -227,67 +218,45 @@ def apply_verdicts(
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "burnin-slurm",
-        help="burn in Slurm nodes awaiting it, as Slurm jobs; resume the good, drain the bad with the reason",
-        description="Run as root on the controller or login node. Burns in the nodes drained with reason "
-        f"'{AWAITING_REASON}' (or --nodes) inside a maintenance reservation, each test an srun job step; resumes "
-        "the ones that pass, drains the others with Reason=ndfleet:burnin:<why>, deletes the reservation.",
+        help="burn in Slurm nodes awaiting it as Slurm jobs; resume the good, drain the bad",
+        description=f"Run as root on the controller or login node; default: the nodes drained '{AWAITING_REASON}'.",
     )
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--nodes", metavar="HOSTLIST", help="Slurm hostlist, e.g. nd-ib00-[000000-00000f]")
+    p.add_argument("--nodes", metavar="HOSTLIST", help="exactly these nodes")
     p.add_argument("--partition", help="only nodes of this partition")
     p.add_argument("--idle-partners", type=int, default=0, metavar="N", help="add N idle in-service nodes")
-    p.add_argument("--report", type=Path, required=True)
-    p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=None, help="node JSON (default: /etc/ndfleet/node.json)")
-    p.add_argument("--test-timeout", type=int, default=None, metavar="S", help="override every test's timeout")
-    p.add_argument("--slurm-timeout", type=float, default=SLURM_TIMEOUT_S, metavar="S",
-                   help=f"time limit of each scontrol call (default {SLURM_TIMEOUT_S})")  # fmt: skip
-    p.add_argument("--report-impact", action="store_true", help="ask each unhealthy node to file its impact report")
-    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the nodes")
+    add_common_args(p)
     p.set_defaults(handler=_run)
 
 
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM (systemd stop, a scheduler's kill) unwinds like Ctrl-C, so the reservation is still deleted."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _unwind(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        print(f"burnin-slurm: {line}", file=sys.stderr, flush=True)
 
-    if args.test_timeout is not None and args.test_timeout <= 0:
-        log(f"burnin-slurm: --test-timeout = {args.test_timeout}: must be a positive number of seconds")
+    if problem := bad_test_timeout(args.test_timeout):
+        log(problem)
         return EXIT_CANNOT_RUN
-    if not 0 < args.slurm_timeout <= 3600:
-        log(f"burnin-slurm: --slurm-timeout = {args.slurm_timeout}: must be between 0 and 3600 seconds")
-        return EXIT_CANNOT_RUN
-    with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-slurm-") as workdir, _sigterm_unwinds():
+    # SIGTERM (systemd stop, a scheduler's kill) unwinds like Ctrl-C, so the reservation is still deleted.
+    signal.signal(signal.SIGTERM, _unwind)
+    with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-slurm-") as workdir:
 
         def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
             return run_bounded(cmd, timeout, 5.0, Path(workdir))
 
-        slurm = Slurm(run, args.slurm_timeout)
+        slurm = Slurm(run)
         try:
             settings = load_settings(args.config)
             known = slurm.nodes()
             explicit = slurm.hostnames(args.nodes) if args.nodes else None
             chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log)
         except (SettingsError, SlurmError) as exc:
-            log(f"burnin-slurm: {exc}")
+            log(f"{exc}")
             return EXIT_CANNOT_RUN
         if len(chosen) < 2:
-            log(f"burnin-slurm: {len(chosen)} node(s) to burn in (nodes drained with '{AWAITING_REASON}' plus idle "
-                "partners); need at least 2")  # fmt: skip
+            log(f"{len(chosen)} node(s) to burn in; need at least 2")
             return EXIT_CANNOT_RUN if not chosen else EXIT_UNHEALTHY
         if args.test_timeout is not None:
             settings = replace(settings, timeout_override_s=args.test_timeout)
@@ -300,7 +269,7 @@ def _run(args: argparse.Namespace) -> int:
     if not written:
         return EXIT_REPORT_NOT_WRITTEN
     if report["status"] == "error":
-        log(f"burnin-slurm: {report['error']}")
+        log(f"{report['error']}")
         return EXIT_CANNOT_RUN
     return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
 
@@ -321,9 +290,9 @@ def _burn_in_reserved(
     try:
         slurm.create_reservation(name, hosts, minutes)
     except SlurmError as exc:
-        log(f"burnin-slurm: cannot reserve the nodes: {exc}")
+        log(str(exc))
         return None
-    log(f"burnin-slurm: reservation {name} ({minutes} min) on {len(hosts)} node(s): {', '.join(hosts)}")
+    log(f"reservation {name}: {', '.join(hosts)}")
     resumed: list[SlurmNode] = []
     result: tuple[dict[str, Any], bool] | None = None
     try:
@@ -331,29 +300,29 @@ def _burn_in_reserved(
             if node.drained:
                 slurm.resume(node.name)
                 resumed.append(node)
-        where = SlurmPlacement(name, {n.name: n.partitions for n in chosen})
-        report = run_burnin(hosts, settings, args.level, srun_executor(settings, args.level, workdir, where), log=log)
+        executor = srun_executor(settings, args.level, workdir, name, {n.name: n.partitions for n in chosen})
+        report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
         for line in summary_lines(report):
             print(line, flush=True)
         apply_verdicts(slurm, report, nodes, log)
         result = (report, written)
     except SlurmError as exc:
-        log(f"burnin-slurm: {exc}")
+        log(f"{exc}")
     finally:
         if result is None:
             # Interrupted, or a Slurm call failed: nothing this run resumed may take jobs once the reservation goes.
             for node in resumed:
                 try:
                     slurm.drain(node.name, node.reason)
-                    log(f"{node.name}: drained again ({node.reason}): the burn-in did not finish")
+                    log(f"{node.name}: drained again, {node.reason}")
                 except SlurmError as exc:
-                    log(f"burnin-slurm: {exc}")
+                    log(f"{exc}")
         try:
             slurm.delete_reservation(name)
-            log(f"burnin-slurm: reservation {name} deleted")
+            log(f"reservation {name} deleted")
         except SlurmError as exc:
-            log(f"burnin-slurm: cannot delete reservation {name}; delete it by hand "
+            log(f"cannot delete reservation {name}; delete it by hand "
                 f"(scontrol delete ReservationName={name}): {exc}")  # fmt: skip
             result = None
     return result
