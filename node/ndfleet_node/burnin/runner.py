@@ -81,7 +81,7 @@ def srun_command(
     """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
 
     One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
-    (`hpcx.task_command`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
+    (`hpcx.with_hpcx`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
     itself is killed; `--kill-on-bad-exit` ends the test when one rank dies.
     """
     gpus = settings.gpus_per_node

@@ -5,7 +5,7 @@
 
 Run as root on the controller or the login node. Neither has HPC-X or nccl-tests, and none needs ssh trust: every
 test is a Slurm job step (`srun --mpi=pmix`) on the compute nodes themselves, which load HPC-X before they start
-all_reduce_perf (`hpcx.task_command`).
+all_reduce_perf (`hpcx.with_hpcx`).
 
 1. Find the nodes: `scontrol -o show node`, read field by field (`parse_node_line`). A new node registers DRAINED
    with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.slurm_states.AWAITING_BURNIN_REASON`); without
