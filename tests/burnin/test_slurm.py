@@ -248,6 +248,22 @@ def test_nothing_awaiting_exits_2_and_reserves_nothing(
     assert reservation_calls(sf) == []
 
 
+def test_nodes_of_two_islands_are_refused_not_paired_across(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """InfiniBand does not cross islands (one partition each): a pair across them would fail for no host's fault."""
+    names = host_names(4)
+    nodes = awaiting(names[:2]) + [n | {"partition": "ib01"} for n in awaiting(names[2:])]
+    sf = slurm_fleet(tmp_path, nodes)
+    assert run(sf, monkeypatch) == 2
+    assert "nodes in partitions [('gpu',), ('ib01',)]: burn in one island at a time (--partition)" in (
+        capsys.readouterr().err
+    )
+    assert reservation_calls(sf) == []
+    assert run(sf, monkeypatch, "--partition", "ib01") == 0  # one island at a time
+    assert [sf.node(n)["state"] for n in names] == [AWAITING, AWAITING, "IDLE", "IDLE"]
+
+
 def test_idle_partners_join_the_reservation_but_are_not_resumed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,14 +70,7 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
     return [*cmd, settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
 
 
-def shared_partition(partitions: dict[str, tuple[str, ...]], hosts: Sequence[str]) -> str | None:
-    """A partition that holds every host of the test (srun needs one), the first host's order first."""
-    return next((p for p in partitions.get(hosts[0], ()) if all(p in partitions.get(h, ()) for h in hosts)), None)
-
-
-def srun_command(
-    settings: BurninSettings, test: TestSpec, level: str, reservation: str, partitions: dict[str, tuple[str, ...]]
-) -> list[str]:
+def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservation: str, partition: str) -> list[str]:
     """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
 
     One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
@@ -86,12 +79,10 @@ def srun_command(
     """
     gpus = settings.gpus_per_node
     timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
-    cmd = [settings.srun, f"--reservation={reservation}"]
-    if partition := shared_partition(partitions, test.hosts):
-        cmd.append(f"--partition={partition}")
-    cmd += [
-        "-w", ",".join(test.hosts), "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}",
-        f"--gpus-per-node={gpus}", "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
+    cmd = [
+        settings.srun, f"--reservation={reservation}", f"--partition={partition}", "-w", ",".join(test.hosts),
+        "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}", f"--gpus-per-node={gpus}",
+        "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
     ]  # fmt: skip
     task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
     return cmd + (hpcx.with_hpcx(settings.hpcx_init, task) if settings.hpcx_init else task)
@@ -240,15 +231,13 @@ def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunT
     return run
 
 
-def srun_executor(
-    settings: BurninSettings, level: str, workdir: Path, reservation: str, partitions: dict[str, tuple[str, ...]]
-) -> RunTest:
+def srun_executor(settings: BurninSettings, level: str, workdir: Path, reservation: str, partition: str) -> RunTest:
     """A function that runs one test as a Slurm job step in the burn-in's reservation and judges it."""
     base = dict(os.environ)
 
     def run(test: TestSpec) -> TestResult:
         timeout = timeout_for(settings, test, level)
-        cmd = srun_command(settings, test, level, reservation, partitions)
+        cmd = srun_command(settings, test, level, reservation, partition)
         proc = run_bounded(cmd, timeout, settings.kill_grace_s, workdir, srun_env(settings, test, base))
         return judge(test, proc, timeout)
 

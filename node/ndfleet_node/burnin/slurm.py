@@ -184,6 +184,9 @@ def choose_hosts(
             log(f"left out: {problem}")
         else:
             usable.append(node)
+    # One island (one partition) per run: InfiniBand does not cross scale sets, so a pair across islands fails.
+    if len(islands := {n.partitions for n in usable}) > 1:
+        raise SlurmError(f"nodes in partitions {sorted(islands)}: burn in one island at a time (--partition)")
     return usable
 
 
@@ -300,7 +303,7 @@ def _burn_in_reserved(
             if node.drained:
                 slurm.resume(node.name)
                 resumed.append(node)
-        executor = srun_executor(settings, args.level, workdir, name, {n.name: n.partitions for n in chosen})
+        executor = srun_executor(settings, args.level, workdir, name, chosen[0].partitions[0])
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
         for line in summary_lines(report):
