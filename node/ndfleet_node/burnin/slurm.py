@@ -236,14 +236,21 @@ def _unwind(signum: int, frame: object) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # SIGTERM (systemd stop, a scheduler's kill) unwinds like Ctrl-C, so the reservation is still deleted.
+    previous = signal.signal(signal.SIGTERM, _unwind)
+    try:
+        return _run_unwinding(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_unwinding(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(f"burnin-slurm: {line}", file=sys.stderr, flush=True)
 
     if problem := bad_test_timeout(args.test_timeout):
         log(problem)
         return EXIT_CANNOT_RUN
-    # SIGTERM (systemd stop, a scheduler's kill) unwinds like Ctrl-C, so the reservation is still deleted.
-    signal.signal(signal.SIGTERM, _unwind)
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-slurm-") as workdir:
 
         def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
