@@ -33,13 +33,25 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         "message_bytes": b.message_bytes,
         "warmup_iters": b.warmup_iters,
         "iters": {"quick": b.iters_quick, "full": b.iters_full},
-        "pair_timeout_s": {"quick": b.pair_timeout_s_quick, "full": b.pair_timeout_s_full},
-        "island_timeout_s": {"quick": b.island_timeout_s_quick, "full": b.island_timeout_s_full},
+        "launch_allowance_s": b.launch_allowance_s,
+        "launch_allowance_per_node_s": b.launch_allowance_per_node_s,
         "max_rounds": b.max_rounds,
         "nccl_env": common,
         "pair_env": dict(b.pair_env),
         "island_env": dict(b.island_env),
+        # The Azure HPC image: HPC-X under /opt/hpcx-*/ (module mpi/hpcx; ndfleet_node.burnin.hpcx sources its
+        # hpcx-init.sh), nccl-tests built in /opt/nccl-tests (Azure/azhpc-images). mpirun is HPC-X's.
+        "hpcx_init": "/opt/hpcx-*/hpcx-init.sh",
         "mpirun": "mpirun",
+        # Azure's NCCL validation scripts (Azure/ai-infrastructure-on-azure, infrastructure_validations/slurm/NCCL):
+        # no HCOLL (NCCL does the collectives; MPI only bootstraps), no tree spawn (every VM is reached straight from
+        # the launching node, which is the one with ssh trust), and the remote ranks get HPC-X's library path.
+        "mpirun_args": [
+            "-mca", "coll_hcoll_enable", "0", "-mca", "plm_rsh_no_tree_spawn", "1", "-x", "LD_LIBRARY_PATH",
+        ],  # fmt: skip
+        # UCX (MPI's transport) over reliable connection on the first InfiniBand port, as those scripts set it.
+        "mpi_env": {"UCX_TLS": "rc", "UCX_NET_DEVICES": f"{profile.ib_devices[0]}:{profile.ib_port}"},
+        "srun": "srun",
         "all_reduce_perf": "/opt/nccl-tests/build/all_reduce_perf",
     }
 

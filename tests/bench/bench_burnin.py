@@ -1,6 +1,6 @@
 """Simulation benchmark of the burn-in: rounds and modelled wall time against plain bisection.
 
-    .venv/bin/python tests/bench/bench_burnin.py [--seeds 20] [--fakes]
+    .venv/bin/python tests/bench/bench_burnin.py [--seeds 20] [--fakes] [--fixed-timeouts] [--hostfile]
 
 For islands of 16, 100 and 300 ND H100 v5 VMs with 0-5 bad hosts (random positions, `--seeds` draws each), it
 runs ndfleet's planner (`ndfleet_node.burnin.planner`) and a plain bisection over the same simulated fleet and
@@ -12,7 +12,12 @@ Fleet model: a test fails when it includes a bad host; a bad host is a bad HCA (
 Time model, from the profile (`ndfleet.spec.profiles.H100_V5.burnin`): one test takes
 `model_test_overhead_s + model_test_overhead_per_node_s x VMs + (warmup + iters) x message / algbw`, with
 algbw = busbw x r / (2 (r - 1)) for r ranks (nccl-tests doc/PERFORMANCE.md) at the healthy busbw below; a hung
-test takes its timeout; a round takes its longest test; the burn-in is the sum of its rounds.
+test takes its timeout, derived as the node derives it (`ndfleet_node.burnin.runner.timeout_for`: the test's
+duration at the floor plus the profile's launch allowance); `--fixed-timeouts` uses the fixed timeouts of before
+(300 s for a pair, 900 s for a larger group) for the before/after comparison; a round takes its longest test; the
+burn-in is the sum of its rounds.
+
+`--hostfile` times reading a 40,000-host hostfile (`ndfleet_node.burnin.hosts.read_hostfile`).
 
 Plain bisection (Azure ai-infrastructure-on-azure's NCCL diagnosis: halve the failing set, test the halves in
 parallel, recurse down to 2-3 nodes, then pair the suspects with known-good nodes): round 1 is the island-wide test;
@@ -36,8 +41,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "node")]
 
-from ndfleet_node.burnin.planner import Planner, TestResult  # noqa: E402
+from ndfleet_node.burnin.planner import Planner, TestResult, TestSpec  # noqa: E402
+from ndfleet_node.burnin.runner import timeout_for  # noqa: E402
+from ndfleet_node.burnin.settings import settings_from_section  # noqa: E402
 
+from ndfleet.burnin_node_config import burnin_node_section  # noqa: E402
 from ndfleet.spec.profiles import H100_V5  # noqa: E402
 
 B = H100_V5.burnin
@@ -45,12 +53,23 @@ GPUS = H100_V5.gpus_per_vm
 PAIR_BUSBW = 380.0  # healthy 2-node ring busbw, GB/s (8 x NDR at NCCL's ~46-48 GB/s per rail)
 ISLAND_BUSBW = 450.0  # Azure's island-scale figure with SHARP (ai-infrastructure-on-azure NCCL validation)
 SLOW_BUSBW = 190.0  # a bad rail halves the ring
+SETTINGS = settings_from_section(burnin_node_section(H100_V5))
+FIXED_TIMEOUTS = {"pair": 300.0, "group": 900.0}  # before: one fixed quick timeout per test kind
+USE_FIXED_TIMEOUTS = False
+
+
+def hang_cost_s(vms: int) -> float:
+    if USE_FIXED_TIMEOUTS:
+        return FIXED_TIMEOUTS["pair" if vms == 2 else "group"]
+    floor = B.pair_busbw_gbps if vms == 2 else B.island_busbw_gbps
+    spec = TestSpec("t", 1, "pairwise" if vms == 2 else "island", tuple(f"h{i}" for i in range(vms)), floor)
+    return float(timeout_for(SETTINGS, spec, "quick"))
 
 
 def test_time_s(vms: int, outcome: str, level: str = "quick") -> float:
     iters = B.iters_quick if level == "quick" else B.iters_full
     if outcome == "hang":
-        return float(B.pair_timeout_s_quick if vms == 2 else B.island_timeout_s_quick)
+        return hang_cost_s(vms)
     busbw = SLOW_BUSBW if outcome == "slow" else (PAIR_BUSBW if vms == 2 else ISLAND_BUSBW)
     ranks = vms * GPUS
     algbw = busbw * ranks / (2 * (ranks - 1))
@@ -182,16 +201,38 @@ def time_fakes(scenarios: Sequence[tuple[int, int]]) -> list[str]:
     return lines
 
 
+def time_hostfile(hosts: int = 40_000) -> str:
+    import tempfile
+
+    from ndfleet_node.burnin.hosts import read_hostfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "hosts"
+        path.write_text("\n".join(f"nd-{i:06d}" for i in range(hosts)) + "\n")
+        start = time.monotonic()
+        read = read_hostfile(path)
+        wall = time.monotonic() - start
+    assert len(read) == hosts
+    return f"read_hostfile: {hosts} hosts in {wall:.3f} s"
+
+
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> None:
+    global USE_FIXED_TIMEOUTS
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--fakes", action="store_true")
+    ap.add_argument("--fixed-timeouts", action="store_true", help="the fixed 300 s / 900 s timeouts of before")
+    ap.add_argument("--hostfile", action="store_true", help="time reading a 40,000-host hostfile")
     args = ap.parse_args(argv)
+    USE_FIXED_TIMEOUTS = args.fixed_timeouts
     out(f"per-test model: overhead {B.model_test_overhead_s:g} s + {B.model_test_overhead_per_node_s:g} s/VM; "
         f"2-VM test {test_time_s(2, 'pass'):.0f} s, 100-VM {test_time_s(100, 'pass'):.0f} s, "
-        f"300-VM {test_time_s(300, 'pass'):.0f} s; hang = timeout ({B.pair_timeout_s_quick} s pair, "
-        f"{B.island_timeout_s_quick} s group)\n")  # fmt: skip
+        f"300-VM {test_time_s(300, 'pass'):.0f} s; hang = timeout ({hang_cost_s(2):g} s pair, "
+        f"{hang_cost_s(16):g} / {hang_cost_s(100):g} / {hang_cost_s(300):g} s for 16 / 100 / 300 VMs)\n")  # fmt: skip
     out(table(simulate(args.seeds) + simulate(args.seeds, hang=True)))
+    if args.hostfile:
+        out("")
+        out(time_hostfile())
     if args.fakes:
         out("")
         for line in time_fakes([(16, 0), (16, 3), (100, 0), (100, 5)]):

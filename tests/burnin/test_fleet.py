@@ -129,7 +129,7 @@ def test_report_carries_pairs_busbw_and_figures(tmp_path: Path, monkeypatch: pyt
     assert [t["hosts"] for t in first] == [[names[0], names[2]], [names[1], names[3]]]
     assert [t["busbw_gbps"] for t in first] == [187.44, 383.21]
     assert [t["outcome"] for t in first] == ["slow", "pass"]
-    assert report["floors_gbps"] == {"pair": 340.0, "island": 400.0}
+    assert report["floors_gbps"] == {"pair": 340.0, "island": 340.0}
     bad = next(h for h in report["hosts"] if h["host"] == names[0])
     assert bad["busbw_gbps"] == [187.44, 187.44] and bad["status"] == "unhealthy"
     assert report["duration_s"] >= 0 and report["started"].endswith("Z")

@@ -4,8 +4,9 @@
 
 Exit 0: every host healthy and the island-wide test at its floor; 1: some host unhealthy or unresolved, or the
 island-wide test below its floor; 2: could not run (bad hostfile, settings, mpirun missing, or not one test could
-start: then the report's status is "error"). How the rounds are
-chosen is in `planner.py`; running the tests in `runner.py`; the report in `report.py`. See docs/burnin.md.
+start: then the report's status is "error"); 3: the report could not be written (it went to stdout instead).
+How the rounds are chosen is in `planner.py`; running the tests in `runner.py`; the report in `report.py`.
+See docs/burnin.md.
 """
 
 from __future__ import annotations
@@ -21,41 +22,32 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.burnin.hosts import HostfileError, read_hostfile
+from ndfleet_node.burnin.hpcx import HpcxError, find_init
 from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
-from ndfleet_node.burnin.report import build_report, summary_lines, write_report
+from ndfleet_node.burnin.report import build_report, report_json, summary_lines, write_report
 from ndfleet_node.burnin.runner import ProcessRun, RunTest, mpirun_executor, run_bounded, run_round
 from ndfleet_node.burnin.settings import LEVELS, BurninSettings, SettingsError, load_settings
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
 EXIT_CANNOT_RUN = 2
+# The burn-in ran but its report could not be written (a full disk): the report went to stdout instead. Distinct
+# from 0-2 so automation never mistakes a lost report for a verdict.
+EXIT_REPORT_NOT_WRITTEN = 3
 
 
-class HostfileError(Exception):
-    pass
-
-
-def read_hostfile(path: Path) -> list[str]:
-    """One host per line; blank lines and `#` comments ignored; Open MPI's `host slots=8` form accepted."""
+def deliver_report(path: Path, report: dict[str, Any], log: Callable[[str], None]) -> bool:
+    """Write the report; when that fails (a full disk: ENOSPC) print it whole on stdout instead, so the run's
+    result is never lost, and return False (the caller exits EXIT_REPORT_NOT_WRITTEN)."""
     try:
-        text = path.read_text()
+        write_report(path, report)
+        return True
     except OSError as exc:
-        raise HostfileError(f"cannot read hostfile {path}: {exc.strerror or exc}") from None
-    hosts: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        host = line.split()[0]
-        if not all(c.isalnum() or c in "-._" for c in host):
-            raise HostfileError(f"{path}:{number}: {host!r} is not a host name")
-        if host in hosts:
-            raise HostfileError(f"{path}:{number}: host {host} listed twice")
-        hosts.append(host)
-    if len(hosts) < 2:
-        raise HostfileError(f"{path}: burn-in needs at least 2 hosts, found {len(hosts)}")
-    return hosts
+        log(f"burnin: cannot write the report to {path}: {exc.strerror or exc}; the report follows on stdout")
+        print(report_json(report), end="", flush=True)
+        return False
 
 
 def run_burnin(
@@ -84,25 +76,29 @@ def run_burnin(
     return build_report(planner, level, started, time.monotonic() - t0, error=error)
 
 
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """The options `burnin` and `burnin-slurm` share."""
+    p.add_argument("--report", type=Path, required=True, help="the JSON report")
+    p.add_argument("--level", choices=LEVELS, default="quick")
+    p.add_argument("--config", type=Path, help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")
+    p.add_argument("--test-timeout", type=int, metavar="S", help="every test's timeout (default: derived)")
+    p.add_argument("--report-impact", action="store_true", help="ask each unhealthy host to file its impact report")
+    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
+
+
+def bad_test_timeout(seconds: int | None) -> str:
+    return f"--test-timeout = {seconds}: must be positive seconds" if seconds is not None and seconds <= 0 else ""
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "burnin",
-        help="cross-node NCCL burn-in of an island: pin every bad host",
-        description="Pairwise all_reduce_perf across the island, re-pairing of suspects with known-good hosts "
-        "until each failure is pinned, then one island-wide all_reduce at the floor. "
-        "Exit 0: all healthy; 1: some host unhealthy (see the report); 2: could not run.",
+        help="cross-node NCCL burn-in of an island over mpirun: pin every bad host",
+        description="Exit 0: all healthy; 1: some host unhealthy; 2: could not run; 3: report not written.",
     )
     p.add_argument("--hostfile", type=Path, required=True, help="one host per line")
-    p.add_argument("--report", type=Path, required=True, help="where to write the JSON report")
-    p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=None,
-                   help="node JSON (default: $NDFLEET_NODE_CONFIG, else /etc/ndfleet/node.json)")  # fmt: skip
-    p.add_argument("--test-timeout", type=int, default=None, metavar="S",
-                   help="override every test's timeout (seconds)")  # fmt: skip
     p.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N tests at once")
-    p.add_argument("--report-impact", action="store_true",
-                   help="ask each unhealthy host over ssh to file its impact report and go Unhealthy")  # fmt: skip
-    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the hosts")
+    add_common_args(p)
     p.set_defaults(handler=_run)
 
 
@@ -116,21 +112,25 @@ def _run(args: argparse.Namespace) -> int:
     except (HostfileError, SettingsError) as exc:
         log(f"burnin: {exc}")
         return EXIT_CANNOT_RUN
+    if problem := bad_test_timeout(args.test_timeout):
+        log(f"burnin: {problem}")
+        return EXIT_CANNOT_RUN
     if args.test_timeout is not None:
-        if args.test_timeout <= 0:
-            log(f"burnin: --test-timeout = {args.test_timeout}: must be a positive number of seconds")
-            return EXIT_CANNOT_RUN
-        per_level = {lvl: args.test_timeout for lvl in LEVELS}
-        settings = replace(settings, pair_timeout_s=per_level, island_timeout_s=per_level)
+        settings = replace(settings, timeout_override_s=args.test_timeout)
     if args.max_parallel is not None:
         settings = replace(settings, max_parallel=max(0, args.max_parallel))
+    try:
+        if settings.hpcx_init:
+            find_init(settings.hpcx_init)  # mpirun is HPC-X's, found once each test has loaded it
+        elif shutil.which(settings.mpirun) is None:
+            raise HpcxError(f"cannot start {settings.mpirun!r} (not found or not executable on PATH)")
+    except HpcxError as exc:
+        log(f"burnin: {exc}")
+        return EXIT_CANNOT_RUN
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:
         executor = mpirun_executor(settings, args.level, Path(workdir))
-        if shutil.which(settings.mpirun) is None:
-            log(f"burnin: cannot start {settings.mpirun!r} (not found or not executable)")
-            return EXIT_CANNOT_RUN
         report = run_burnin(hosts, settings, args.level, executor, log=log)
-        write_report(args.report, report)
+        written = deliver_report(args.report, report, log)
         for line in summary_lines(report):
             print(line)
         if args.report_impact:
@@ -139,10 +139,12 @@ def _run(args: argparse.Namespace) -> int:
                 return run_bounded(cmd, timeout, settings.kill_grace_s, Path(workdir))
 
             report_impacts(report, run, args.node_program, log)
+    if not written:
+        return EXIT_REPORT_NOT_WRITTEN
     if report["status"] == "error":
         log(f"burnin: {report['error']}")
         return EXIT_CANNOT_RUN
     return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
 
 
-__all__ = ["TestSpec", "read_hostfile", "register", "run_burnin"]
+__all__ = ["HostfileError", "TestSpec", "deliver_report", "read_hostfile", "register", "run_burnin"]

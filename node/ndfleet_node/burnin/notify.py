@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ndfleet_node.burnin.hosts import host_name_problem
 from ndfleet_node.burnin.runner import ProcessRun
 
 IMPACT_TIMEOUT_S = 180
@@ -24,10 +25,15 @@ def report_impacts(report: dict[str, Any], run: Run, node_program: str, log: Cal
     for host in report["hosts"]:
         if host["status"] != "unhealthy":
             continue
+        if problem := host_name_problem(host["host"]):
+            log(f"impact report not requested: {problem}")
+            continue
         detail = f"failed with {', '.join(host['partners_failed'])}; busbw {host['busbw_gbps']} GB/s"
         remote = shlex.join(
             ["sudo", node_program, "impact", "report", "--check", f"burnin.{host['reason']}", "--detail", detail]
         )
-        result = run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", host["host"], remote], IMPACT_TIMEOUT_S)
+        # `--` ends ssh's options: the host is the destination whatever it looks like (validated above as well).
+        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "--", host["host"], remote]
+        result = run(cmd, IMPACT_TIMEOUT_S)
         outcome = "timed out" if result.returncode is None else f"exit {result.returncode}"
         log(f"{host['host']}: impact report {outcome}")

@@ -20,7 +20,8 @@ Verdicts:
 - a host that could not be cleared or pinned (no partner left to try, or the round limit) stays **suspect**.
 
 The reason of an unhealthy host is the worst failure kind among its failed tests with known-good partners: hang,
-wrong results, launch error, then low bandwidth.
+wrong results, an unreadable result (nan, inf or garbage where a figure belongs), launch error, then low
+bandwidth.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Phase = Literal["pairwise", "repair", "island", "done"]
-Outcome = Literal["pass", "slow", "hang", "wrong", "error"]
+Outcome = Literal["pass", "slow", "hang", "wrong", "unreadable", "error"]
 Status = Literal["healthy", "unhealthy", "suspect", "untested"]
 
 # Worst first: the reason given for a host whose failed tests failed in different ways.
-_SEVERITY: tuple[Outcome, ...] = ("hang", "wrong", "error", "slow")
+_SEVERITY: tuple[Outcome, ...] = ("hang", "wrong", "unreadable", "error", "slow")
 REASONS: dict[Outcome, str] = {
     "hang": "hang",
     "wrong": "wrong-results",
+    # nccl-tests printed a figure that is not one (nan, inf, garbage): never a pass, never compared with a floor.
+    "unreadable": "unreadable-result",
     "error": "launch-error",
     "slow": "busbw-below-floor",
 }

@@ -1,11 +1,14 @@
 """The burn-in report: per host status, reason and figures; per round the tests, pairs and busbw; totals.
 
-Written atomically (temporary file + rename) so a reader never sees half of one.
+Written atomically (temporary file + rename) so a reader never sees half of one, and always as strict JSON: a
+figure that is not finite is written as null (the test's outcome already says why: `unreadable`), and the
+encoder refuses NaN / Infinity (`allow_nan=False`) should one ever slip through.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -16,12 +19,17 @@ from ndfleet_node.burnin.planner import Planner, TestResult
 SCHEMA_VERSION = 1
 
 
+def _figure(value: float | None) -> float | None:
+    """A figure as the report carries it: finite, else null (bare NaN / Infinity is not JSON)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _test(r: TestResult) -> dict[str, Any]:
     return {
         "id": r.test.id,
         "hosts": list(r.test.hosts) if r.test.phase != "island" else len(r.test.hosts),
         "outcome": r.outcome,
-        "busbw_gbps": r.busbw_gbps,
+        "busbw_gbps": _figure(r.busbw_gbps),
         "floor_gbps": r.test.floor_gbps,
         "wrong": r.wrong,
         "duration_s": round(r.duration_s, 2),
@@ -44,7 +52,7 @@ def build_report(
         island = {
             "hosts": len(ir.test.hosts),
             "outcome": ir.outcome,
-            "busbw_gbps": ir.busbw_gbps,
+            "busbw_gbps": _figure(ir.busbw_gbps),
             "floor_gbps": ir.test.floor_gbps,
             "message": ir.message,
         }
@@ -73,7 +81,7 @@ def build_report(
                 "host": v.host,
                 "status": v.status,
                 "reason": v.reason,
-                "busbw_gbps": v.busbw_gbps,
+                "busbw_gbps": [b for b in map(_figure, v.busbw_gbps) if b is not None],
                 "partners_failed": v.partners_failed,
                 "partners_passed": v.partners_passed,
             }
@@ -84,13 +92,34 @@ def build_report(
     }
 
 
+def report_json(report: dict[str, Any]) -> str:
+    """The report as strict JSON text (ValueError, never bare NaN / Infinity)."""
+    return json.dumps(report, indent=2, allow_nan=False) + "\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte to `fd` (os.write may write less than asked); OSError (ENOSPC, EIO, ...) goes to the caller."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write the report atomically; on OSError (a full disk: ENOSPC) nothing half-written is left behind and the
+    error goes to the caller, which still has the report to print (`ndfleet_node.burnin.deliver_report`)."""
+    data = report_json(report).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Run a round's all_reduce_perf tests with mpirun: command lines, parallel runs, timeouts, verdict per test.
+"""Run a round's all_reduce_perf tests with mpirun (hostfile mode) or srun (Slurm mode): command lines, parallel
+runs, timeouts, verdict per test.
 
 Each test runs as `mpirun` (Open MPI / HPC-X syntax) in a new session, so the whole process tree (mpirun, its
 ssh / prted launchers and the ranks) is one process group: when the test outlives its timeout the group gets
@@ -12,6 +13,7 @@ take its remote ranks down; and an interrupted burn-in must stop every test stil
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -23,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ndfleet_node.burnin import hpcx
 from ndfleet_node.burnin.parser import parse_nccl_test_output
 from ndfleet_node.burnin.planner import TestResult, TestSpec
 from ndfleet_node.burnin.settings import BurninSettings
@@ -34,11 +37,20 @@ def env_for(settings: BurninSettings, test: TestSpec) -> dict[str, str]:
     return env
 
 
+def all_reduce_perf_args(settings: BurninSettings, level: str) -> list[str]:
+    """One message size (`-b S -e S`), one GPU per rank (`-g 1`), every result checked (`-c 1`, the `#wrong` column)."""
+    size = str(settings.message_bytes)
+    return [
+        "-b", size, "-e", size, "-f", "2", "-g", "1",
+        "-w", str(settings.warmup_iters), "-n", str(settings.iters[level]), "-c", "1",
+    ]  # fmt: skip
+
+
 def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list[str]:
     """`mpirun -np N -H a:8,b:8 ... -x NCCL_...=... all_reduce_perf -b S -e S ...` for one test.
 
-    One rank per GPU (`--map-by ppr:G:node`), one GPU per rank (`-g 1`); `-x` exports each NCCL setting to the
-    remote ranks; `-c 1` makes nccl-tests check every result (the `#wrong` column).
+    One rank per GPU (`--map-by ppr:G:node`); `-x` exports each NCCL and MPI setting to the remote ranks, and
+    `mpirun_args` carry Azure's flags (`-x LD_LIBRARY_PATH` among them: HPC-X's libraries on the remote ranks).
     """
     gpus = settings.gpus_per_node
     cmd = [
@@ -53,19 +65,60 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
         "numa",
         *settings.mpirun_args,
     ]
-    for name, value in sorted(env_for(settings, test).items()):
+    for name, value in sorted({**settings.mpi_env, **env_for(settings, test)}.items()):
         cmd += ["-x", f"{name}={value}"]
-    size = str(settings.message_bytes)
-    cmd += [
-        settings.all_reduce_perf,
-        "-b", size, "-e", size, "-f", "2", "-g", "1",
-        "-w", str(settings.warmup_iters), "-n", str(settings.iters[level]), "-c", "1",
+    return [*cmd, settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
+
+
+def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservation: str, partition: str) -> list[str]:
+    """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
+
+    One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
+    (`hpcx.with_hpcx`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
+    itself is killed; `--kill-on-bad-exit` ends the test when one rank dies.
+    """
+    gpus = settings.gpus_per_node
+    timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
+    cmd = [
+        settings.srun, f"--reservation={reservation}", f"--partition={partition}", "-w", ",".join(test.hosts),
+        "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}", f"--gpus-per-node={gpus}",
+        "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
     ]  # fmt: skip
-    return cmd
+    task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
+    return cmd + (hpcx.with_hpcx(settings.hpcx_init, task) if settings.hpcx_init else task)
+
+
+def srun_env(settings: BurninSettings, test: TestSpec, base: dict[str, str]) -> dict[str, str]:
+    """srun exports its own environment to the tasks (`--export=ALL`, the default): the NCCL and MPI settings."""
+    # mpirun_args' `-mca NAME VALUE` in Open MPI's environment form, OMPI_MCA_NAME=VALUE (no mpirun reads the flags
+    # here); launcher-only ones (`plm_*`: how mpirun spawns) do not apply.
+    a = settings.mpirun_args
+    mca = {f"OMPI_MCA_{a[i + 1]}": a[i + 2] for i in range(len(a) - 2) if a[i] == "-mca" and a[i + 1][:4] != "plm_"}
+    return {**base, **mca, **settings.mpi_env, **env_for(settings, test)}
+
+
+def expected_duration_s(settings: BurninSettings, vms: int, floor_gbps: float, level: str) -> float:
+    """How long the data part of one test takes when its busbw is exactly the floor.
+
+    nccl-tests runs, for the one message size, the warm-up iterations once, then the timed iterations out of place
+    and in place, each followed by one checked run (`-c 1`; NVIDIA/nccl-tests `src/common.cu`, `TimeTest` /
+    `BenchTime`). One all-reduce of S bytes takes S / algbw, with algbw = busbw x r / (2 (r - 1)) for r ranks
+    (nccl-tests `doc/PERFORMANCE.md`).
+    """
+    ranks = vms * settings.gpus_per_node
+    algbw_gbps = floor_gbps * ranks / (2 * (ranks - 1)) if ranks > 1 else floor_gbps
+    runs = settings.warmup_iters + 2 * (settings.iters[level] + 1)
+    return runs * settings.message_bytes / (algbw_gbps * 1e9)
 
 
 def timeout_for(settings: BurninSettings, test: TestSpec, level: str) -> int:
-    return (settings.island_timeout_s if test.phase == "island" else settings.pair_timeout_s)[level]
+    """The test's expected duration at its floor plus the launch allowance (whole seconds, rounded up): a hung
+    pair costs about a minute, not the five a fixed timeout gave it; `--test-timeout` overrides it."""
+    if settings.timeout_override_s is not None:
+        return settings.timeout_override_s
+    vms = len(test.hosts)
+    launch = settings.launch_allowance_s + settings.launch_allowance_per_node_s * vms
+    return math.ceil(launch + expected_duration_s(settings, vms, test.floor_gbps, level))
 
 
 @dataclass(frozen=True)
@@ -106,14 +159,17 @@ def stop_all(grace_s: float = 5.0) -> None:
         kill_group(proc, grace_s)
 
 
-def run_bounded(cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path) -> ProcessRun:
+def run_bounded(
+    cmd: Sequence[str], timeout_s: float, grace_s: float, workdir: Path, env: dict[str, str] | None = None
+) -> ProcessRun:
     """Run `cmd` in its own process group; kill the group at the timeout. Never raises for the command's sake."""
     start = time.monotonic()
     with tempfile.NamedTemporaryFile(dir=workdir, prefix="test-", suffix=".out", delete=False) as out:
         out_path = Path(out.name)
         try:
             proc = subprocess.Popen(
-                list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=env,
             )
         except OSError as exc:
             return ProcessRun(127, f"cannot start {cmd[0]}: {exc}", time.monotonic() - start)
@@ -139,6 +195,11 @@ def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:
                           run.duration_s)  # fmt: skip
     parsed = parse_nccl_test_output(run.output)
     busbw = parsed.busbw
+    if parsed.problems:
+        # A figure that is not a number (nan, inf, 1.2.3, 10^5000) cannot clear a floor: fail, and say which.
+        return TestResult(test, "unreadable", None, parsed.wrong,
+                          f"unreadable nccl-tests output: {'; '.join(parsed.problems)[:300]}",
+                          run.duration_s)  # fmt: skip
     if parsed.complete and busbw is not None:
         if parsed.wrong > 0:
             return TestResult(test, "wrong", busbw, parsed.wrong, f"nccl-tests found {parsed.wrong} wrong values",
@@ -158,11 +219,26 @@ RunTest = Callable[[TestSpec], TestResult]
 
 
 def mpirun_executor(settings: BurninSettings, level: str, workdir: Path) -> RunTest:
-    """A function that runs one test for real (mpirun) and judges it."""
+    """A function that runs one test for real (HPC-X's mpirun, when the node JSON names HPC-X) and judges it."""
 
     def run(test: TestSpec) -> TestResult:
         timeout = timeout_for(settings, test, level)
-        proc = run_bounded(mpirun_command(settings, test, level), timeout, settings.kill_grace_s, workdir)
+        cmd = mpirun_command(settings, test, level)
+        if settings.hpcx_init:
+            cmd = hpcx.with_hpcx(settings.hpcx_init, cmd)
+        return judge(test, run_bounded(cmd, timeout, settings.kill_grace_s, workdir), timeout)
+
+    return run
+
+
+def srun_executor(settings: BurninSettings, level: str, workdir: Path, reservation: str, partition: str) -> RunTest:
+    """A function that runs one test as a Slurm job step in the burn-in's reservation and judges it."""
+    base = dict(os.environ)
+
+    def run(test: TestSpec) -> TestResult:
+        timeout = timeout_for(settings, test, level)
+        cmd = srun_command(settings, test, level, reservation, partition)
+        proc = run_bounded(cmd, timeout, settings.kill_grace_s, workdir, srun_env(settings, test, base))
         return judge(test, proc, timeout)
 
     return run

@@ -28,17 +28,25 @@ class BurninSettings:
     message_bytes: int
     warmup_iters: int
     iters: dict[str, int]  # per level
-    pair_timeout_s: dict[str, int]  # per level
-    island_timeout_s: dict[str, int]  # per level
+    # A test's timeout: its expected duration at the floor plus these (runner.timeout_for), unless overridden.
+    launch_allowance_s: float
+    launch_allowance_per_node_s: float
     nccl_env: dict[str, str]  # every test
     pair_env: dict[str, str]  # 2-node tests only (e.g. NCCL_ALGO=Ring: measure the fabric, not an algorithm)
     island_env: dict[str, str]  # the island-wide test only
     mpirun: str = "mpirun"
     mpirun_args: tuple[str, ...] = ()
+    # MPI's own settings (UCX transport and device for MPI's bootstrap): `-x NAME=VALUE` for mpirun, the
+    # environment srun exports for Slurm tasks.
+    mpi_env: dict[str, str] = field(default_factory=dict)
     all_reduce_perf: str = "/opt/nccl-tests/build/all_reduce_perf"
+    # Glob of HPC-X's hpcx-init.sh (ndfleet_node.burnin.hpcx); "" = use `mpirun` as found on PATH, load nothing.
+    hpcx_init: str = "/opt/hpcx-*/hpcx-init.sh"
+    srun: str = "srun"
     max_rounds: int = 8
     max_parallel: int = 0  # tests of a round at once; 0 = all
     kill_grace_s: float = 5.0
+    timeout_override_s: int | None = None  # --test-timeout: every test gets exactly this
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -77,11 +85,12 @@ def settings_from_section(section: Any) -> BurninSettings:
     message = _need(section, "message_bytes", int, problems)
     warmup = _need(section, "warmup_iters", int, problems)
     iters = _per_level(section, "iters", problems)
-    pair_timeout = _per_level(section, "pair_timeout_s", problems)
-    island_timeout = _per_level(section, "island_timeout_s", problems)
+    launch = _need(section, "launch_allowance_s", (int, float), problems)
+    launch_per_node = _need(section, "launch_allowance_per_node_s", (int, float), problems)
     nccl_env = _env(section, "nccl_env", problems)
     pair_env = _env(section, "pair_env", problems)
     island_env = _env(section, "island_env", problems)
+    mpi_env = _env(section, "mpi_env", problems)
     mpirun_args = section.get("mpirun_args", [])
     if not isinstance(mpirun_args, list) or not all(isinstance(a, str) for a in mpirun_args):
         problems.append(f"burnin.mpirun_args = {mpirun_args!r}: expected a list of strings")
@@ -89,6 +98,8 @@ def settings_from_section(section: Any) -> BurninSettings:
     for key, attr, kind in (
         ("mpirun", "mpirun", str),
         ("all_reduce_perf", "all_reduce_perf", str),
+        ("hpcx_init", "hpcx_init", str),
+        ("srun", "srun", str),
         ("max_rounds", "max_rounds", int),
         ("max_parallel", "max_parallel", int),
     ):
@@ -97,9 +108,12 @@ def settings_from_section(section: Any) -> BurninSettings:
             if value is not None:
                 optional[attr] = value
     for key, value in (("gpus_per_node", gpus), ("pair_busbw_floor_gbps", pair_floor),
-                       ("island_busbw_floor_gbps", island_floor), ("message_bytes", message)):  # fmt: skip
+                       ("island_busbw_floor_gbps", island_floor), ("message_bytes", message),
+                       ("launch_allowance_s", launch)):  # fmt: skip
         if value is not None and value <= 0:
             problems.append(f"burnin.{key} = {value!r}: must be greater than 0")
+    if launch_per_node is not None and launch_per_node < 0:
+        problems.append(f"burnin.launch_allowance_per_node_s = {launch_per_node!r}: must be 0 or more")
     if warmup is not None and warmup < 0:
         problems.append(f"burnin.warmup_iters = {warmup!r}: must be 0 or more")
     if problems:
@@ -111,11 +125,12 @@ def settings_from_section(section: Any) -> BurninSettings:
         message_bytes=message,
         warmup_iters=warmup,
         iters=iters,
-        pair_timeout_s=pair_timeout,
-        island_timeout_s=island_timeout,
+        launch_allowance_s=float(launch),
+        launch_allowance_per_node_s=float(launch_per_node),
         nccl_env=nccl_env,
         pair_env=pair_env,
         island_env=island_env,
+        mpi_env=mpi_env,
         mpirun_args=tuple(mpirun_args),
         **optional,
     )

@@ -1,61 +1,118 @@
-"""`ndfleet-node burnin-slurm`: burn in Slurm nodes, resume the ones that pass, drain the bad ones with the reason.
+"""`ndfleet-node burnin-slurm`: burn in Slurm nodes as Slurm jobs; resume the ones that pass, drain the bad ones.
 
     ndfleet-node burnin-slurm --report PATH [--nodes HOSTLIST | --partition P] [--level quick|full]
-                              [--report-impact]
+                              [--idle-partners N] [--report-impact]
 
-Convention shared with the Slurm set-up: a new node registers DRAINED with the reason `ndfleet: awaiting
-burn-in` (`AWAITING_REASON`), so no job lands on it before it has passed with known-good partners. Without
-`--nodes`, the wrapper burns in every node of the partition (default: all) that carries that reason, together
-with up to `--idle-partners N` idle in-service nodes as partners (off by default: Slurm could start a job on
-them during the test); with `--nodes`, exactly those.
+Run as root on the controller or the login node. Neither has HPC-X or nccl-tests, and none needs ssh trust: every
+test is a Slurm job step (`srun --mpi=pmix`) on the compute nodes themselves, which load HPC-X before they start
+all_reduce_perf (`hpcx.with_hpcx`).
 
-After the burn-in (`ndfleet_node.burnin`, run over ssh by mpirun, outside Slurm: drained nodes take no jobs):
+1. Find the nodes: `scontrol -o show node`, read field by field (`parse_node_line`). A new node registers DRAINED
+   with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.slurm_states.AWAITING_BURNIN_REASON`); without
+   `--nodes` every such node (of `--partition`, when given) is burnt in, with up to `--idle-partners N` idle
+   in-service nodes as partners; with `--nodes`, exactly those (a node drained by anyone else is left out).
+2. Reserve them: `scontrol create reservation ReservationName=ndfleet-burnin-<id> Nodes=... StartTime=now
+   Duration=<bound> Users=root Flags=MAINT,IGNORE_JOBS`, then resume the drained ones: they can run the tests,
+   and no user job lands on them, as only the reservation's user may use its nodes.
+3. Run the rounds (`ndfleet_node.burnin.run_burnin`), each test `srun --reservation=... -w a,b -N 2
+   --ntasks-per-node=<gpus> --mpi=pmix ... all_reduce_perf ...` under its timeout (`runner.timeout_for`; srun
+   gets `--time` as well, so Slurm ends the step even if srun is killed).
+4. Apply the verdicts while still reserved: an unhealthy node is drained with `ndfleet:burnin:<reason>`, an
+   unresolved one with `ndfleet:burnin:unresolved`; when the island-wide test misses its floor every node the
+   burn-in held is drained `ndfleet:burnin:island-below-floor` (the fault is the fabric at scale); healthy ones
+   stay resumed. With `--report-impact`, each unhealthy node is asked over ssh to file its impact report.
+5. Always delete the reservation, on success, error, timeout or interrupt. When the verdicts could not be
+   applied, every node this run resumed is drained again with the reason it had first, so an untested node never
+   takes jobs when the reservation goes.
 
-- a healthy node held by burn-in (awaiting it, or `ndfleet:burnin:*`) is resumed (`scontrol update ... RESUME`);
-  any other drain (the Slurm health check's `ndfleet:<check-id>`, an administrator's) is left alone;
-- an unhealthy node is drained with `Reason="ndfleet:burnin:<reason>"` (busbw-below-floor, hang, wrong-results,
-  launch-error), an unresolved one with `ndfleet:burnin:unresolved`;
-- when the island-wide test misses its floor no node is resumed (the fault is the fabric at scale, not a host);
-- with `--report-impact`, each unhealthy node is asked over ssh to run `ndfleet-node impact report --check
-  burnin.<reason>`: it files the Guest Health Report (when the stack opted in) and marks itself Unhealthy, so
-  the scale set's automatic repairs replace it on another host.
-
-Exit codes as `burnin`: 0 all healthy, 1 some not, 2 could not run (no Slurm tools, no nodes, bad settings).
+Exit codes as `burnin`: 0 all healthy, 1 some not, 2 could not run (no Slurm tools, no nodes, bad settings, a Slurm
+call failed), 3 the report could not be written (printed to stdout instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import shlex
+import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.burnin import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY, run_burnin
-from ndfleet_node.burnin.notify import NODE_PROGRAM, Run, report_impacts
-from ndfleet_node.burnin.report import summary_lines, write_report
-from ndfleet_node.burnin.runner import ProcessRun, mpirun_executor, run_bounded
-from ndfleet_node.burnin.settings import LEVELS, SettingsError, load_settings
+from ndfleet_node.burnin import (
+    EXIT_CANNOT_RUN,
+    EXIT_HEALTHY,
+    EXIT_REPORT_NOT_WRITTEN,
+    EXIT_UNHEALTHY,
+    add_common_args,
+    bad_test_timeout,
+    deliver_report,
+    run_burnin,
+)
+from ndfleet_node.burnin.hosts import host_name_problem
+from ndfleet_node.burnin.notify import Run, report_impacts
+from ndfleet_node.burnin.planner import TestSpec
+from ndfleet_node.burnin.report import summary_lines
+from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
+from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
-AWAITING_REASON = "ndfleet: awaiting burn-in"
+AWAITING_REASON = AWAITING_BURNIN_REASON
+# The reason earlier releases documented (no release set it): still the burn-in's to lift, not to select.
+LEGACY_AWAITING_REASON = "ndfleet: awaiting burn-in"
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"
+SLURM_TIMEOUT_S = 60  # each scontrol call: slurmctld answers in well under a second when it is up
+# The reservation outlives the longest burn-in this run can be (every round at its longest test) by this much, so
+# it never expires under a running test; the run deletes it as soon as it ends.
+RESERVATION_SLACK_S = 600
 
 
 def held_by_burnin(reason: str) -> bool:
     """A drain only the burn-in may lift: awaiting burn-in, or failed it. Other ndfleet tools that resume nodes
     they drained themselves (the Slurm health check resumes `ndfleet:<check-id>` drains) must leave these alone."""
-    return reason.startswith(AWAITING_REASON) or reason.startswith(BURNIN_REASON_PREFIX)
-SLURM_TIMEOUT_S = 60
+    return reason.startswith(BURNIN_REASON_PREFIX) or reason.startswith(LEGACY_AWAITING_REASON)
 
 
 @dataclass(frozen=True)
 class SlurmNode:
     name: str
-    state: str  # sinfo %T, e.g. idle, drained, draining, mixed
-    reason: str  # sinfo %E ("none" when there is none)
+    state: str  # scontrol's State, e.g. IDLE, IDLE+DRAIN, DOWN+DRAIN, MIXED
+    reason: str  # without scontrol's trailing "[user@time]"; "" when there is none
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.upper().split("+"))
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def awaiting_burnin(self) -> bool:
+        return self.drained and self.reason == AWAITING_REASON
+
+
+
+# `scontrol -o show node` prints one node per line as `Key=Value` fields. Only Reason's value (and OS's) holds
+# spaces, and Reason comes after State and Partitions, so the first `State=` / `Partitions=` field is the real one
+# even when a reason quotes `State=IDLE`; the reason runs to scontrol's ` [user@time]` stamp.
+_FIELD = {key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in ("NodeName", "State", "Partitions")}
+_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s\[[^\s\[\]]*@[^\s\[\]]*\](?:\s|$)|$)")
+
+
+def parse_node_line(line: str) -> SlurmNode | None:
+    fields = {key: m.group(1) if (m := rx.search(line)) else "" for key, rx in _FIELD.items()}
+    if not fields["NodeName"]:
+        return None
+    reason = m.group(1).strip() if (m := _REASON.search(line)) else ""
+    return SlurmNode(fields["NodeName"], fields["State"], reason, tuple(fields["Partitions"].split(",")))
 
 
 class SlurmError(Exception):
@@ -63,7 +120,7 @@ class SlurmError(Exception):
 
 
 class Slurm:
-    """The few scontrol / sinfo calls the wrapper needs, each bounded in time."""
+    """The scontrol calls the wrapper needs, each bounded in time."""
 
     def __init__(self, run: Run):
         self.run = run
@@ -72,22 +129,26 @@ class Slurm:
         result = self.run(cmd, SLURM_TIMEOUT_S)
         if result.returncode != 0:
             why = "timed out" if result.returncode is None else f"exit {result.returncode}"
-            raise SlurmError(f"`{shlex.join(cmd)}` failed ({why}): {result.output.strip()[:300]}")
+            raise SlurmError(f"`{shlex.join(cmd)[:200]}` failed ({why}): {result.output.strip()[:300]}")
         return result.output
 
     def hostnames(self, hostlist: str) -> list[str]:
         return self._call(["scontrol", "show", "hostnames", hostlist]).split()
 
-    def nodes(self, partition: str | None) -> list[SlurmNode]:
-        cmd = ["sinfo", "--noheader", "--Node", "--format=%N|%T|%E"]
-        if partition:
-            cmd.append(f"--partition={partition}")
+    def nodes(self) -> list[SlurmNode]:
         seen: dict[str, SlurmNode] = {}
-        for line in self._call(cmd).splitlines():
-            parts = line.strip().split("|", 2)
-            if len(parts) == 3 and parts[0]:
-                seen.setdefault(parts[0], SlurmNode(parts[0], parts[1], parts[2]))
+        for line in self._call(["scontrol", "-o", "show", "node"]).splitlines():
+            node = parse_node_line(line)
+            if node is not None:
+                seen.setdefault(node.name, node)
         return list(seen.values())
+
+    def create_reservation(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        self._call(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+                    "StartTime=now", f"Duration={minutes}", "Users=root", "Flags=MAINT,IGNORE_JOBS"])  # fmt: skip
+
+    def delete_reservation(self, name: str) -> None:
+        self._call(["scontrol", "delete", f"ReservationName={name}"])
 
     def resume(self, node: str) -> None:
         self._call(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
@@ -97,66 +158,99 @@ class Slurm:
 
 
 def choose_hosts(
-    slurm: Slurm, nodes: str | None, partition: str | None, idle_partners: int = 0
-) -> tuple[list[str], dict[str, SlurmNode]]:
-    """The hosts to burn in, and what Slurm says about every node of the partition."""
-    known = {n.name: n for n in slurm.nodes(partition)}
-    if nodes:
-        return slurm.hostnames(nodes), known
-    awaiting = [n.name for n in known.values() if n.reason.startswith(AWAITING_REASON)]
-    if not awaiting:
-        return [], known
-    # In-service idle nodes as known-good partners only when asked: Slurm may start a job on them meanwhile.
-    partners = [n.name for n in known.values() if n.state == "idle" and n.name not in awaiting][:idle_partners]
-    return awaiting + partners, known
+    known: Sequence[SlurmNode],
+    explicit: Sequence[str] | None,
+    partition: str | None,
+    idle_partners: int,
+    log: Callable[[str], None],
+) -> list[SlurmNode]:
+    """The nodes to burn in."""
+    by_name = {n.name: n for n in known}
+    if explicit is not None:
+        if missing := [name for name in explicit if name not in by_name]:
+            raise SlurmError(f"--nodes: not Slurm nodes: {', '.join(missing)}")
+        chosen = [by_name[name] for name in explicit]
+    else:
+        pool = [n for n in known if partition is None or partition in n.partitions]
+        chosen = [n for n in pool if n.awaiting_burnin]
+        if chosen:
+            # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
+            chosen += [n for n in pool if n.flags == {"IDLE"}][:idle_partners]
+    usable = []
+    for node in chosen:
+        if node.drained and not held_by_burnin(node.reason):
+            log(f"{node.name}: left out, drained for another reason: {node.reason}")
+        elif problem := host_name_problem(node.name):
+            log(f"left out: {problem}")
+        else:
+            usable.append(node)
+    # One island (one partition) per run: InfiniBand does not cross scale sets, so a pair across islands fails.
+    if len(islands := {n.partitions for n in usable}) > 1:
+        raise SlurmError(f"nodes in partitions {sorted(islands)}: burn in one island at a time (--partition)")
+    return usable
+
+
+def reservation_minutes(settings: BurninSettings, hosts: Sequence[str], level: str) -> int:
+    """Every round at the longest test there is (the island test), plus slack."""
+    longest = timeout_for(settings, TestSpec("", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
+    return math.ceil(((settings.max_rounds + 1) * longest + RESERVATION_SLACK_S) / 60)
 
 
 def apply_verdicts(
-    slurm: Slurm, report: dict[str, Any], known: dict[str, SlurmNode], log: Callable[[str], None]
+    slurm: Slurm, report: dict[str, Any], nodes: dict[str, SlurmNode], log: Callable[[str], None]
 ) -> None:
+    """Drain the bad nodes (and, when the island missed its floor, every node the burn-in held); the good ones held
+    by the burn-in were resumed before the tests and stay so."""
     island_ok = report["island"] is None or report["island"]["outcome"] == "pass"
     for host in report["hosts"]:
         name, status = host["host"], host["status"]
+        node = nodes.get(name)
+        held = node is not None and node.drained and held_by_burnin(node.reason)
         if status == "healthy":
-            current = known.get(name)
-            # Only burn-in's own drains are lifted: a health-check drain (`ndfleet:<check-id>`) is the health
-            # check's to lift, and an administrator's is the administrator's.
-            if current is not None and held_by_burnin(current.reason) and island_ok:
-                slurm.resume(name)
+            if held and island_ok:
                 log(f"{name}: resumed")
-            elif current is not None and held_by_burnin(current.reason):
+            elif held:
                 slurm.drain(name, BURNIN_REASON_PREFIX + "island-below-floor")
-                log(f"{name}: passed its pair tests, kept drained: the island-wide test missed its floor")
+                log(f"{name}: drained, the island-wide test missed its floor")
         else:
             reason = host["reason"] if status == "unhealthy" else "unresolved"
             slurm.drain(name, BURNIN_REASON_PREFIX + reason)
-            log(f"{name}: drained, ndfleet:burnin:{reason}")
+            log(f"{name}: drained, {BURNIN_REASON_PREFIX}{reason}")
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "burnin-slurm",
-        help="burn in Slurm nodes awaiting it; resume the good, drain the bad with the reason",
-        description="Runs `burnin` over Slurm nodes (default: those drained with reason "
-        f"'{AWAITING_REASON}'), resumes the ones that pass, drains the others with Reason=ndfleet:burnin:<why>.",
+        help="burn in Slurm nodes awaiting it as Slurm jobs; resume the good, drain the bad",
+        description=f"Run as root on the controller or login node; default: the nodes drained '{AWAITING_REASON}'.",
     )
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--nodes", metavar="HOSTLIST", help="Slurm hostlist, e.g. nd-ib00-[000000-00000f]")
+    p.add_argument("--nodes", metavar="HOSTLIST", help="exactly these nodes")
     p.add_argument("--partition", help="only nodes of this partition")
     p.add_argument("--idle-partners", type=int, default=0, metavar="N", help="add N idle in-service nodes")
-    p.add_argument("--report", type=Path, required=True)
-    p.add_argument("--level", choices=LEVELS, default="quick")
-    p.add_argument("--config", type=Path, default=None, help="node JSON (default: /etc/ndfleet/node.json)")
-    p.add_argument("--test-timeout", type=int, default=None, metavar="S")
-    p.add_argument("--report-impact", action="store_true", help="ask each unhealthy node to file its impact report")
-    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the nodes")
+    add_common_args(p)
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    def log(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+def _unwind(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
+
+def _run(args: argparse.Namespace) -> int:
+    # SIGTERM (systemd stop, a scheduler's kill) unwinds like Ctrl-C, so the reservation is still deleted.
+    previous = signal.signal(signal.SIGTERM, _unwind)
+    try:
+        return _run_unwinding(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_unwinding(args: argparse.Namespace) -> int:
+    def log(line: str) -> None:
+        print(f"burnin-slurm: {line}", file=sys.stderr, flush=True)
+
+    if problem := bad_test_timeout(args.test_timeout):
+        log(problem)
+        return EXIT_CANNOT_RUN
     with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-slurm-") as workdir:
 
         def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
@@ -165,27 +259,80 @@ def _run(args: argparse.Namespace) -> int:
         slurm = Slurm(run)
         try:
             settings = load_settings(args.config)
-            hosts, known = choose_hosts(slurm, args.nodes, args.partition, max(0, args.idle_partners))
+            known = slurm.nodes()
+            explicit = slurm.hostnames(args.nodes) if args.nodes else None
+            chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log)
         except (SettingsError, SlurmError) as exc:
-            log(f"burnin-slurm: {exc}")
+            log(f"{exc}")
             return EXIT_CANNOT_RUN
-        if len(hosts) < 2:
-            log(f"burnin-slurm: {len(hosts)} node(s) to burn in (nodes drained with '{AWAITING_REASON}' plus idle "
-                "partners); need at least 2")  # fmt: skip
-            return EXIT_CANNOT_RUN if not hosts else EXIT_UNHEALTHY
+        if len(chosen) < 2:
+            log(f"{len(chosen)} node(s) to burn in; need at least 2")
+            return EXIT_CANNOT_RUN if not chosen else EXIT_UNHEALTHY
         if args.test_timeout is not None:
-            per_level = dict.fromkeys(LEVELS, args.test_timeout)
-            settings = replace(settings, pair_timeout_s=per_level, island_timeout_s=per_level)
-        log(f"burnin-slurm: {len(hosts)} node(s): {', '.join(hosts)}")
-        report = run_burnin(hosts, settings, args.level, mpirun_executor(settings, args.level, Path(workdir)), log=log)
-        write_report(args.report, report)
-        for line in summary_lines(report):
-            print(line)
-        try:
-            apply_verdicts(slurm, report, known, log)
-        except SlurmError as exc:
-            log(f"burnin-slurm: {exc}")
+            settings = replace(settings, timeout_override_s=args.test_timeout)
+        outcome = _burn_in_reserved(slurm, settings, chosen, args, Path(workdir), log)
+        if outcome is None:
             return EXIT_CANNOT_RUN
+        report, written = outcome
         if args.report_impact:
             report_impacts(report, run, args.node_program, log)
+    if not written:
+        return EXIT_REPORT_NOT_WRITTEN
+    if report["status"] == "error":
+        log(f"{report['error']}")
+        return EXIT_CANNOT_RUN
     return EXIT_HEALTHY if report["status"] == "healthy" else EXIT_UNHEALTHY
+
+
+def _burn_in_reserved(
+    slurm: Slurm,
+    settings: BurninSettings,
+    chosen: Sequence[SlurmNode],
+    args: argparse.Namespace,
+    workdir: Path,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], bool] | None:
+    """Reserve, resume, test, apply the verdicts; always delete the reservation. None: a Slurm call failed."""
+    hosts = [n.name for n in chosen]
+    nodes = {n.name: n for n in chosen}
+    name = f"ndfleet-burnin-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    minutes = reservation_minutes(settings, hosts, args.level)
+    try:
+        slurm.create_reservation(name, hosts, minutes)
+    except SlurmError as exc:
+        log(str(exc))
+        return None
+    log(f"reservation {name}: {', '.join(hosts)}")
+    resumed: list[SlurmNode] = []
+    result: tuple[dict[str, Any], bool] | None = None
+    try:
+        for node in chosen:
+            if node.drained:
+                slurm.resume(node.name)
+                resumed.append(node)
+        executor = srun_executor(settings, args.level, workdir, name, chosen[0].partitions[0])
+        report = run_burnin(hosts, settings, args.level, executor, log=log)
+        written = deliver_report(args.report, report, log)
+        for line in summary_lines(report):
+            print(line, flush=True)
+        apply_verdicts(slurm, report, nodes, log)
+        result = (report, written)
+    except SlurmError as exc:
+        log(f"{exc}")
+    finally:
+        if result is None:
+            # Interrupted, or a Slurm call failed: nothing this run resumed may take jobs once the reservation goes.
+            for node in resumed:
+                try:
+                    slurm.drain(node.name, node.reason)
+                    log(f"{node.name}: drained again, {node.reason}")
+                except SlurmError as exc:
+                    log(f"{exc}")
+        try:
+            slurm.delete_reservation(name)
+            log(f"reservation {name} deleted")
+        except SlurmError as exc:
+            log(f"cannot delete reservation {name}; delete it by hand "
+                f"(scontrol delete ReservationName={name}): {exc}")  # fmt: skip
+            result = None
+    return result

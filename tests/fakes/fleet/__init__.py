@@ -17,6 +17,8 @@ from ndfleet.nodeconfig import node_config
 from ndfleet.spec.config import load_spec
 
 FLEET_BIN = Path(__file__).resolve().parent / "bin"
+# HPC-X as the Azure HPC image lays it out (hpcx-init.sh + hpcx_load), stood in: its mpirun is the fake fleet's.
+FAKE_HPCX_INIT = Path(__file__).resolve().parent.parent / "hpcx" / "hpcx-init.sh"
 
 
 def node_json_data(**sections: Any) -> dict[str, Any]:
@@ -49,7 +51,8 @@ class FakeFleet:
             fleet |= {"barrier": self.barrier, "barrier_dir": str(self.root / "barrier")}
         self.fleet_file.write_text(json.dumps(fleet))
         doc = node_json_data()
-        doc["burnin"] |= {"mpirun": str(FLEET_BIN / "mpirun"), "all_reduce_perf": str(FLEET_BIN / "all_reduce_perf")}
+        doc["burnin"] |= {"mpirun": str(FLEET_BIN / "mpirun"), "all_reduce_perf": str(FLEET_BIN / "all_reduce_perf"),
+                          "hpcx_init": str(FAKE_HPCX_INIT)}  # fmt: skip
         self.node_json.write_text(json.dumps(doc))
 
     @property
