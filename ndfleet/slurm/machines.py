@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+
 from ndfleet.bootstrap import (
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
@@ -27,6 +29,8 @@ from ndfleet.bootstrap import (
     BootstrapTooLarge,
     RenderedBootstrap,
 )
+from ndfleet.nodeapp import strip
+from ndfleet.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
@@ -102,12 +106,24 @@ class NodeFile:
 # `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
 REAP_MODULES = ("__init__", "slurm_reap", "runner", "text")
+# ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
+# with nodes awaiting it: what burnin/slurm.py imports, standard library only.
+BURNIN_MODULES = (
+    "config", "slurm_states", "burnin/__init__", "burnin/hosts", "burnin/hpcx", "burnin/notify", "burnin/parser",
+    "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
+)  # fmt: skip
+BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
+BURNIN_EVERY_S = 300
+BURNIN_LEVEL = "quick"
+# A backstop only: every test inside has its own timeout derived from the profile (docs/burnin.md).
+BURNIN_TIMEOUT_S = 3600
 
 
 @functools.cache
 def _node_module(name: str) -> str:
     """A node-program module's source, shipped to a machine that has no node program."""
-    return importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text()
+    # Without comments and docstrings, as in the node program's zipapp (customData is bounded).
+    return strip(importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text())
 
 
 def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
@@ -126,6 +142,11 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "reap_call_timeout_s": REAP_CALL_TIMEOUT_S,
         "reap_timeout_s": REAP_TIMEOUT_S,
         "lib_dir": LIB_DIR,
+        "awaiting_reason": AWAITING_BURNIN_REASON,
+        "burnin_config": BURNIN_CONFIG,
+        "burnin_every_s": BURNIN_EVERY_S,
+        "burnin_level": BURNIN_LEVEL,
+        "burnin_timeout_s": BURNIN_TIMEOUT_S,
         "packages": list(ROLE_PACKAGES[role]),
         "slurm_uid": SLURM_UID,
         "http_timeout_s": HTTP_TIMEOUT_S,
@@ -246,7 +267,14 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             NodeFile("ndfleet-slurm-reap.timer", "/etc/systemd/system/ndfleet-slurm-reap.timer", "0644",
                      _render("slurm/systemd/ndfleet-slurm-reap.timer.j2", site, ctx)),
             *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
-              for m in REAP_MODULES),
+              for m in (*REAP_MODULES, *BURNIN_MODULES)),
+            NodeFile("burnin-node.json", BURNIN_CONFIG, "0644", to_json(node_config(spec, spec.islands[0]))),
+            NodeFile("ndfleet-burnin", "/usr/local/sbin/ndfleet-burnin", "0755",
+                     _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
+            NodeFile("ndfleet-burnin.service", "/etc/systemd/system/ndfleet-burnin.service", "0644",
+                     _render("slurm/systemd/ndfleet-burnin.service.j2", site, ctx)),
+            NodeFile("ndfleet-burnin.timer", "/etc/systemd/system/ndfleet-burnin.timer", "0644",
+                     _render("slurm/systemd/ndfleet-burnin.timer.j2", site, ctx)),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",

@@ -336,3 +336,17 @@ def _burn_in_reserved(
                 f"(scontrol delete ReservationName={name}): {exc}")  # fmt: skip
             result = None
     return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python3 -m ndfleet_node.burnin.slurm [options]`: burnin-slurm where only the burn-in modules are shipped
+    (the Slurm controller, which has no node program: ndfleet/slurm/machines.py)."""
+    parser = argparse.ArgumentParser(prog="ndfleet-burnin-slurm")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["burnin-slurm", *(sys.argv[1:] if argv is None else argv)])
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
