@@ -22,6 +22,7 @@ from ndfleet.bootstrap import (
     CUSTOM_DATA_MAX_BYTES,
     IMDS_TAGS_URL,
     NODE_APP_PATH,
+    NODE_PATH,
     REPORT_PATH,
     TAG_IDENTITY_CLIENT_ID,
     VALIDATE_NODE_PATH,
@@ -113,7 +114,7 @@ BURNIN_MODULES = (
     "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
 )  # fmt: skip
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
-BURNIN_EVERY_S = 300
+BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
 # A backstop only: every test inside has its own timeout derived from the profile (docs/burnin.md).
 BURNIN_TIMEOUT_S = 3600
@@ -142,6 +143,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "reap_call_timeout_s": REAP_CALL_TIMEOUT_S,
         "reap_timeout_s": REAP_TIMEOUT_S,
         "lib_dir": LIB_DIR,
+        "node_path": NODE_PATH,
         "awaiting_reason": AWAITING_BURNIN_REASON,
         "burnin_config": BURNIN_CONFIG,
         "burnin_every_s": BURNIN_EVERY_S,

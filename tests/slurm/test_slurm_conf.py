@@ -326,3 +326,20 @@ def test_docs_list_every_slurm_setting() -> None:
     doc = (REPO / "docs" / "slurm.md").read_text()
     for name, field in SlurmConfig.model_fields.items():
         assert f"slurm.{field.alias or name}" in doc, f"docs/slurm.md does not describe slurm.{field.alias or name}"
+
+
+def test_the_health_check_finds_the_images_tools_under_slurmds_path(prod: ClusterSpec) -> None:
+    # slurmd runs HealthCheckProgram with PATH=/bin:/usr/bin; ibstat is in /usr/sbin (found by the twin).
+    script = _compute_files(prod)["/usr/local/sbin/ndfleet-slurm-health"]
+    path = next(ln.split("=", 1)[1] for ln in script.splitlines() if ln.startswith("PATH="))
+    assert {"/usr/sbin", "/opt/nccl-tests/build"} <= set(path.split(":"))
+    assert "export PATH" in script
+
+
+def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec) -> None:
+    # Bug 5: nothing ran the burn-in, so nodes drained awaiting it would stay drained for ever.
+    boot = machine_bootstrap(prod, "controller")
+    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in boot.files
+    assert "systemctl enable --now ndfleet-burnin.timer" in boot.files["ndfleet-slurm-setup"]
+    script = boot.files["ndfleet-burnin"]
+    assert "python3 -m ndfleet_node.burnin.slurm" in script and "--partition" in script
