@@ -128,7 +128,8 @@ sys.exit(child.wait())
 """
 # Microsoft's package name -> Debian's package it stands for.
 SMD_PACKAGES = {
-    "slurm-smd": "slurm-wlm-basic-plugins",
+    # Microsoft's build has PMIx support (`srun --mpi=pmix`); Debian's plugin needs libpmix2 beside it.
+    "slurm-smd": "slurm-wlm-basic-plugins, libpmix2",
     "slurm-smd-client": "slurm-client",
     "slurm-smd-slurmd": "slurmd",
     "slurm-smd-slurmctld": "slurmctld",
