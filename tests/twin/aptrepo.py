@@ -128,8 +128,9 @@ sys.exit(child.wait())
 """
 # Microsoft's package name -> Debian's package it stands for.
 SMD_PACKAGES = {
-    # Microsoft's build has PMIx support (`srun --mpi=pmix`); Debian's plugin needs libpmix2 beside it.
-    "slurm-smd": "slurm-wlm-basic-plugins, libpmix2",
+    # Microsoft's build has PMIx support (`srun --mpi=pmix`); Debian's plugin dlopen()s the unversioned
+    # libpmix.so, which only libpmix-dev has.
+    "slurm-smd": "slurm-wlm-basic-plugins, libpmix2, libpmix-dev",
     "slurm-smd-client": "slurm-client",
     "slurm-smd-slurmd": "slurmd",
     "slurm-smd-slurmctld": "slurmctld",

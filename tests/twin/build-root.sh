@@ -17,9 +17,9 @@ suite=bookworm
 # In the image (what an Azure image has before boot). python3-cffi-backend must be named: without it cloud-init's
 # dependencies fail to configure under debootstrap.
 image_pkgs=systemd,systemd-sysv,dbus,cloud-init,python3,python3-cffi-backend,openssh-server,openssh-client,iproute2
-image_pkgs+=,curl,ca-certificates,locales,procps,openmpi-bin,prometheus-node-exporter,kmod,util-linux,e2fsprogs,less
+image_pkgs+=,curl,ca-certificates,gettext-base,locales,procps,openmpi-bin,prometheus-node-exporter,kmod,util-linux,e2fsprogs,less
 # Served by the repository stand-ins, with every dependency the image lacks (installed at boot by the set-up).
-repo_pkgs=(slurmd slurmctld slurmdbd slurm-client slurm-wlm-basic-plugins libpmix2 munge jq nfs-common)
+repo_pkgs=(slurmd slurmctld slurmdbd slurm-client slurm-wlm-basic-plugins libpmix2 libpmix-dev munge jq nfs-common)
 
 stamp=$( (cat "$0"; echo "$image_pkgs ${repo_pkgs[*]}") | sha256sum | cut -c1-16)
 root=$cache/root-$stamp

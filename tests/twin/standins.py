@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 VAULT_AUDIENCE = "https://vault.azure.net"
+MONITOR_AUDIENCE = "https://monitor.azure.com"
 
 
 @dataclass
@@ -114,7 +115,7 @@ class ImdsHandler(_Handler):
             if client_id != machine.identity_client_id:
                 self._send(400, {"error": "invalid_request", "error_description": "Identity not found"})
                 return
-            resource = query.get("resource", "").rstrip("/")
+            resource = query.get("resource", "").rstrip("/").removesuffix("/.default")
             token = secrets.token_urlsafe(24)
             with self.state.lock:
                 self.state.tokens[token] = (client_id, resource)
@@ -167,6 +168,13 @@ class ServicesHandler(_Handler):
         length = min(int(self.headers.get("Content-Length") or 0), 16 << 20)
         self.rfile.read(length)
         if "/api/v1/write" in self.path:
+            # Azure Monitor's ingestion takes an Entra token for https://monitor.azure.com (the identity's role on the
+            # data collection rule is the plan's business, checked under the mocks).
+            auth = self.headers.get("Authorization", "")
+            issued = self.state.tokens.get(auth.removeprefix("Bearer ").strip())
+            if issued is None or issued[1] != MONITOR_AUDIENCE:
+                self._send(401, {"error": {"code": "InvalidToken", "message": "no token for Azure Monitor"}})
+                return
             with self.state.lock:
                 self.state.remote_writes[self.client_address[0]] += 1
             self._send(200, b"", "text/plain")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.fakes.node import build_sysroot
-from tests.twin import aptrepo, mysql, pki
+from tests.twin import aptrepo, mysql, pki, releases
 from tests.twin.machine import TwinMachine
 from tests.twin.plan import PlanMachines, load
 from tests.twin.standins import CloudState, ImdsHandler, ServicesHandler, serve
@@ -46,7 +46,8 @@ def in_private_namespaces() -> str | None:
     links = [ln.split(":")[0].strip() for ln in Path("/proc/self/net/dev").read_text().splitlines()[2:]]
     if set(links) - {"lo"} - {BRIDGE} - {n for n in links if n.startswith("vb-")}:
         return f"the twin must run in a network namespace of its own (found interfaces {sorted(links)})"
-    for tool in ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount", "losetup", "cc", "mariadbd"):
+    tools = ("systemd-nspawn", "nsenter", "ip", "gpg", "dpkg-deb", "mount", "losetup", "cc", "mariadbd", "prometheus")
+    for tool in tools:
         if shutil.which(tool) is None:
             return f"the twin needs {tool}"
     return None
@@ -90,7 +91,7 @@ class Twin:
             subprocess.run(cmd.split(), check=True)
 
     def _service_hosts(self) -> list[str]:
-        hosts = [MS_HOST, ARCHIVE_HOST]
+        hosts = [MS_HOST, ARCHIVE_HOST, releases.GITHUB_HOST]
         tags = {k: v for m in self.plan.machines for k, v in m.tags.items()}
         if self.plan.vault_name:
             hosts.append(f"{self.plan.vault_name}.vault.azure.net")
@@ -118,7 +119,11 @@ class Twin:
         repos = self.workdir / "repos"
         keys = aptrepo.build(self.pool, repos, version)
         self.archive_key = keys["archive"]
-        self.state.repo_dirs = {MS_HOST: repos / "microsoft", ARCHIVE_HOST: repos / "archive"}
+        self.state.repo_dirs = {
+            MS_HOST: repos / "microsoft",
+            ARCHIVE_HOST: repos / "archive",
+            releases.GITHUB_HOST: releases.build(self.workdir / "releases"),
+        }
         self.state.machines_by_ip = {m.ip: m for m in self.plan.machines}
         self.state.secrets = {"munge-key": secrets.token_hex(64), "slurmdbd-password": secrets.token_urlsafe(30)}
         ca, cert, key = pki.make_ca_and_server(self.workdir / "pki", self._service_hosts(), [self.standin_ip])
