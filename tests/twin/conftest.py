@@ -4,6 +4,7 @@ of its own: `unshare --net --mount .venv/bin/pytest --twin tests/twin`); see doc
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ CACHE = Path(os.environ.get("NDFLEET_TWIN_CACHE", "/var/cache/ndfleet-twin"))
 FAULTY_NODE = "twin-ib01-000000"
 BAD_CABLE_NODE = "twin-ib00-000002"
 BUILD_TIMEOUT_S = 1800
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +55,8 @@ def twin(twin_plan: Path, twin_root: tuple[Path, Path], tmp_path_factory: pytest
     if reason:
         pytest.fail(reason)
     root, pool = twin_root
+    # A TERM (CI's time limit, a person's kill) unwinds through the tear-down below instead of skipping it.
+    signal.signal(signal.SIGTERM, _interrupt)
     t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, pool, faults={FAULTY_NODE: "gpu_missing"})
     try:
         t.start()

@@ -9,6 +9,7 @@ and the hardware stand-in's settings (tests/twin/hardware.py). Nothing of ndflee
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from tests.twin.plan import Machine
 
-NSPAWN_REBOOT_EXIT = 133  # systemd-nspawn(1): the container asked to reboot
+NSPAWN_REBOOT_EXIT = 133
+PR_SET_PDEATHSIG = 1  # linux/prctl.h  # systemd-nspawn(1): the container asked to reboot
 
 
 class BootError(AssertionError):
@@ -75,7 +77,9 @@ class TwinMachine:
         log = self.console.open("ab")
         log.write(f"\n===== boot {self.boots} =====\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent
+        )
 
     def leader(self) -> int:
         """The host PID of the machine's PID 1 (systemd)."""
@@ -169,6 +173,13 @@ class TwinMachine:
             return "\n".join(self.console.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL when the twin's process dies, however it dies (prctl PR_SET_PDEATHSIG), so
+    no machine outlives a killed test run (systemd-nspawn takes its container with it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.twin.machine import die_with_parent
+
 
 class Database:
     def __init__(self, folder: Path, address: str, cert: Path, key: Path):
@@ -38,7 +40,7 @@ class Database:
              "--port=3306", "--user=root", f"--ssl-cert={self.cert}", f"--ssl-key={self.key}",
              "--require-secure-transport=ON", f"--pid-file={self.folder / 'mysqld.pid'}", "--skip-log-bin",
              "--innodb-buffer-pool-size=64M"],
-            stdout=log, stderr=log, start_new_session=True,
+            stdout=log, stderr=log, start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         deadline = time.monotonic() + timeout
         sql = (

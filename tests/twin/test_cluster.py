@@ -116,9 +116,11 @@ def test_burn_in_resumes_the_good_nodes_and_keeps_the_bad_one_drained(slurm_up: 
 
     def burned_in() -> bool:
         nodes = nodes_by_name(ctl)
-        return all(n in nodes and "DRAIN" not in nodes[n]["State"] for n in good) and nodes.get(
-            BAD_CABLE_NODE, {}
-        ).get("Reason", "").startswith("ndfleet:burnin:") and not nodes[BAD_CABLE_NODE]["Reason"].startswith(AWAITING)
+        return (
+            all(n in nodes and "DRAIN" not in nodes[n]["State"] for n in good)
+            and nodes.get(BAD_CABLE_NODE, {}).get("Reason", "").startswith("ndfleet:burnin:")
+            and not nodes[BAD_CABLE_NODE]["Reason"].startswith(AWAITING)
+        )
 
     # ndfleet-burnin.timer on the controller runs it (every 5 minutes), through srun in a maintenance reservation.
     ctl.wait_for("burn-in verdicts", burned_in, 900, ("ndfleet-burnin.service",))

@@ -194,6 +194,7 @@ class Twin:
         file, bound into the machine (the kernel's loop devices are the host's; one per disk, detached at close)."""
         if m.role != "controller":
             return []
+        detach_stale_loops()
         image = self.workdir / "disks" / f"{m.name}-lun0.img"
         image.parent.mkdir(parents=True, exist_ok=True)
         with image.open("wb") as f:
@@ -247,6 +248,17 @@ class Twin:
         for loop in self.loops:
             subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
+
+
+def detach_stale_loops() -> None:
+    """Loop devices an earlier twin left behind (one killed before its tear-down): their backing file is a twin data
+    disk. A device still in use is only marked to go when its last user closes it (losetup -d sets autoclear)."""
+    listing = subprocess.run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"],
+                             capture_output=True, text=True, check=False).stdout  # fmt: skip
+    for line in listing.splitlines():
+        name, _, back = line.partition(" ")
+        if "/twin" in back and back.strip().split(" ")[0].endswith("-lun0.img"):
+            subprocess.run(["losetup", "--detach", name], check=False, capture_output=True)
 
 
 def wait_all(machines: list[TwinMachine], what: str, predicate, timeout: float, units: tuple[str, ...] = ()) -> None:
