@@ -145,7 +145,7 @@ def test_every_test_is_an_srun_step_in_the_reservation_with_hpcx_loaded_on_the_n
         "--reservation": reservation, "--partition": "gpu", "-w": "x", "-N": "2", "--ntasks-per-node": "8",
         "--gpus-per-node": "8", "--mpi": "pmix", "--time": "x", "--kill-on-bad-exit": "1",
     }  # fmt: skip
-    assert "--exclusive" in first["flags"]
+    assert {"--exclusive", "--overcommit"} <= set(first["flags"])  # whole nodes, then a task per GPU inside
     assert first["opts"]["-w"] == f"{names[0]},{names[2]}"
     assert first["command"][:2] == ["/bin/bash", "-c"]  # the task loads HPC-X first, on its node
     assert "all_reduce_perf" in " ".join(first["command"])

@@ -63,3 +63,14 @@ def twin(twin_plan: Path, twin_root: tuple[Path, Path], tmp_path_factory: pytest
         yield t
     finally:
         t.close()
+        _TIMINGS.update(t.timings)
+
+
+_TIMINGS: dict[str, list[float]] = {}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for what, values in _TIMINGS.items():
+        terminalreporter.write_line(
+            f"twin: {what}: " + ", ".join(f"{v:.0f} s" for v in values) + f" (max {max(values):.0f} s)"
+        )

@@ -147,6 +147,11 @@ class TwinMachine:
     def prop(self, unit: str, name: str) -> str:
         return self.run(f"systemctl show -p {name} --value {shlex.quote(unit)}", check=False).stdout.strip()
 
+    def seconds_since_boot(self, unit: str, prop: str = "ActiveEnterTimestampMonotonic") -> float:
+        """When `unit` entered the state, in seconds after this boot's systemd started."""
+        start = int(self.run("systemctl show -p UserspaceTimestampMonotonic --value").stdout.strip() or 0)
+        return (int(self.prop(unit, prop) or 0) - start) / 1e6
+
     def journal(self, unit: str, lines: int = 60) -> str:
         return self.run(f"journalctl -b -u {shlex.quote(unit)} --no-pager -n {lines}", check=False).stdout
 

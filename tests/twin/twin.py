@@ -76,6 +76,7 @@ class Twin:
         self.fleet_dir = workdir / "fleet"
         self.database: mysql.Database | None = None
         self.loops: list[str] = []
+        self.timings: dict[str, list[float]] = {}  # what the tests measured, printed at the end of the run
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def _network(self) -> None:
@@ -220,6 +221,9 @@ class Twin:
             self.machines[m.name] = tm
         for tm in self.machines.values():
             tm.start()
+
+    def record(self, what: str, seconds: float) -> None:
+        self.timings.setdefault(what, []).append(seconds)
 
     def machine(self, name: str) -> TwinMachine:
         return self.machines[name]

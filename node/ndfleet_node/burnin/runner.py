@@ -71,7 +71,7 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
 
 
 def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservation: str, partition: str) -> list[str]:
-    """`srun --reservation=R -w a,b -N 2 --ntasks-per-node=8 --gpus-per-node=8 --mpi=pmix ... all_reduce_perf ...`.
+    """`salloc --reservation=R -w a,b -N 2 --exclusive ... srun --overcommit --ntasks-per-node=8 --mpi=pmix ...`.
 
     One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
     (`hpcx.with_hpcx`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
@@ -79,10 +79,14 @@ def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservati
     """
     gpus = settings.gpus_per_node
     timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
+    # The whole nodes first (salloc, exclusive, every GPU), then one task per GPU inside that allocation with
+    # --overcommit: the ranks drive GPUs, not CPUs, so a node whose Slurm CPU count is below its GPU count (core
+    # specialisation, or the twin's small machines) still runs them; a job allocation would refuse that.
+    salloc = os.path.join(os.path.dirname(settings.srun), "salloc")
     cmd = [
-        settings.srun, f"--reservation={reservation}", f"--partition={partition}", "-w", ",".join(test.hosts),
-        "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}", f"--gpus-per-node={gpus}",
-        "--exclusive", "--mpi=pmix", f"--time={timeout_min}", "--kill-on-bad-exit=1",
+        salloc, f"--reservation={reservation}", f"--partition={partition}", "-w", ",".join(test.hosts),
+        "-N", str(len(test.hosts)), f"--gpus-per-node={gpus}", "--exclusive", f"--time={timeout_min}",
+        settings.srun, "--overcommit", f"--ntasks-per-node={gpus}", "--mpi=pmix", "--kill-on-bad-exit=1",
     ]  # fmt: skip
     task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
     return cmd + (hpcx.with_hpcx(settings.hpcx_init, task) if settings.hpcx_init else task)
