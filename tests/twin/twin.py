@@ -31,6 +31,7 @@ MS_HOST = "packages.microsoft.com"
 FLEET_DIR_IN_MACHINE = "/opt/twin-fleet"
 HW_ROOT = "/opt/twin-hw/root"
 HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
+HPCX_INIT = "/opt/hpcx-v2.18-gcc-mlnx_ofed-ubuntu22.04-cuda12-x86_64/hpcx-init.sh"
 HERE = Path(__file__).resolve().parent
 HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
 
@@ -167,6 +168,13 @@ class Twin:
             faults = self.faults.get(m.name, "")
             files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
+            # HPC-X as the HPC image lays it out (/opt/hpcx-<version>/hpcx-init.sh with hpcx_load): here Debian's
+            # Open MPI, which the image has, stands in for HPC-X's.
+            files[HPCX_INIT] = (
+                f"# twin stand-in for HPC-X's hpcx-init.sh\nhpcx_load() {{\n  export HPCX_DIR={HPCX_INIT.rsplit('/', 1)[0]}\n"
+                "  export HPCX_MPI_DIR=/usr\n}\n".encode(),
+                0o644,
+            )  # fmt: skip
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
             # What the hardware and a VM's kernel give at every boot: a fresh fake /proc (blob mounts are gone after a
             # reboot), the GPU driver's device files (gres.conf names them), and the machine's own cgroup controllers
