@@ -171,8 +171,8 @@ class Twin:
             # HPC-X as the HPC image lays it out (/opt/hpcx-<version>/hpcx-init.sh with hpcx_load): here Debian's
             # Open MPI, which the image has, stands in for HPC-X's.
             files[HPCX_INIT] = (
-                f"# twin stand-in for HPC-X's hpcx-init.sh\nhpcx_load() {{\n  export HPCX_DIR={HPCX_INIT.rsplit('/', 1)[0]}\n"
-                "  export HPCX_MPI_DIR=/usr\n}\n".encode(),
+                f"# twin stand-in for HPC-X's hpcx-init.sh\nhpcx_load() {{\n"
+                f"  export HPCX_DIR={HPCX_INIT.rsplit('/', 1)[0]}\n  export HPCX_MPI_DIR=/usr\n}}\n".encode(),
                 0o644,
             )  # fmt: skip
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
