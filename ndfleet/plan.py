@@ -105,7 +105,7 @@ class Plan:
         doc = self.as_json()
 
         def dumps(value: Any) -> str:
-            return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+            return json.dumps(value, sort_keys=True, separators=(", ", ": "), allow_nan=False)
 
         resources = ",\n".join("    " + dumps(r) for r in doc.pop("resources"))
         head = ",\n".join(f"  {dumps(k)}: {dumps(v)}" for k, v in sorted(doc.items()))
