@@ -16,12 +16,18 @@ def installs(tm, package: str) -> int:
 
 def test_a_rebooted_node_comes_back_validated_without_redoing_its_set_up(twin: Twin) -> None:
     tm = next(t for t in healthy_nodes(twin) if t.name != BAD_CABLE_NODE)
-    nccl_conf_before = tm.run("stat -c %Y /etc/nccl.conf").stdout
+    # What the first boot wrote once: the node bundle's files (ndfleet-unpack) and the set-up's BlobFuse2 settings
+    # (under the hardware stand-in's root, where the set-up writes them in the twin).
+    written_once = (
+        "stat -c %Y /opt/ndfleet/bin/ndfleet-node /var/lib/ndfleet/bundle.sha256 "
+        "/opt/twin-hw/root/etc/ndfleet/blobfuse2-datasets.yaml"
+    )
+    before = tm.run(written_once).stdout
     tm.reboot()
     tm.wait_for("validated after reboot", lambda: tm.unit_state("ndfleet-validated.target") == "active",
                 BOOT_TIMEOUT_S, ("ndfleet-setup.service", "ndfleet-validate.service"))  # fmt: skip
     tm.wait_for("slurmd after reboot", lambda: tm.unit_state("slurmd.service") == "active", 300, ("slurmd.service",))
-    assert tm.run("stat -c %Y /etc/nccl.conf").stdout == nccl_conf_before  # written once, not rewritten
+    assert tm.run(written_once).stdout == before  # unpacked and written once, not again
     assert installs(tm, "slurm-smd-slurmd") == 1  # the Slurm set-up did not reinstall
 
 
