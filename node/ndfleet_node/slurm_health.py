@@ -292,6 +292,12 @@ def handle(args: argparse.Namespace) -> int:
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
         print(f"ndfleet-slurm-health: {node}: {verdict.reason if not verdict.healthy else 'healthy'}; {error}",
               file=sys.stderr)
+        if f"Node {node} not found" in str(error):
+            # slurmd's first start on this disk, before it registers: it registers as a new node, drained awaiting
+            # burn-in (slurmd --conf State=DRAIN), so this disk is in line now. Marked here, not at a later pass: the
+            # burn-in may run and resume the node before then, and a later pass must not drain it again (the twin
+            # found that loop). A reimaged VM under an old name is found, not new, and is drained below next time.
+            mark_burnin_queued(burnin_marker)
         return code
     mirror_drain(Path(args.drain_marker), outcome)
     if outcome.queued_for_burnin:
