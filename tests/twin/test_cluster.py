@@ -49,8 +49,10 @@ def systemd_seconds(span: str) -> float:
 def slurm_up(twin: Twin) -> Twin:
     wait_all(
         [controller(twin), login(twin)], "ndfleet-slurm-setup finished",
-        lambda tm: tm.unit_state("ndfleet-slurm-setup.service") == "active", BOOT_TIMEOUT_S, SETUP_UNITS,
+        lambda tm: tm.unit_state("ndfleet-slurm-setup.service") in ("active", "failed"), BOOT_TIMEOUT_S, SETUP_UNITS,
     )  # fmt: skip
+    for tm in (controller(twin), login(twin)):
+        assert tm.unit_state("ndfleet-slurm-setup.service") == "active", tm.journal("ndfleet-slurm-setup.service")
     return twin
 
 
