@@ -133,7 +133,7 @@ def test_burn_in_resumes_the_good_nodes_and_keeps_the_bad_one_drained(slurm_up: 
         )
 
     # ndfleet-burnin.timer on the controller runs it (every 5 minutes), through srun in a maintenance reservation.
-    ctl.wait_for("burn-in verdicts", burned_in, 900, ("ndfleet-burnin.service",))
+    ctl.wait_for("burn-in verdicts", burned_in, min(900, BOOT_TIMEOUT_S), ("ndfleet-burnin.service",))
     assert "DRAIN" in nodes_by_name(ctl)[BAD_CABLE_NODE]["State"]
     report = json.loads(ctl.run("cat /var/lib/ndfleet/burnin-ib00.json").stdout)
     assert report["unhealthy"] == [BAD_CABLE_NODE], report
