@@ -259,4 +259,7 @@ def build(pool: Path, out: Path, slurm_version: str) -> dict[str, bytes]:
     write_repo(ms / "repos" / f"slurm-ubuntu-{SUITE}", "stable", smd, out / "gpg-microsoft", "packages.microsoft.com")
     (ms / "keys").mkdir(parents=True, exist_ok=True)
     (ms / "keys" / "microsoft.asc").write_bytes(keys["microsoft"])
+    # gpg started an agent per home to sign; nothing of the twin may outlive it.
+    for home in ("gpg-archive", "gpg-microsoft"):
+        subprocess.run(["gpgconf", "--homedir", str(out / home), "--kill", "all"], check=False, capture_output=True)
     return keys
