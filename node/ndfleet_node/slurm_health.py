@@ -231,15 +231,16 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
         scontrol.drain(node, verdict.reason)
         return Outcome(f"{node}: drained: {verdict.reason}", True)
+    if state.drained and not state.reason:
+        # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the
+        # registration's Reason (SchedMD commit 1696951860): scontrol refuses a drain without a reason, so
+        # nobody else made this one. Give it the burn-in's reason, whether or not this disk is marked yet (it is
+        # marked at slurmd's first start, before the node registers).
+        scontrol.drain(node, AWAITING_BURNIN_REASON)
+        return Outcome(f"{node}: registered drained: {AWAITING_BURNIN_REASON}", True, queued_for_burnin=True)
     if not burnin_queued:
         if state.queued_for_burnin:
             return Outcome(f"{node}: healthy, held for burn-in ({state.reason})", True, queued_for_burnin=True)
-        if state.drained and not state.reason:
-            # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the
-            # registration's Reason (SchedMD commit 1696951860): scontrol refuses a drain without a reason, so
-            # nobody else made this one. Give it the burn-in's reason.
-            scontrol.drain(node, AWAITING_BURNIN_REASON)
-            return Outcome(f"{node}: registered drained: {AWAITING_BURNIN_REASON}", True, queued_for_burnin=True)
         if state.drained and not state.drained_by_health_check:
             # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
             return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)

@@ -58,10 +58,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
             sandbox.start_slurmd(node)
             REGISTERED[node] = sandbox.node_line(node)
         for node in NODES:
-            # The health check has seen the node held for burn-in (its marker), then the burn-in (stood in for
-            # here) resumes it.
+            # The health check marked the disk at slurmd's first start and names the registration's drain (22.05
+            # drops its reason); then the burn-in (stood in for here) resumes the node.
             marker = sandbox.root / "reports" / f"{node}.burnin-queued"
             wait_for(f"{node}'s burn-in marker", marker.exists, timeout_s=90)
+            named = lambda n=node: f"Reason={AWAITING_BURNIN_REASON} " in sandbox.node_line(n)  # noqa: E731
+            wait_for(f"{node} named awaiting burn-in", named, timeout_s=90)
             HELD[node] = sandbox.node_line(node)
             sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         yield sandbox

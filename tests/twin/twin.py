@@ -257,6 +257,9 @@ class Twin:
             server.server_close()
         if self.database is not None:
             self.database.stop()
+        # The machines' disks (overlay upper dirs hold whiteouts and root-only work dirs that pytest's temporary-
+        # folder clean-up cannot remove later).
+        subprocess.run(["rm", "-rf", str(self.workdir / "machines")], check=False, capture_output=True)
         for loop in self.loops:
             subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
