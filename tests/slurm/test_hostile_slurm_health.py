@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from ndfleet_node.slurm_health import (
     MAX_SCONTROL_BYTES,
-    NodeState,
     Scontrol,
     ScontrolError,
     Verdict,
@@ -20,24 +19,11 @@ from ndfleet_node.slurm_health import (
 )
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
+from tests.slurm.test_slurm_health_unit import FakeScontrol
+
 PASS = Verdict(True, ())
 FAIL = Verdict(False, ("gpu.ecc",))
 STAMP = "[root@2026-12-03T08:00:00]"
-
-
-class FakeScontrol:
-    def __init__(self, line: str) -> None:
-        self.line = line
-        self.calls: list[str] = []
-
-    def node(self, name: str) -> NodeState:
-        return parse_node(self.line)
-
-    def drain(self, name: str, reason: str) -> None:
-        self.calls.append(f"drain {reason}")
-
-    def resume(self, name: str) -> None:
-        self.calls.append("resume")
 
 
 def _script(tmp_path: Path, name: str, body: str) -> list[str]:
