@@ -99,7 +99,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--twin", action="store_true", default=False,
         help="boot the twin (tests/twin); needs real root in namespaces of its own: "
-        "`unshare --net --mount pytest --twin tests/twin`",
+        "`unshare --net --mount --pid --fork --mount-proc pytest --twin tests/twin`",
     )  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """The twin's fixtures: collected only with `pytest --twin` (it boots containers and needs real root in namespaces
-of its own: `unshare --net --mount .venv/bin/pytest --twin tests/twin`); see docs/twin.md."""
+of its own: `unshare --net --mount --pid --fork --mount-proc .venv/bin/pytest --twin tests/twin`); see docs/twin.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The twin: every machine of a plan booted under systemd in containers on a private bridge, with the stand-ins
-around them. Runs as root inside a network and mount namespace of its own (`unshare --net --mount`), so the bridge,
+around them. Runs as root inside network, mount and PID namespaces of its own (`unshare --net --mount --pid --fork
+--mount-proc`), so the bridge,
 the stand-ins' addresses, the overlay mounts and every process are gone when it ends, whatever happened.
 
     twin = Twin(plan_json, workdir, root=..., pool=...)
@@ -42,7 +43,11 @@ def in_private_namespaces() -> str | None:
         return "the twin needs root"
     uid_map = Path("/proc/self/uid_map").read_text().split()
     if uid_map[:3] != ["0", "0", "4294967295"]:
-        return "the twin needs real root, not a user namespace (run it under `unshare --net --mount`, not `-r`)"
+        return "the twin needs real root, not a user namespace (run it under `unshare --net --mount --pid`, not `-r`)"
+    # The init of its own PID namespace: when it ends, however it ends, the kernel ends every process of the
+    # namespace, the containers' systemd included (systemd-nspawn killed outright leaves its container running).
+    if os.getpid() != 1:
+        return "the twin must be the first process of a PID namespace of its own (unshare --pid --fork --mount-proc)"
     # /proc/self/net/dev lists this network namespace's interfaces (/sys/class/net may be the host's mount).
     links = [ln.split(":")[0].strip() for ln in Path("/proc/self/net/dev").read_text().splitlines()[2:]]
     if set(links) - {"lo"} - {BRIDGE} - {n for n in links if n.startswith("vb-")}:
