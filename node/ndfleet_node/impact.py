@@ -129,18 +129,22 @@ def http(method: str, url: str, headers: dict[str, str], body: bytes | None = No
     connection_class = HTTPSConnection if parts.scheme == "https" else HTTPConnection
     conn = connection_class(parts.hostname or "", parts.port, timeout=HTTP_TIMEOUT_S)
     expired = threading.Event()
+    sockets: list[socket.socket] = []  # the connection's socket, kept: http.client lets go of it once an answer
+    # that closes the connection has begun, while the body is still being read from it
 
     def expire() -> None:
         expired.set()
-        if conn.sock is not None:
+        for sock in [*sockets, *([conn.sock] if conn.sock is not None else [])]:
             with contextlib.suppress(OSError):  # the plain socket's shutdown, under TLS too
-                socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     timer = threading.Timer(deadline_s, expire)
     timer.daemon = True
     timer.start()
     try:
         conn.connect()
+        if conn.sock is not None:
+            sockets.append(conn.sock)
         if expired.is_set():  # the deadline passed while connecting, before there was a socket to shut down
             raise TimeoutError
         conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body, headers=headers)

@@ -54,14 +54,28 @@ class Reply:
         return (ARM_DATA / self.file).read_bytes() if self.file else b""
 
 
-def _drip(out: Any, data: bytes, every_s: float) -> None:
+def _client_gone(sock: socket.socket) -> bool:
+    """The client hung up (it shut its side down): a peek at the socket reads end-of-file."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _drip(out: Any, data: bytes, every_s: float, sock: socket.socket) -> bool:
+    """Drip `data`; False when the client hung up first, True when the drip ran to its limit or its end."""
     stop = time.monotonic() + DRIP_LIMIT_S
     for i in range(len(data)):
+        if _client_gone(sock):
+            return False
         if time.monotonic() > stop:
-            return
+            return True
         out.write(data[i : i + 1])
         out.flush()
         time.sleep(every_s)
+    return True
 
 
 def _stream_zeros(out: Any, count: int) -> None:
@@ -86,6 +100,7 @@ class FakeArm:
     def __init__(self, routes: dict[tuple[str, str], list[Reply]]):
         self.routes = {k: list(v) for k, v in routes.items()}
         self.requests: list[Seen] = []
+        self.drips_outlasted = 0  # drips that ran to DRIP_LIMIT_S: their client never hung up
         self.base = ""
         self._lock = threading.Lock()
 
@@ -119,11 +134,12 @@ def serve(routes: dict[tuple[str, str], list[Reply]]) -> Iterator[FakeArm]:
             self.close_connection = True
             try:
                 if reply.drip == "head":
-                    _drip(self.wfile, head + payload.ljust(length, b" "), reply.drip_s)
+                    arm.drips_outlasted += _drip(self.wfile, head + payload.ljust(length, b" "), reply.drip_s,
+                                                 self.connection)
                 elif reply.drip == "body":
                     self.wfile.write(head)
                     self.wfile.flush()
-                    _drip(self.wfile, payload.ljust(length, b" "), reply.drip_s)
+                    arm.drips_outlasted += _drip(self.wfile, payload.ljust(length, b" "), reply.drip_s, self.connection)
                 elif reply.stream_bytes:
                     self.wfile.write(head)
                     _stream_zeros(self.wfile, reply.stream_bytes)

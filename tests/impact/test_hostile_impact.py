@@ -131,8 +131,12 @@ def test_an_answer_that_drips_hits_the_overall_deadline(where: str, monkeypatch:
     monkeypatch.setattr(impact, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
     expected = f"no complete answer from 127.0.0.1:[0-9]+ within {SHORT_DEADLINE_S:g} s"
     dripping = Reply(500, raw=b"{}", drip=where, drip_s=0.1)
-    with serve({PUT: [dripping]}) as arm, pytest.raises(impact.ImpactError, match=expected):
-        impact.http("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
+    with serve({PUT: [dripping]}) as arm:
+        with pytest.raises(impact.ImpactError, match=expected):
+            impact.http("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
+        # The client hung up at its deadline; the server did not have to stop dripping on its own.
+        arm_gave_up = arm.drips_outlasted
+    assert arm_gave_up == 0
 
 
 def test_a_dripping_resource_manager_still_leaves_the_node_unhealthy(
