@@ -190,9 +190,13 @@ def _setup_files(spec: ClusterSpec, site: SlurmSite, role: str, island: str | No
     return [
         NodeFile("ndfleet-slurm-setup", "/usr/local/sbin/ndfleet-slurm-setup", "0755",
                  _render("slurm/ndfleet-slurm-setup.sh.j2", site, ctx)),
-        NodeFile("ndfleet-slurm-setup.service", "/etc/systemd/system/ndfleet-slurm-setup.service", "0644",
-                 _render("slurm/systemd/ndfleet-slurm-setup.service.j2", site, ctx)),
+        _unit("ndfleet-slurm-setup.service", site, ctx),
     ]
+
+
+def _unit(name: str, site: SlurmSite, ctx: dict[str, Any]) -> NodeFile:
+    """A systemd unit ndfleet writes to /etc/systemd/system from templates/slurm/systemd/<name>.j2."""
+    return NodeFile(name, f"/etc/systemd/system/{name}", "0644", _render(f"slurm/systemd/{name}.j2", site, ctx))
 
 
 def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
@@ -203,8 +207,7 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
         *_setup_files(spec, site, "compute", island.name),
         NodeFile("slurmd-ndfleet.conf", "/etc/systemd/system/slurmd.service.d/ndfleet.conf", "0644",
                  _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
-        NodeFile("ndfleet-slurmd.service", "/etc/systemd/system/ndfleet-slurmd.service", "0644",
-                 _render("slurm/systemd/ndfleet-slurmd.service.j2", site, ctx)),
+        _unit("ndfleet-slurmd.service", site, ctx),
         NodeFile("validated-wants-slurmd.conf", "/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf", "0644",
                  _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
         NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
@@ -257,26 +260,20 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         *_setup_files(spec, site, role, None),
         NodeFile("ndfleet-slurm-config", "/usr/local/sbin/ndfleet-slurm-config", "0755",
                  _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)),
-        NodeFile("ndfleet-slurm-config.service", "/etc/systemd/system/ndfleet-slurm-config.service", "0644",
-                 _render("slurm/systemd/ndfleet-slurm-config.service.j2", site, ctx)),
-        NodeFile("ndfleet-slurm-config.timer", "/etc/systemd/system/ndfleet-slurm-config.timer", "0644",
-                 _render("slurm/systemd/ndfleet-slurm-config.timer.j2", site, ctx)),
+        _unit("ndfleet-slurm-config.service", site, ctx),
+        _unit("ndfleet-slurm-config.timer", site, ctx),
     ]
     if role == "controller":
         files += [
-            NodeFile("ndfleet-slurm-reap.service", "/etc/systemd/system/ndfleet-slurm-reap.service", "0644",
-                     _render("slurm/systemd/ndfleet-slurm-reap.service.j2", site, ctx)),
-            NodeFile("ndfleet-slurm-reap.timer", "/etc/systemd/system/ndfleet-slurm-reap.timer", "0644",
-                     _render("slurm/systemd/ndfleet-slurm-reap.timer.j2", site, ctx)),
+            _unit("ndfleet-slurm-reap.service", site, ctx),
+            _unit("ndfleet-slurm-reap.timer", site, ctx),
             *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
               for m in (*REAP_MODULES, *BURNIN_MODULES)),
             NodeFile("burnin-node.json", BURNIN_CONFIG, "0644", to_json(node_config(spec, spec.islands[0]))),
             NodeFile("ndfleet-burnin", "/usr/local/sbin/ndfleet-burnin", "0755",
                      _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
-            NodeFile("ndfleet-burnin.service", "/etc/systemd/system/ndfleet-burnin.service", "0644",
-                     _render("slurm/systemd/ndfleet-burnin.service.j2", site, ctx)),
-            NodeFile("ndfleet-burnin.timer", "/etc/systemd/system/ndfleet-burnin.timer", "0644",
-                     _render("slurm/systemd/ndfleet-burnin.timer.j2", site, ctx)),
+            _unit("ndfleet-burnin.service", site, ctx),
+            _unit("ndfleet-burnin.timer", site, ctx),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",

@@ -21,6 +21,7 @@ from ndfleet_node.burnin import slurm as slurm_module
 from ndfleet_node.burnin.slurm import AWAITING_REASON, held_by_burnin, parse_node_line
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
+from tests.burnin.test_fleet import alive
 from tests.fakes.fleet import FakeFleet, host_names
 
 SLURM_BIN = Path(__file__).resolve().parent.parent / "fakes" / "slurm_burnin" / "bin"
@@ -282,12 +283,6 @@ def test_idle_partners_join_the_reservation_but_are_not_resumed(
 # ---------------------------------------------------------------------------------------------- parsing
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 LINE = ("NodeName=nd-ib00000003 Arch=x86_64 OS=Linux 5.15.0-1056-azure #64-Ubuntu SMP Tue Feb 6 UTC 2024 "
