@@ -13,6 +13,7 @@ import pulumi
 import pulumi_azure_native.authorization as authorization
 
 from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
+from ndfleet.components.elastic_scaling import ElasticScaling, ElasticScalingArgs
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
@@ -24,6 +25,7 @@ from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import alerts
 from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
+from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.spec.config import ClusterSpec
 
 
@@ -182,7 +184,10 @@ class Cluster(pulumi.ComponentResource):
                     ssh_public_key=spec.ssh_public_key,
                     custom_data=p.bootstrap.custom_data,
                     user_data=p.bootstrap.vm_user_data or None,
-                    node_count=p.island.nodes,
+                    # An elastic island starts empty: Slurm's power saving creates its VMs (docs/elastic.md).
+                    node_count=0 if p.island.elastic is not None else p.island.nodes,
+                    elastic=p.island.elastic is not None,
+                    scale_set_name=elastic_scale_set_name(spec, p.island) if p.island.elastic is not None else None,
                     vm_size=spec.profile.name,
                     island_name=p.island.name,
                     computer_name_prefix=f"{spec.name_prefix}-{p.island.name}-",
@@ -203,6 +208,24 @@ class Cluster(pulumi.ComponentResource):
             )
             for p in prepared.islands
         ]
+        elastic = {
+            p.island.name: component.scale_set_id
+            for p, component in zip(prepared.islands, self.islands, strict=True)
+            if p.island.elastic is not None
+        }
+        if elastic and slurm is not None:
+            ElasticScaling(
+                f"{name}-elastic",
+                ElasticScalingArgs(
+                    resource_group_id=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
+                        lambda a: f"/subscriptions/{a[0]}/resourceGroups/{a[1]}"
+                    ),
+                    controller_principal_id=slurm.controller_principal_id,
+                    scale_set_ids=elastic,
+                    role_name=f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack})",
+                ),
+                opts=child,
+            )
 
         self.outputs: dict[str, pulumi.Input[object]] = {
             "resourceGroupName": net.resource_group_name,

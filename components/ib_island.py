@@ -39,6 +39,10 @@ REGIONAL_FAULT_DOMAINS = 1
 ZONAL_FAULT_DOMAINS = 5
 
 
+# The one property `pulumi up` leaves to Slurm on an elastic island's scale set (`ndfleet diff` says so).
+ELASTIC_IGNORED = "sku.capacity"
+
+
 def fault_domain_count(zone: str | None) -> int:
     """platformFaultDomainCount of an InfiniBand island (single placement group), zonal or regional."""
     return ZONAL_FAULT_DOMAINS if zone else REGIONAL_FAULT_DOMAINS
@@ -96,14 +100,19 @@ class IbIslandArgs:
     # What the nodes need at boot (storage private endpoint, its DNS records, their role assignment): the scale
     # set is created only after these exist.
     boot_dependencies: Sequence[pulumi.Resource] = ()
+    # Elastic (docs/elastic.md): Slurm owns the capacity once the scale set exists (`pulumi up` leaves sku.capacity
+    # alone), node_count is the capacity it is created with, and the scale set gets a fixed name the controller's
+    # programs can address before deployment.
+    elastic: bool = False
+    scale_set_name: str | None = None
 
 
 def _check(args: IbIslandArgs) -> None:
     problems = []
     if args.vm_size not in PROFILES:
         problems.append(f"vm_size = {args.vm_size!r}: no VM-size profile; known: {', '.join(sorted(PROFILES))}")
-    if args.node_count < 1:
-        problems.append(f"node_count = {args.node_count}: at least 1")
+    if args.node_count < (0 if args.elastic else 1):
+        problems.append(f"node_count = {args.node_count}: at least {0 if args.elastic else 1}")
     for name, value, limit in (
         ("custom_data", args.custom_data, CUSTOM_DATA_MAX_BYTES),
         ("user_data", args.user_data, USER_DATA_MAX_BYTES),
@@ -155,6 +164,7 @@ class IbIsland(pulumi.ComponentResource):
             resource_group_name=args.resource_group_name,
             location=args.location,
             sku=compute.SkuArgs(name=profile.name, tier="Standard", capacity=args.node_count),
+            vm_scale_set_name=args.scale_set_name,
             orchestration_mode="Uniform",
             single_placement_group=True,
             platform_fault_domain_count=fault_domain_count(args.zone),
@@ -247,7 +257,11 @@ class IbIsland(pulumi.ComponentResource):
                 ),
             ),
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.boot_dependencies)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=list(args.boot_dependencies),
+                ignore_changes=[ELASTIC_IGNORED] if args.elastic else None,
+            ),
         )
 
         self.scale_set_id = vmss.id

@@ -106,6 +106,8 @@ class SlurmCluster(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # Elastic islands: this identity, the controller's own, gets the scaling role at their scale sets.
+        self.controller_principal_id = controller.principal_id
         logins = [
             SlurmHost(f"{name}-login{i}", host("login", f"{spec.name_prefix}-login{i}", spec.slurm.login_vm_size, ip),
                       opts=child)

@@ -44,6 +44,25 @@ def island_feature(island: str) -> str:
     return f"island-{island}"
 
 
+# An elastic island's nodes are Slurm CLOUD nodes <island>-1 ... <island>-<maxNodes> (docs/elastic.md); these
+# programs on the controller create and delete their VMs (ndfleet_node/elastic, shipped by ndfleet/slurm/machines.py).
+RESUME_PROGRAM = "/usr/local/sbin/ndfleet-elastic-resume"
+SUSPEND_PROGRAM = "/usr/local/sbin/ndfleet-elastic-suspend"
+RESUME_FAIL_PROGRAM = "/usr/local/sbin/ndfleet-elastic-resume-fail"
+# Deleting a scale-set VM is asked for in one request and finishes in Azure's time: Slurm may resume the node again
+# once this has passed (the resume program then waits for a new VM of its own).
+ELASTIC_SUSPEND_TIMEOUT_S = 120
+
+
+def elastic_node_name(island: str, number: int) -> str:
+    return f"{island}-{number}"
+
+
+def elastic_nodes(island: str, max_nodes: int) -> str:
+    """The island's CLOUD nodes as a Slurm host list: `gpu-[1-8]` (`gpu-1` for one)."""
+    return f"{island}-[1-{max_nodes}]" if max_nodes > 1 else elastic_node_name(island, 1)
+
+
 @dataclass(frozen=True)
 class SlurmIsland:
     name: str
@@ -51,6 +70,12 @@ class SlurmIsland:
     nodeset: str
     partition: str
     nodes: int
+    # Elastic islands only: the CLOUD nodes' host list, how many stay up, idle seconds before a node is released,
+    # and seconds a resumed node has to register.
+    elastic_nodes: str = ""
+    min_nodes: int = 0
+    suspend_time_s: int = 0
+    resume_timeout_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,10 +108,18 @@ class SlurmSite:
     gpu_device_files: str = ""
     health_check_program: str = HEALTH_CHECK_PROGRAM
     slurmd_timeout_s: int = 300
+    resume_program: str = RESUME_PROGRAM
+    suspend_program: str = SUSPEND_PROGRAM
+    resume_fail_program: str = RESUME_FAIL_PROGRAM
+    suspend_timeout_s: int = ELASTIC_SUSPEND_TIMEOUT_S
 
     @property
     def conf_server(self) -> str:
         return f"{self.controller_addr}:{self.slurmctld_port}"
+
+    @property
+    def elastic(self) -> bool:
+        return any(i.elastic_nodes for i in self.islands)
 
 
 def island_partitions(spec: ClusterSpec) -> str:
@@ -145,7 +178,11 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         controller_addr = slurm_addresses(spec)[0]
     islands = tuple(
         SlurmIsland(
-            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes
+            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes,
+            elastic_nodes=elastic_nodes(i.name, i.nodes) if i.elastic else "",
+            min_nodes=i.elastic.min_nodes if i.elastic else 0,
+            suspend_time_s=i.elastic.idle_minutes * 60 if i.elastic else 0,
+            resume_timeout_s=i.elastic.resume_timeout_minutes * 60 if i.elastic else 0,
         )
         for i in spec.islands
     )
@@ -172,6 +209,8 @@ def _environment() -> jinja2.Environment:
 def _context(site: SlurmSite) -> dict[str, Any]:
     ctx = asdict(site)
     ctx["islands"] = [asdict(i) for i in site.islands]
+    ctx["elastic"] = site.elastic
+    ctx["elastic_islands"] = [asdict(i) for i in site.islands if i.elastic_nodes]
     return ctx
 
 

@@ -35,13 +35,17 @@ from ndfleet.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
+    RESUME_FAIL_PROGRAM,
+    RESUME_PROGRAM,
     SLURMDBD_PORT,
+    SUSPEND_PROGRAM,
     SlurmSite,
     config_files,
     render,
     slurm_site,
     slurmd_options,
 )
+from ndfleet.slurm.elastic import ELASTIC_CONFIG, ELASTIC_STATE_DIR, RECONCILE_EVERY_S, elastic_config
 from ndfleet.spec.config import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
@@ -113,6 +117,21 @@ BURNIN_MODULES = (
     "config", "slurm_states", "burnin/__init__", "burnin/hosts", "burnin/hpcx", "burnin/notify", "burnin/parser",
     "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
 )  # fmt: skip
+# ...and the elastic islands' programs (`python3 -m ndfleet_node.elastic.programs`, docs/elastic.md); shipped to every
+# controller, so that making an island elastic changes only userData (slurm.conf, elastic.json), never customData.
+ELASTIC_MODULES = (
+    "impact", "impact_categories", "report", "elastic/__init__", "elastic/arm", "elastic/state", "elastic/slurm",
+    "elastic/programs",
+)  # fmt: skip
+RECONCILE_PROGRAM = "/usr/local/sbin/ndfleet-elastic-reconcile"
+# (program file, the program's argument, the slurm.conf setting that runs it)
+ELASTIC_PROGRAMS = (
+    (RESUME_PROGRAM, "resume", "ResumeProgram"),
+    (SUSPEND_PROGRAM, "suspend", "SuspendProgram"),
+    (RESUME_FAIL_PROGRAM, "resume-fail", "ResumeFailProgram"),
+    (RECONCILE_PROGRAM, "reconcile", "reconcile timer"),
+)
+ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
@@ -166,7 +185,15 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "nfs_options": NFS_OPTIONS,
         "state_disk_lun": STATE_DISK_LUN,
         "state_mount": CONTROLLER_STATE_MOUNT,
-        "slurmd_options": slurmd_options(site, island) if island else "",
+        "slurmd_options": slurmd_options(site, island) if island and not _elastic(spec, island) else "",
+        "elastic_name_program": ELASTIC_NAME_PROGRAM if island and _elastic(spec, island) else "",
+        "island": island or "",
+        # An elastic node waits for the resume program to claim its VM; past the resume timeout Slurm gave up on it.
+        "name_wait_s": _resume_timeout_s(spec, island),
+        "elastic_config": ELASTIC_CONFIG,
+        "elastic_state_dir": ELASTIC_STATE_DIR,
+        "elastic_every_s": RECONCILE_EVERY_S,
+        "reconcile_program": RECONCILE_PROGRAM,
         "setup_timeout_s": SETUP_TIMEOUT_S,
         "reap_after_s": spec.slurm.remove_gone_nodes_after_minutes * 60,
         "slurmdbd_port": SLURMDBD_PORT,
@@ -179,6 +206,17 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         # (a hung validation counts as a failure) before that.
         "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     }
+
+
+def _elastic(spec: ClusterSpec, island: str) -> bool:
+    return any(i.name == island and i.elastic is not None for i in spec.islands)
+
+
+def _resume_timeout_s(spec: ClusterSpec, island: str | None) -> int:
+    for i in spec.islands:
+        if i.name == island and i.elastic is not None:
+            return i.elastic.resume_timeout_minutes * 60
+    return 0
 
 
 def _render(template: str, site: SlurmSite, ctx: dict[str, Any]) -> str:
@@ -212,6 +250,8 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
                  _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
         NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
                  _render("slurm/ndfleet-slurm-health.sh.j2", site, ctx)),
+        *([NodeFile("ndfleet-slurm-name", ELASTIC_NAME_PROGRAM, "0755",
+                    _render("slurm/ndfleet-slurm-name.sh.j2", site, ctx))] if ctx["elastic_name_program"] else []),
     ]
 
 
@@ -242,6 +282,7 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
     if role == "controller":
         ctx = _setup_context(spec, site, role, None)
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
+        files[ELASTIC_CONFIG] = elastic_config(spec)
     doc = {"version": spec.slurm.version, "files": files}
     return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
 
@@ -268,7 +309,12 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             _unit("ndfleet-slurm-reap.service", site, ctx),
             _unit("ndfleet-slurm-reap.timer", site, ctx),
             *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
-              for m in (*REAP_MODULES, *BURNIN_MODULES)),
+              for m in (*REAP_MODULES, *BURNIN_MODULES, *ELASTIC_MODULES)),
+            *(NodeFile(path.rsplit("/", 1)[1], path, "0755",
+                       _render("slurm/ndfleet-elastic.sh.j2", site, {**ctx, "program": program, "slurm_setting": what}))
+              for path, program, what in ELASTIC_PROGRAMS),
+            _unit("ndfleet-elastic.service", site, ctx),
+            _unit("ndfleet-elastic.timer", site, ctx),
             NodeFile("burnin-node.json", BURNIN_CONFIG, "0644", to_json(node_config(spec, spec.islands[0]))),
             NodeFile("ndfleet-burnin", "/usr/local/sbin/ndfleet-burnin", "0755",
                      _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),

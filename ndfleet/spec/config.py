@@ -121,9 +121,23 @@ class _Settings(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
 
+class ElasticConfig(_Settings):
+    """`islands[i].elastic`: Slurm adds nodes to the island when jobs wait for them and releases idle ones
+    (docs/elastic.md). Off unless set: ND H100 v5 capacity is scarce, and a released node may not come back soon."""
+
+    min_nodes: int = Field(default=0, ge=0, alias="minNodes")
+    max_nodes: int = Field(ge=1, alias="maxNodes")
+    idle_minutes: int = Field(default=60, ge=1, le=10080, alias="idleMinutes")
+    # From the resume request to slurmd registering: VM allocation, set-up and full validation (whose default budget
+    # is 40 minutes: the health probe's grace period) with room to spare. A node later than this is given up.
+    resume_timeout_minutes: int = Field(default=60, ge=2, le=240, alias="resumeTimeoutMinutes")
+
+
 class IslandConfig(_Settings):
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,14}$")
-    nodes: int = Field(ge=1)
+    # Required unless `elastic` is set: an elastic island's size is elastic.maxNodes.
+    nodes: int | None = Field(default=None, ge=1)
+    elastic: ElasticConfig | None = None
 
 
 class LustreConfig(_Settings):
@@ -357,12 +371,20 @@ class StackConfig(_Settings):
 # The validated spec
 
 
+class ElasticSpec(_Model):
+    min_nodes: int
+    idle_minutes: int
+    resume_timeout_minutes: int
+
+
 class IslandSpec(_Model):
-    """One InfiniBand island: one scale set, one placement group, one IB fabric."""
+    """One InfiniBand island: one scale set, one placement group, one IB fabric. An elastic island's `nodes` is its
+    maximum (what subnet, quota and Slurm's node names are sized for); Slurm decides how many run (docs/elastic.md)."""
 
     name: str
     index: int
     nodes: int
+    elastic: ElasticSpec | None = None
 
 
 class SubnetSpec(_Model):
@@ -714,13 +736,16 @@ def build_spec(
             if island.name in seen:
                 problems.append(f"{NAMESPACE}:islands[{i}].name = {island.name!r}: island names must be unique")
             seen.add(island.name)
-            if island.nodes > limit:
+            size, elastic, elastic_problems = island_size(island, i, config.scheduler)
+            problems += elastic_problems
+            if size > limit:
+                key = "elastic.maxNodes" if island.elastic is not None else "nodes"
                 problems.append(
-                    f"{NAMESPACE}:islands[{i}].nodes = {island.nodes}: an InfiniBand island is one scale set with "
+                    f"{NAMESPACE}:islands[{i}].{key} = {size}: an InfiniBand island is one scale set with "
                     f"singlePlacementGroup, at most maxNodesPerIsland = {limit} nodes; split it into several islands"
                     + (" or raise maxNodesPerIsland (up to 300 after an Azure support request)" if limit < 300 else "")
                 )
-            islands.append(IslandSpec(name=island.name, index=i, nodes=island.nodes))
+            islands.append(IslandSpec(name=island.name, index=i, nodes=max(size, 1), elastic=elastic))
         total = sum(i.nodes for i in islands)
         if total > MAX_NODES:
             problems.append(f"{NAMESPACE}:islands: {total:,} nodes in all; {NODES_BOUND}")
@@ -872,6 +897,38 @@ def build_spec(
         slurm=config.slurm if config.scheduler == "slurm" else None,
     )
     return spec, []
+
+
+def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:
+    """An island's size (its maximum when elastic), its elastic settings and the problems with them."""
+    key = f"{NAMESPACE}:islands[{index}]"
+    if island.elastic is None:
+        if island.nodes is None:
+            return 0, None, [f"{key}.nodes: missing; set the island's node count (or elastic.maxNodes when elastic)"]
+        return island.nodes, None, []
+    elastic = island.elastic
+    problems = []
+    if island.nodes is not None:
+        problems.append(
+            f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
+            "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
+        )
+    if elastic.min_nodes > elastic.max_nodes:
+        problems.append(
+            f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "
+            "minNodes must be between 0 and maxNodes"
+        )
+    if scheduler != "slurm":
+        problems.append(
+            f"{key}.elastic: elastic islands are run by Slurm's power saving, and {NAMESPACE}:scheduler = "
+            f"{scheduler!r}; set {NAMESPACE}:scheduler to 'slurm' or remove elastic"
+        )
+    spec = ElasticSpec(
+        min_nodes=elastic.min_nodes,
+        idle_minutes=elastic.idle_minutes,
+        resume_timeout_minutes=elastic.resume_timeout_minutes,
+    )
+    return elastic.max_nodes, spec, problems
 
 
 def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:

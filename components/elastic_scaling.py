@@ -1,0 +1,60 @@
+"""Elastic islands: what the Slurm controller may do to the islands' scale sets, and nothing else.
+
+One custom role with exactly the scale-set actions the elastic programs call (ndfleet_node/elastic/arm.py), assigned
+to the controller's own user-assigned identity at each elastic island's scale set: never at the resource group, never
+to the nodes' identity. Virtual Machine Contributor would also do, but grants far more (disks, NICs, every VM of the
+scope, extensions): docs/elastic.md compares the two, with Microsoft Learn's built-in role list as the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_azure_native.authorization as authorization
+
+# Microsoft Learn, "Azure permissions for Compute" (resource provider operations): read the scale set (capacity),
+# write it (PATCH sku.capacity), delete chosen instances (POST .../delete), list and read its instances.
+ELASTIC_ACTIONS = (
+    "Microsoft.Compute/virtualMachineScaleSets/read",
+    "Microsoft.Compute/virtualMachineScaleSets/write",
+    "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+)
+
+
+@dataclass(frozen=True)
+class ElasticScalingArgs:
+    resource_group_id: pulumi.Input[str]
+    controller_principal_id: pulumi.Input[str]
+    # island name -> its scale set's resource id
+    scale_set_ids: Mapping[str, pulumi.Input[str]]
+    role_name: str
+
+
+class ElasticScaling(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ElasticScalingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("ndfleet:slurm:ElasticScaling", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        role = authorization.RoleDefinition(
+            f"{name}-role",
+            scope=args.resource_group_id,
+            role_name=args.role_name,
+            description="ndfleet: the Slurm controller scales its elastic islands' scale sets and deletes their VMs",
+            permissions=[authorization.PermissionArgs(actions=list(ELASTIC_ACTIONS))],
+            assignable_scopes=[args.resource_group_id],
+            opts=child,
+        )
+        self.assignments = [
+            authorization.RoleAssignment(
+                f"{name}-{island}",
+                scope=scale_set_id,
+                principal_id=args.controller_principal_id,
+                principal_type="ServicePrincipal",
+                role_definition_id=role.id,
+                opts=child,
+            )
+            for island, scale_set_id in args.scale_set_ids.items()
+        ]
+        self.register_outputs({"roleDefinitionId": role.id})

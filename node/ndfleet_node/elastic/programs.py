@@ -1,0 +1,405 @@
+"""`python3 -m ndfleet_node.elastic.programs {resume,suspend,resume-fail,reconcile} [HOSTLIST]` on the controller.
+
+- resume HOSTLIST (Slurm's ResumeProgram): drain the nodes awaiting burn-in and hold the jobs Slurm gave them
+  (SLURM_RESUME_FILE), so that no job lands on a node before its burn-in; raise the island's scale-set capacity by
+  the VMs still missing; claim each new VM for a node (its host name becomes the node's NodeHostName, which is how
+  the VM learns its Slurm name at boot) until all are claimed or the wait ends.
+- suspend HOSTLIST (SuspendProgram): delete the nodes' VMs, never one that runs a job.
+- resume-fail HOSTLIST (ResumeFailProgram): delete whatever VM the nodes got, report, and power them down into the
+  pool again (idle_on_node_suspend makes them idle).
+- reconcile (timer): release the held jobs whose nodes are burned in (or failed it); claim a repaired VM (automatic
+  repairs replace a VM by a new one) for the node whose VM is gone; delete VMs nobody claimed for a while.
+
+Reports go to stderr and to the elastic log on the state disk (Slurm discards the programs' output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ndfleet_node.elastic.arm import ArmError, ScaleSetApi, ScaleSetInstance
+from ndfleet_node.elastic.slurm import Scontrol, SlurmError, SlurmNode
+from ndfleet_node.elastic.state import IslandState, NodeEntry, island_state
+from ndfleet_node.impact import IMDS, ImpactError, imds_instance, imds_token
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+
+RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_RESUME_FILE_BYTES = 16 * 1024 * 1024
+MAX_LOG_BYTES = 4 * 1024 * 1024
+TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
+# What one island's step may fail with; the other islands still get theirs, and the failure is reported.
+FAILURES = (ArmError, ImpactError, SlurmError, TimeoutError, OSError, ValueError)
+
+
+@dataclass(frozen=True)
+class IslandSettings:
+    name: str
+    scale_set: str
+    min_nodes: int
+    max_nodes: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    islands: dict[str, IslandSettings]
+    state_dir: Path
+    claim_wait_s: float = 1800  # how long the resume program waits for new VMs to claim
+    poll_s: float = 10
+    unclaimed_grace_s: float = 900  # a VM nobody claims is deleted after this long
+    arm_endpoint: str = "https://management.azure.com"
+    imds_endpoint: str = IMDS
+    scontrol: tuple[str, ...] = ("scontrol",)
+    scontrol_timeout_s: float = 30
+
+    def island_of(self, node: str) -> IslandSettings | None:
+        stem, _, number = node.rpartition("-")
+        island = self.islands.get(stem)
+        return island if island is not None and number.isdigit() and 1 <= int(number) <= island.max_nodes else None
+
+
+def load_settings(path: Path) -> Settings:
+    """/etc/ndfleet/elastic.json, rendered by ndfleet/slurm/machines.py into the controller's userData."""
+    with path.open("rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path}: over {MAX_CONFIG_BYTES} bytes")
+    doc: dict[str, Any] = json.loads(data)
+    islands = {
+        name: IslandSettings(name, str(v["scaleSet"]), int(v["minNodes"]), int(v["maxNodes"]))
+        for name, v in doc["islands"].items()
+    }
+    optional: dict[str, Any] = {k: doc[k] for k in ("claim_wait_s", "poll_s", "unclaimed_grace_s", "arm_endpoint",
+                                    "imds_endpoint", "scontrol_timeout_s") if k in doc}  # fmt: skip
+    if "scontrol" in doc:
+        optional["scontrol"] = tuple(doc["scontrol"])
+    return Settings(islands=islands, state_dir=Path(doc["state_dir"]), **optional)
+
+
+@dataclass
+class Context:
+    settings: Settings
+    scale_set: Callable[[IslandSettings], ScaleSetApi]
+    scontrol: Scontrol
+    now: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    problems: list[str] = field(default_factory=list)
+
+    def log(self, line: str, problem: bool = False) -> None:
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        print(f"ndfleet-elastic: {line}", file=sys.stderr)
+        if problem:
+            self.problems.append(line)
+        path = self.settings.state_dir / "elastic.log"
+        try:
+            self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+            if path.exists() and path.stat().st_size > MAX_LOG_BYTES:
+                path.replace(path.with_suffix(".log.1"))
+            with path.open("a") as f:
+                f.write(f"{stamp} {line}\n")
+        except OSError:
+            pass
+
+
+def azure_scale_sets(settings: Settings) -> Callable[[IslandSettings], ScaleSetApi]:
+    """Scale sets in this controller's subscription and resource group, with its managed identity's token."""
+    instance = imds_instance(settings.imds_endpoint)
+    parts = instance.resource_id.split("/")
+    lower = [p.lower() for p in parts]
+    if "resourcegroups" not in lower:
+        raise ImpactError(f"instance metadata resource id {instance.resource_id!r} names no resource group")
+    resource_group = parts[lower.index("resourcegroups") + 1]
+    client_id = instance.tags.get(TAG_IDENTITY_CLIENT_ID, "")
+
+    def token() -> str:
+        return imds_token(settings.imds_endpoint, client_id)
+
+    return lambda island: ScaleSetApi(
+        instance.subscription_id, resource_group, island.scale_set, token, endpoint=settings.arm_endpoint
+    )
+
+
+def _by_island(ctx: Context, nodes: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        island = ctx.settings.island_of(node)
+        if island is None:
+            ctx.log(f"{node} is not a node of an elastic island; ignored", problem=True)
+        else:
+            out.setdefault(island.name, []).append(node)
+    return out
+
+
+def _resume_jobs(path: str | None) -> dict[str, str]:
+    """job id -> the nodes resumed for it, from SLURM_RESUME_FILE (Slurm 22.05 and later); {} without it."""
+    if not path:
+        return {}
+    with open(path, "rb") as f:
+        data = f.read(MAX_RESUME_FILE_BYTES + 1)
+    if len(data) > MAX_RESUME_FILE_BYTES:
+        raise ValueError(f"SLURM_RESUME_FILE {path}: over {MAX_RESUME_FILE_BYTES} bytes")
+    doc = json.loads(data)
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    return {
+        str(j["job_id"]): str(j.get("nodes_resume", "")) for j in jobs or [] if isinstance(j, dict) and "job_id" in j
+    }
+
+
+def claim(ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance]) -> list[str]:
+    """Give each pending node a VM nobody has claimed (oldest instance first); tell Slurm the VM's host name."""
+    taken = state.claimed()
+    free = sorted((i for i in instances if i.instance_id not in taken and i.computer_name),
+                  key=lambda i: (len(i.instance_id), i.instance_id))  # fmt: skip
+    done = []
+    for node, vm in zip(state.pending(), free, strict=False):
+        try:
+            ctx.scontrol.update([node], f"NodeHostname={vm.computer_name}")
+        except SlurmError as exc:
+            ctx.log(f"{node}: could not record VM {vm.computer_name}: {exc}", problem=True)
+            continue
+        state.nodes[node] = NodeEntry(instance_id=vm.instance_id, computer_name=vm.computer_name)
+        state.unclaimed_since.pop(vm.instance_id, None)
+        done.append(node)
+        ctx.log(f"{node} runs on VM {vm.computer_name} (instance {vm.instance_id} of {island.scale_set})")
+    return done
+
+
+def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
+    groups = _by_island(ctx, nodes)
+    wanted = [n for names in groups.values() for n in names]
+    if not wanted:
+        return 1 if ctx.problems else 0
+    # The burn-in gate first: no job may start on these nodes before the controller's burn-in resumed them.
+    try:
+        ctx.scontrol.update(wanted, "State=DRAIN", f"Reason={AWAITING_BURNIN_REASON}")
+    except SlurmError as exc:
+        ctx.log(f"could not drain {','.join(wanted)} awaiting burn-in: {exc}", problem=True)
+    held: dict[str, list[str]] = {}
+    try:
+        jobs = _resume_jobs(resume_file)
+    except (OSError, ValueError) as exc:
+        ctx.log(f"cannot read the jobs of this resume: {exc}", problem=True)
+        jobs = {}
+    for job, job_nodes in jobs.items():
+        try:
+            ctx.scontrol.call("requeuehold", job)
+        except SlurmError as exc:
+            ctx.log(f"job {job} keeps its new nodes before their burn-in (not requeueable: {exc})", problem=True)
+            continue
+        held[job] = ctx.scontrol.hostnames(job_nodes) if job_nodes else list(wanted)
+        ctx.log(f"job {job} held until its new nodes are burned in")
+    for name, names in groups.items():
+        island = ctx.settings.islands[name]
+        api = ctx.scale_set(island)
+        try:
+            with island_state(ctx.settings.state_dir, name) as state:
+                for job, held_nodes in held.items():
+                    if set(held_nodes) & set(names):
+                        state.held_jobs[job] = held_nodes
+                instances = api.instances()
+                alive = {i.instance_id for i in instances}
+                for node in names:
+                    entry = state.nodes.get(node)
+                    if entry is None or entry.instance_id not in alive:
+                        state.nodes[node] = NodeEntry(pending_since=ctx.now())
+                # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
+                # resume that Azure has not listed yet, so two resumes at once never ask twice.
+                target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
+                capacity = api.capacity()
+                if target > capacity:
+                    api.set_capacity(target)
+                    ctx.log(f"{island.scale_set}: capacity {capacity} -> {target} for {','.join(names)}")
+                claim(ctx, island, state, instances)
+        except FAILURES as exc:
+            ctx.log(f"resume of {','.join(names)}: {exc}", problem=True)
+    return _wait_for_claims(ctx, groups)
+
+
+def _wait_for_claims(ctx: Context, groups: dict[str, list[str]]) -> int:
+    deadline = ctx.now() + ctx.settings.claim_wait_s
+    waiting = {name: set(names) for name, names in groups.items()}
+    while True:
+        for name in list(waiting):
+            island = ctx.settings.islands[name]
+            try:
+                with island_state(ctx.settings.state_dir, name) as state:
+                    instances = ctx.scale_set(island).instances()
+                    claim(ctx, island, state, instances)
+                    waiting[name] = {n for n in waiting[name] if n in state.nodes and not state.nodes[n].instance_id}
+            except FAILURES as exc:
+                ctx.log(f"waiting for VMs of {name}: {exc}")
+            if not waiting[name]:
+                del waiting[name]
+        if not waiting:
+            return 1 if ctx.problems else 0
+        if ctx.now() >= deadline:
+            left = sorted(n for names in waiting.values() for n in names)
+            ctx.log(f"no VM for {','.join(left)} after {ctx.settings.claim_wait_s:g} s", problem=True)
+            return 1
+        ctx.sleep(ctx.settings.poll_s)
+
+
+def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> None:
+    try:
+        slurm_nodes: dict[str, SlurmNode] = ctx.scontrol.nodes()
+    except SlurmError as exc:
+        ctx.log(f"cannot read node states: {exc}; nothing deleted", problem=True)
+        return
+    for name, names in _by_island(ctx, nodes).items():
+        island = ctx.settings.islands[name]
+        try:
+            with island_state(ctx.settings.state_dir, name) as state:
+                doomed: dict[str, str] = {}
+                for node in names:
+                    entry = state.nodes.get(node)
+                    if skip_busy and node in slurm_nodes and slurm_nodes[node].busy:
+                        ctx.log(f"{node} runs a job: its VM is kept", problem=True)
+                        continue
+                    if entry is not None and entry.instance_id:
+                        doomed[node] = entry.instance_id
+                    state.nodes.pop(node, None)
+                ctx.scale_set(island).delete_instances(sorted(doomed.values()))
+                for node, instance_id in doomed.items():
+                    ctx.log(f"{node}: VM instance {instance_id} of {island.scale_set} deleted ({why})")
+        except FAILURES as exc:
+            ctx.log(f"{why} of {','.join(names)}: {exc}", problem=True)
+
+
+def suspend(ctx: Context, nodes: Sequence[str]) -> int:
+    _delete(ctx, nodes, "released after idling", skip_busy=True)
+    return 1 if ctx.problems else 0
+
+
+def resume_fail(ctx: Context, nodes: Sequence[str]) -> int:
+    ctx.log(f"resume of {','.join(nodes)} failed (no registration within ResumeTimeout)", problem=True)
+    _delete(ctx, nodes, "resume failed", skip_busy=False)
+    try:
+        # Back into the pool: powered down (the suspend program then finds nothing left to delete) and, with
+        # idle_on_node_suspend, idle for the next job.
+        ctx.scontrol.update(list(nodes), "State=POWER_DOWN_FORCE", f"Reason={RESUME_FAILED_REASON}")
+    except SlurmError as exc:
+        ctx.log(f"could not return {','.join(nodes)} to the pool: {exc}", problem=True)
+    return 1
+
+
+def reconcile(ctx: Context) -> int:
+    try:
+        slurm_nodes = ctx.scontrol.nodes()
+    except SlurmError as exc:
+        ctx.log(f"cannot read node states: {exc}", problem=True)
+        return 1
+    for island in ctx.settings.islands.values():
+        try:
+            with island_state(ctx.settings.state_dir, island.name) as state:
+                _release_jobs(ctx, state, slurm_nodes)
+                api = ctx.scale_set(island)
+                instances = api.instances()
+                alive = {i.instance_id for i in instances}
+                for node, entry in state.nodes.items():
+                    if entry.instance_id and entry.instance_id not in alive:
+                        # Automatic repairs replaced its VM (or someone deleted it): the next new VM is its own,
+                        # and it is burned in again before it takes a job.
+                        ctx.log(f"{node}: VM {entry.computer_name} is gone; waiting for its replacement")
+                        state.nodes[node] = NodeEntry(pending_since=ctx.now())
+                        try:
+                            ctx.scontrol.update([node], "State=DRAIN", f"Reason={AWAITING_BURNIN_REASON}")
+                        except SlurmError as exc:
+                            ctx.log(f"could not drain {node}: {exc}", problem=True)
+                claim(ctx, island, state, instances)
+                _sweep_unclaimed(ctx, island, state, instances, api)
+            _keep_minimum(ctx, island, slurm_nodes)
+        except FAILURES as exc:
+            ctx.log(f"reconcile of {island.name}: {exc}", problem=True)
+    return 1 if ctx.problems else 0
+
+
+def _keep_minimum(ctx: Context, island: IslandSettings, slurm_nodes: dict[str, SlurmNode]) -> None:
+    """Power up nodes until minNodes of the island are up or on their way (SuspendExcNodes keeps them up after)."""
+    mine = sorted((n for n in slurm_nodes.values() if ctx.settings.island_of(n.name) is island),
+                  key=lambda n: int(n.name.rpartition("-")[2]))  # fmt: skip
+    up = [n for n in mine if not n.powered_down]
+    wanted = [n.name for n in mine if n.powered_down][: max(0, island.min_nodes - len(up))]
+    if wanted:
+        ctx.scontrol.update(wanted, "State=POWER_UP")
+        ctx.log(f"{island.name}: powering up {','.join(wanted)} to keep minNodes = {island.min_nodes}")
+
+
+def _not_ready(node: SlurmNode) -> bool:
+    return "POWERING_UP" in node.states or node.reason.startswith(AWAITING_BURNIN_REASON)
+
+
+def _release_jobs(ctx: Context, state: IslandState, slurm_nodes: dict[str, SlurmNode]) -> None:
+    for job, nodes in list(state.held_jobs.items()):
+        if any(n in slurm_nodes and _not_ready(slurm_nodes[n]) for n in nodes):
+            continue
+        try:
+            ctx.scontrol.call("release", job)
+            ctx.log(f"job {job} released: its nodes are burned in")
+        except SlurmError as exc:
+            ctx.log(f"job {job} not released ({exc}); it may have ended")
+        del state.held_jobs[job]
+
+
+def _sweep_unclaimed(
+    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance], api: ScaleSetApi
+) -> None:
+    taken = state.claimed()
+    now = ctx.now()
+    free = {i.instance_id for i in instances if i.instance_id not in taken}
+    state.unclaimed_since = {k: v for k, v in state.unclaimed_since.items() if k in free}
+    for instance_id in free:
+        state.unclaimed_since.setdefault(instance_id, now)
+    stale = sorted(k for k, v in state.unclaimed_since.items() if now - v >= ctx.settings.unclaimed_grace_s)
+    if stale and not state.pending():
+        api.delete_instances(stale)
+        ctx.log(f"{island.scale_set}: deleted VM instance(s) {', '.join(stale)} that no node claimed", problem=True)
+        for k in stale:
+            state.unclaimed_since.pop(k, None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ndfleet-elastic")
+    parser.add_argument("--config", type=Path, default=Path("/etc/ndfleet/elastic.json"))
+    parser.add_argument("program", choices=("resume", "suspend", "resume-fail", "reconcile"))
+    parser.add_argument("hostlist", nargs="?", default="")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"ndfleet-elastic: cannot read {args.config}: {exc}", file=sys.stderr)
+        return 2
+    scontrol = Scontrol(settings.scontrol, settings.scontrol_timeout_s)
+    scale_sets: Callable[[IslandSettings], ScaleSetApi] | None = None
+
+    def lazy(island: IslandSettings) -> ScaleSetApi:
+        nonlocal scale_sets
+        if scale_sets is None:
+            scale_sets = azure_scale_sets(settings)
+        return scale_sets(island)
+
+    ctx = Context(settings, lazy, scontrol)
+    if args.program == "reconcile":
+        return reconcile(ctx)
+    try:
+        nodes = scontrol.hostnames(args.hostlist) if args.hostlist else []
+    except SlurmError as exc:
+        ctx.log(f"{args.program} {args.hostlist}: {exc}", problem=True)
+        return 2
+    if args.program == "resume":
+        return resume(ctx, nodes, os.environ.get("SLURM_RESUME_FILE"))
+    if args.program == "suspend":
+        return suspend(ctx, nodes)
+    return resume_fail(ctx, nodes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Which scale-set VM each elastic Slurm node runs on: a JSON file per island on the controller's state disk.
+
+Slurm's node names are fixed (`<island>-<n>`); Azure names a Uniform scale set's VMs itself (instance ids, host
+names ending in a base-36 id) and automatic repairs replace a VM by a new one. So the mapping is ndfleet's own: a
+node is `pending` from the resume request until a VM of its island is claimed for it, then `instance`. Every change
+is made under an exclusive lock (the resume, suspend, resume-fail programs and the reconcile timer run at once),
+written to a temporary file and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_STATE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class NodeEntry:
+    instance_id: str = ""  # "" while pending
+    computer_name: str = ""
+    pending_since: float = 0.0  # when the resume asked for a VM (0: not pending)
+
+
+@dataclass
+class IslandState:
+    nodes: dict[str, NodeEntry] = field(default_factory=dict)
+    # instance id -> when it was first seen with no node: a VM nobody asked for (a late VM of a failed resume)
+    unclaimed_since: dict[str, float] = field(default_factory=dict)
+    # job id -> the nodes resumed for it: held until they are burned in (docs/elastic.md)
+    held_jobs: dict[str, list[str]] = field(default_factory=dict)
+
+    def pending(self) -> list[str]:
+        return sorted((n for n, e in self.nodes.items() if not e.instance_id), key=_natural)
+
+    def claimed(self) -> set[str]:
+        return {e.instance_id for e in self.nodes.values() if e.instance_id}
+
+
+def _natural(name: str) -> tuple[str, int]:
+    stem, _, number = name.rpartition("-")
+    return (stem, int(number)) if number.isdigit() else (name, -1)
+
+
+def _load(path: Path) -> IslandState:
+    if not path.exists():
+        return IslandState()
+    with path.open("rb") as f:
+        data = f.read(MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(f"{path}: over {MAX_STATE_BYTES} bytes")
+    doc: Any = json.loads(data)
+    return IslandState(
+        nodes={k: NodeEntry(**v) for k, v in doc.get("nodes", {}).items()},
+        unclaimed_since={str(k): float(v) for k, v in doc.get("unclaimed_since", {}).items()},
+        held_jobs={str(k): list(v) for k, v in doc.get("held_jobs", {}).items()},
+    )
+
+
+@contextlib.contextmanager
+def island_state(state_dir: Path, island: str, timeout_s: float = 120) -> Iterator[IslandState]:
+    """The island's state, locked; written back when the block ends without an exception."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / f"{island}.json"
+    with (state_dir / f"{island}.lock").open("a") as lock:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path}: locked by another program for {timeout_s:g} s") from None
+                time.sleep(0.2)
+        state = _load(path)
+        yield state
+        doc = {
+            "nodes": {k: asdict(v) for k, v in sorted(state.nodes.items())},
+            "unclaimed_since": state.unclaimed_since,
+            "held_jobs": state.held_jobs,
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+        os.replace(tmp, path)
