@@ -125,6 +125,27 @@ BAD_CONFIGS = [
         "ndfleet:islands[1].name = 'a': island names must be unique",
     ),
     ({"nodes": None, "islands": [{"name": "Bad_Name", "nodes": 1}]}, "ndfleet:islands[0].name = 'Bad_Name'"),
+    ({"nodes": None, "islands": [{"name": "a"}]}, "ndfleet:islands[0].nodes: missing"),
+    (
+        {"nodes": None, "scheduler": "slurm", "islands": [{"name": "a", "elastic": {"minNodes": 5, "maxNodes": 2}}]},
+        "ndfleet:islands[0].elastic.minNodes = 5: more than elastic.maxNodes = 2",
+    ),
+    (
+        {"nodes": None, "scheduler": "slurm", "islands": [{"name": "a", "elastic": {"maxNodes": 150}}]},
+        "ndfleet:islands[0].elastic.maxNodes = 150: an InfiniBand island is one scale set",
+    ),
+    (
+        {"nodes": None, "scheduler": "slurm", "islands": [{"name": "a", "nodes": 2, "elastic": {"maxNodes": 2}}]},
+        "ndfleet:islands[0].nodes = 2: an elastic island's size is elastic.maxNodes = 2",
+    ),
+    (
+        {"nodes": None, "islands": [{"name": "a", "elastic": {"maxNodes": 2}}]},
+        "ndfleet:islands[0].elastic: elastic islands are run by Slurm's power saving, and ndfleet:scheduler = 'none'",
+    ),
+    (
+        {"nodes": None, "scheduler": "slurm", "islands": [{"name": "a", "elastic": {"maxNodes": 2, "idleMinutes": 0}}]},
+        "ndfleet:islands[0].elastic.idleMinutes = 0: input should be greater than or equal to 1",
+    ),
     ({"zone": "4"}, "ndfleet:zone = '4': input should be '1', '2' or '3'"),
     ({"priority": "Low"}, "ndfleet:priority = 'Low': input should be 'Regular' or 'Spot'"),
     ({"adminUsername": "root"}, "ndfleet:adminUsername = 'root': is reserved by Azure"),

@@ -343,3 +343,62 @@ def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: Clust
     assert "systemctl enable --now ndfleet-burnin.timer" in boot.files["ndfleet-slurm-setup"]
     script = boot.files["ndfleet-burnin"]
     assert "python3 -m ndfleet_node.burnin.slurm" in script and "--partition" in script
+
+
+@pytest.fixture(scope="module")
+def elastic() -> ClusterSpec:
+    return spec_of(
+        nodes=None,
+        islands=[
+            {"name": "a", "nodes": 2},
+            {"name": "gpu", "elastic": {"minNodes": 1, "maxNodes": 4, "idleMinutes": 2, "resumeTimeoutMinutes": 30}},
+        ],
+    )
+
+
+def test_an_elastic_island_is_cloud_nodes_with_its_feature_gpus_and_memory(elastic: ClusterSpec) -> None:
+    site = slurm_site(elastic)
+    assert (
+        f"NodeName=gpu-[1-4] State=CLOUD Feature=island-gpu Gres=gpu:{site.gpus_per_node} "
+        f"RealMemory={site.real_memory_mib}"
+    ) in conf_lines(elastic)
+
+
+def test_only_the_elastic_partition_suspends_its_nodes(elastic: ClusterSpec) -> None:
+    lines = conf_lines(elastic)
+    assert [line for line in lines if "SuspendTime=" in line] == [
+        "PartitionName=gpu Nodes=ns-gpu MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE SuspendTime=120 "
+        "ResumeTimeout=1800"
+    ]
+
+
+def test_power_saving_runs_ndfleets_programs_and_keeps_min_nodes_up(elastic: ClusterSpec) -> None:
+    lines = conf_lines(elastic)
+    for line in (
+        "ResumeProgram=/usr/local/sbin/ndfleet-elastic-resume",
+        "SuspendProgram=/usr/local/sbin/ndfleet-elastic-suspend",
+        "ResumeFailProgram=/usr/local/sbin/ndfleet-elastic-resume-fail",
+        "SuspendExcNodes=gpu-[1-4]:1",
+        "SlurmctldParameters=enable_configless,cloud_reg_addrs,idle_on_node_suspend",
+    ):
+        assert line in lines
+
+
+def test_a_stack_without_elastic_islands_has_no_power_saving(prod: ClusterSpec) -> None:
+    assert not [line for line in conf_lines(prod) if line.startswith(("ResumeProgram", "SuspendExcNodes", "NodeName"))]
+
+
+def test_an_elastic_node_learns_its_slurm_name_before_slurmd_starts(elastic: ClusterSpec) -> None:
+    files = {f.name: f.content for f in slurm_node_files(elastic, elastic.islands[1])}
+    assert "ExecStartPre=/usr/local/sbin/ndfleet-slurm-name" in files["ndfleet-slurmd.service"]
+    assert "> /etc/default/slurmd" not in files["ndfleet-slurm-setup"]
+    assert "-N $name --conf-server" in files["ndfleet-slurm-name"]
+
+
+def test_the_controller_gets_the_elastic_settings_in_its_user_data(elastic: ClusterSpec) -> None:
+    import base64
+    import json
+
+    files = json.loads(base64.b64decode(machine_user_data(elastic, "controller")))["files"]
+    doc = json.loads(files["/etc/ndfleet/elastic.json"])
+    assert doc["islands"] == {"gpu": {"scaleSet": f"{elastic.name_prefix}-gpu-vmss", "minNodes": 1, "maxNodes": 4}}
