@@ -26,6 +26,8 @@ from ndfleet.spec.config import DEFAULT_VM_SIZE
 from ndfleet.spec.profiles import PROFILES
 
 TAG_ISLAND = "ndfleet:island"
+# On an elastic island's scale set: Slurm owns its capacity (`ndfleet diff` reads this tag and says so).
+TAG_ELASTIC = "ndfleet:elastic"
 
 # Fault domains of a scale set with singlePlacementGroup: true (decided per case, sources next to each):
 # - regional (no zone): 1, what Azure CycleCloud (and CycleCloud Workspace for Slurm) sets on every IB scale set;
@@ -141,6 +143,8 @@ class IbIsland(pulumi.ComponentResource):
         profile = PROFILES[args.vm_size]
         zones = [args.zone] if args.zone else None
         tags: dict[str, pulumi.Input[str]] = {**args.tags, TAG_ISLAND: args.island_name or name}
+        if args.elastic:
+            tags[TAG_ELASTIC] = "capacity managed by Slurm"
 
         ppg_ref: compute.SubResourceArgs | None = None
         if args.proximity_placement_group:

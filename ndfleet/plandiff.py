@@ -633,6 +633,14 @@ def _rule_for(resource_type: str, change: PropertyChange) -> ConsequenceRule | N
     return None
 
 
+ELASTIC_TAG = "ndfleet:elastic"  # components/ib_island.py TAG_ELASTIC
+
+
+def _elastic(res: Mapping[str, Any] | None) -> bool:
+    tags = res.get("inputs", {}).get("tags") if res is not None else None
+    return isinstance(tags, dict) and ELASTIC_TAG in tags
+
+
 def _island_name(res: Mapping[str, Any]) -> str:
     tags = res.get("inputs", {}).get("tags")
     if isinstance(tags, dict) and isinstance(tags.get(ISLAND_TAG), str):
@@ -691,6 +699,14 @@ def _capacity_and_island_consequences(
         elif new_res is None:
             out.append(Consequence("island-removed", "danger", key[0], key[1],
                                    f"scale set deleted: {what}; running jobs die, local NVMe scratch is lost"))
+        elif _elastic(new_res):
+            # pulumi up ignores sku.capacity here (ignore_changes): the plan's capacity is not what runs.
+            out.append(Consequence("island-elastic", "info", key[0], key[1],
+                                   f"island {island} is elastic: Slurm manages its capacity (pulumi up leaves "
+                                   "sku.capacity alone; docs/elastic.md)", "sku.capacity"))
+            if key in replaced:
+                out.append(Consequence("island-replaced", "danger", key[0], key[1],
+                                       f"every node of island {island} is recreated"))
         else:
             if key in replaced:
                 out.append(Consequence("island-replaced", "danger", key[0], key[1],

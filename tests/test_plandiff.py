@@ -365,3 +365,13 @@ def test_bootstrap_consequence_counts_changed_lines(base: dict[str, Any], head: 
     vmss_inputs(head)["virtualMachineProfile"]["osProfile"]["customData"] = encode_bootstrap(text)
     (cons,) = plandiff.diff_plans(base, head).consequences
     assert "bootstrap 2 lines added, 1 removed" in cons.message
+
+
+def test_an_elastic_island_says_slurm_manages_its_capacity_instead_of_a_scale_in(
+    base: dict[str, Any], head: dict[str, Any]
+) -> None:
+    vmss_inputs(base)["sku"]["capacity"] = 4
+    vmss_inputs(base)["tags"]["ndfleet:elastic"] = vmss_inputs(head)["tags"]["ndfleet:elastic"] = "slurm"
+    (cons,) = plandiff.diff_plans(base, head).consequences
+    assert (cons.rule, cons.severity) == ("island-elastic", "info")
+    assert "Slurm manages its capacity" in cons.message
