@@ -21,6 +21,7 @@ from ndfleet_node.elastic.programs import (
     reconcile,
     resume,
     resume_fail,
+    resume_jobs,
     suspend,
 )
 from ndfleet_node.elastic.slurm import Scontrol
@@ -201,7 +202,7 @@ def test_resume_holds_the_jobs_of_its_nodes_and_reconcile_releases_them_after_bu
     resume_file = tmp_path / "resume.json"
     resume_file.write_text(json.dumps({"jobs": [{"job_id": 42, "nodes_resume": "gpu-[1-2]"}]}))
     resume(ctx, ["gpu-1", "gpu-2"], str(resume_file))
-    assert ("requeuehold", "42") in scontrol.calls
+    assert ("hold", "42") in scontrol.calls
     scontrol.listing = {"gpu-1": "State=IDLE+DRAIN+CLOUD Reason=" + AWAITING_BURNIN_REASON, "gpu-2": "State=IDLE+CLOUD"}
     reconcile(ctx)
     assert ("release", "42") not in scontrol.calls
@@ -212,11 +213,26 @@ def test_resume_holds_the_jobs_of_its_nodes_and_reconcile_releases_them_after_bu
 
 def test_a_job_that_cannot_be_held_is_reported(world: Any, tmp_path: Path) -> None:
     ctx, _, scontrol = world
-    scontrol.refuse.add("requeuehold")
+    scontrol.refuse.update({"hold", "requeuehold"})
     resume_file = tmp_path / "resume.json"
     resume_file.write_text(json.dumps({"jobs": [{"job_id": 7, "nodes_resume": "gpu-1"}]}))
     assert resume(ctx, ["gpu-1"], str(resume_file)) == 1
     assert any("job 7 keeps its new nodes" in p for p in ctx.problems)
+
+
+def test_a_job_still_running_on_its_new_nodes_is_requeued_and_held(world: Any, tmp_path: Path) -> None:
+    ctx, _, scontrol = world
+    scontrol.refuse.add("hold")  # not pending: Slurm did not requeue it when its nodes were drained
+    resume_file = tmp_path / "resume.json"
+    resume_file.write_text(json.dumps({"jobs": [{"job_id": 8, "nodes": "gpu-1"}]}))
+    resume(ctx, ["gpu-1"], str(resume_file))
+    assert ("requeuehold", "8") in scontrol.calls
+
+
+def test_the_jobs_nodes_are_read_from_slurm_22_05s_resume_file(tmp_path: Path) -> None:
+    resume_file = tmp_path / "resume.json"
+    resume_file.write_text('{"jobs":[{"job_id":1,"nodes":"gpu-[1-2]"}],"all_nodes":"gpu-[1-2]"}')
+    assert resume_jobs(str(resume_file)) == {"1": "gpu-[1-2]"}
 
 
 def test_resume_that_gets_no_vm_in_time_fails(world: Any) -> None:

@@ -36,6 +36,10 @@ for spec in "$@"; do
   i=$((i + 1))
 done
 mount --bind "$dir/hosts" /etc/hosts
+# Names that are not in the hosts file are unknown at once, as a cloud's DNS answers (NXDOMAIN) for a CLOUD node's
+# name: no resolver here, and glibc's "temporary failure" would make slurmctld retry each lookup for 10 s.
+sed 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf > "$dir/nsswitch.conf"
+mount --bind "$dir/nsswitch.conf" /etc/nsswitch.conf
 echo ready > "$dir/sandbox.ready"
 # PID 1 reaps every orphan: a zombie left in a job's process group would make slurmstepd wait for it.
 exec python3 -c '

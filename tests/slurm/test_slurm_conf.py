@@ -384,6 +384,11 @@ def test_power_saving_runs_ndfleets_programs_and_keeps_min_nodes_up(elastic: Clu
         assert line in lines
 
 
+def test_powered_down_cloud_nodes_are_visible_to_the_programs(elastic: ClusterSpec) -> None:
+    # 22.05 hides them from `scontrol show node` otherwise (tests/slurm/test_real_elastic.py).
+    assert "PrivateData=cloud" in conf_lines(elastic)
+
+
 def test_a_stack_without_elastic_islands_has_no_power_saving(prod: ClusterSpec) -> None:
     assert not [line for line in conf_lines(prod) if line.startswith(("ResumeProgram", "SuspendExcNodes", "NodeName"))]
 

@@ -139,8 +139,9 @@ def _by_island(ctx: Context, nodes: Sequence[str]) -> dict[str, list[str]]:
     return out
 
 
-def _resume_jobs(path: str | None) -> dict[str, str]:
-    """job id -> the nodes resumed for it, from SLURM_RESUME_FILE (Slurm 22.05 and later); {} without it."""
+def resume_jobs(path: str | None) -> dict[str, str]:
+    """job id -> the nodes resumed for it, from SLURM_RESUME_FILE (Slurm 22.05 and later); {} without it. Slurm
+    22.05 names them `nodes` (seen by tests/slurm/test_real_elastic.py), later releases `nodes_resume`."""
     if not path:
         return {}
     with open(path, "rb") as f:
@@ -150,7 +151,9 @@ def _resume_jobs(path: str | None) -> dict[str, str]:
     doc = json.loads(data)
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     return {
-        str(j["job_id"]): str(j.get("nodes_resume", "")) for j in jobs or [] if isinstance(j, dict) and "job_id" in j
+        str(j["job_id"]): str(j.get("nodes_resume") or j.get("nodes") or "")
+        for j in jobs or []
+        if isinstance(j, dict) and "job_id" in j
     }
 
 
@@ -173,6 +176,17 @@ def claim(ctx: Context, island: IslandSettings, state: IslandState, instances: l
     return done
 
 
+def hold(scontrol: Scontrol, job: str) -> None:
+    """Keep the job off its new nodes until they are burned in. Draining a node that is being powered up for a job
+    makes Slurm requeue the job itself (22.05: "DRAIN/FAIL request for node ... being powered up. Requeuing jobs"),
+    so it is pending by now and a hold keeps it there (and keeps the scheduler from powering up other nodes for it);
+    a job still running is requeued and held in one step."""
+    try:
+        scontrol.call("hold", job)
+    except SlurmError:
+        scontrol.call("requeuehold", job)
+
+
 def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
     groups = _by_island(ctx, nodes)
     wanted = [n for names in groups.values() for n in names]
@@ -185,13 +199,13 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
         ctx.log(f"could not drain {','.join(wanted)} awaiting burn-in: {exc}", problem=True)
     held: dict[str, list[str]] = {}
     try:
-        jobs = _resume_jobs(resume_file)
+        jobs = resume_jobs(resume_file)
     except (OSError, ValueError) as exc:
         ctx.log(f"cannot read the jobs of this resume: {exc}", problem=True)
         jobs = {}
     for job, job_nodes in jobs.items():
         try:
-            ctx.scontrol.call("requeuehold", job)
+            hold(ctx.scontrol, job)
         except SlurmError as exc:
             ctx.log(f"job {job} keeps its new nodes before their burn-in (not requeueable: {exc})", problem=True)
             continue
