@@ -238,6 +238,16 @@ def test_explicit_nodes_leave_out_a_foreign_drain(tmp_path: Path, monkeypatch: p
     assert names[0] not in {h["host"] for h in json.loads(sf.fleet.report.read_text())["hosts"]}
 
 
+def test_an_elastic_node_still_powering_up_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = host_names(3)
+    nodes = awaiting(names)
+    nodes[0]["state"] = "IDLE+DRAIN+CLOUD+POWERING_UP"
+    sf = slurm_fleet(tmp_path, nodes)
+    assert run(sf, monkeypatch, "--partition", "gpu") == 0
+    assert sf.node(names[0])["state"] == "IDLE+DRAIN+CLOUD+POWERING_UP"
+    assert names[0] not in {h["host"] for h in json.loads(sf.fleet.report.read_text())["hosts"]}
+
+
 def test_nothing_awaiting_exits_2_and_reserves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -79,6 +79,10 @@ def held_by_burnin(reason: str) -> bool:
     return reason.startswith(BURNIN_REASON_PREFIX) or reason.startswith(LEGACY_AWAITING_REASON)
 
 
+# Power-saving states of a CLOUD node (slurm.conf power saving): no slurmd to test yet, or none any more.
+NOT_UP_YET = frozenset({"POWERING_UP", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+
+
 @dataclass(frozen=True)
 class SlurmNode:
     name: str
@@ -178,7 +182,11 @@ def choose_hosts(
             chosen += [n for n in pool if n.flags == {"IDLE"}][:idle_partners]
     usable = []
     for node in chosen:
-        if node.drained and not held_by_burnin(node.reason):
+        if node.flags & NOT_UP_YET:
+            # An elastic island's node drained awaiting burn-in as soon as it is resumed, before its VM exists: its
+            # burn-in waits for its registration (docs/elastic.md).
+            log(f"{node.name}: left out, not up yet ({node.state})")
+        elif node.drained and not held_by_burnin(node.reason):
             log(f"{node.name}: left out, drained for another reason: {node.reason}")
         elif problem := host_name_problem(node.name):
             log(f"left out: {problem}")
