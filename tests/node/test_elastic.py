@@ -42,6 +42,7 @@ class FakeScaleSet:
     next_id: int = 0
     status: int = 200  # answer every request with this status instead (403: the role is missing)
     create_on_scale: bool = True  # False: Azure accepts the capacity but no VM ever appears
+    fail_next: int = 0  # answer this many requests 503 first (Resource Manager busy)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
 
     def add(self) -> str:
@@ -71,6 +72,10 @@ def azure() -> Iterator[tuple[FakeScaleSet, str]]:
             length = int(self.headers.get("Content-Length") or 0)
             body: Any = json.loads(self.rfile.read(length)) if length else None
             fake.requests.append((method, self.path, body))
+            if fake.fail_next > 0:
+                fake.fail_next -= 1
+                self._answer(503, {"error": {"code": "ServiceUnavailable", "message": "busy"}})
+                return
             if fake.status != 200:
                 self._answer(fake.status, {"error": {"code": "AuthorizationFailed", "message": "no"}})
                 return
@@ -178,6 +183,13 @@ def test_resume_raises_capacity_by_the_missing_vms_and_claims_each_for_a_node(wo
     assert fake.capacity == 2
     assert mapping(ctx) == {"gpu-1": "0", "gpu-2": "1"}
     assert ("NodeName=gpu-1", "NodeHostname=dev-gpu-000000") in scontrol.updates()
+
+
+def test_resume_asks_again_when_resource_manager_failed_the_first_time(world: Any) -> None:
+    ctx, fake, _ = world
+    fake.fail_next = 1
+    resume(ctx, ["gpu-1"], None)
+    assert (fake.capacity, mapping(ctx)) == (1, {"gpu-1": "0"})
 
 
 def test_resume_drains_its_nodes_awaiting_burnin_before_anything_else(world: Any) -> None:

@@ -211,39 +211,53 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
             continue
         held[job] = ctx.scontrol.hostnames(job_nodes) if job_nodes else list(wanted)
         ctx.log(f"job {job} held until its new nodes are burned in")
+    unasked: set[str] = set()
     for name, names in groups.items():
-        island = ctx.settings.islands[name]
-        api = ctx.scale_set(island)
         try:
-            with island_state(ctx.settings.state_dir, name) as state:
-                for job, held_nodes in held.items():
-                    if set(held_nodes) & set(names):
-                        state.held_jobs[job] = held_nodes
-                instances = api.instances()
-                alive = {i.instance_id for i in instances}
-                for node in names:
-                    entry = state.nodes.get(node)
-                    if entry is None or entry.instance_id not in alive:
-                        state.nodes[node] = NodeEntry(pending_since=ctx.now())
-                # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
-                # resume that Azure has not listed yet, so two resumes at once never ask twice.
-                target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
-                capacity = api.capacity()
-                if target > capacity:
-                    api.set_capacity(target)
-                    ctx.log(f"{island.scale_set}: capacity {capacity} -> {target} for {','.join(names)}")
-                claim(ctx, island, state, instances)
+            _ask(ctx, ctx.settings.islands[name], names, held)
         except FAILURES as exc:
-            ctx.log(f"resume of {','.join(names)}: {exc}", problem=True)
-    return _wait_for_claims(ctx, groups)
+            # Resource Manager busy or throttling: asked again while waiting for the VMs.
+            ctx.log(f"resume of {','.join(names)}: {exc}; trying again", problem=True)
+            unasked.add(name)
+    return _wait_for_claims(ctx, groups, held, unasked)
 
 
-def _wait_for_claims(ctx: Context, groups: dict[str, list[str]]) -> int:
+def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str, list[str]]) -> None:
+    """Raise the island's capacity by the VMs its nodes still miss, and claim any VM already there."""
+    api = ctx.scale_set(island)
+    with island_state(ctx.settings.state_dir, island.name) as state:
+        for job, held_nodes in held.items():
+            if set(held_nodes) & set(names):
+                state.held_jobs[job] = held_nodes
+        instances = api.instances()
+        alive = {i.instance_id for i in instances}
+        for node in names:
+            entry = state.nodes.get(node)
+            if entry is None or entry.instance_id not in alive:
+                state.nodes[node] = NodeEntry(pending_since=ctx.now())
+        # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
+        # resume that Azure has not listed yet, so two resumes at once never ask twice.
+        target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
+        capacity = api.capacity()
+        if target > capacity:
+            api.set_capacity(target)
+            ctx.log(f"{island.scale_set}: capacity {capacity} -> {target} for {','.join(names)}")
+        claim(ctx, island, state, instances)
+
+
+def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str, list[str]], unasked: set[str]) -> int:
     deadline = ctx.now() + ctx.settings.claim_wait_s
     waiting = {name: set(names) for name, names in groups.items()}
     while True:
         for name in list(waiting):
             island = ctx.settings.islands[name]
+            if name in unasked:
+                try:
+                    _ask(ctx, island, groups[name], held)
+                    unasked.discard(name)
+                except FAILURES as exc:
+                    ctx.log(f"resume of {','.join(groups[name])}: {exc}")
+                    continue
             try:
                 with island_state(ctx.settings.state_dir, name) as state:
                     instances = ctx.scale_set(island).instances()
