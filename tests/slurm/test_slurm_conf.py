@@ -336,6 +336,29 @@ def test_the_health_check_finds_the_images_tools_under_slurmds_path(prod: Cluste
     assert "export PATH" in script
 
 
+def test_the_burn_in_timer_skips_an_island_whose_awaiting_nodes_are_not_up_yet(
+    elastic: ClusterSpec, tmp_path: Path
+) -> None:
+    # Found by the twin: an elastic island whose only node was still powering up failed ndfleet-burnin.service.
+    script = tmp_path / "ndfleet-burnin"
+    script.write_text(machine_bootstrap(elastic, "controller").files["ndfleet-burnin"])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    awaiting = "Reason=ndfleet:burnin:awaiting [slurm@2026-12-03T18:21:07]"
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\n[ \"$1\" = -o ] || exit 0\n"
+        f"echo 'NodeName=gpu-1 State=IDLE+CLOUD+DRAIN+NOT_RESPONDING+POWERING_UP Partitions=gpu {awaiting}'\n"
+        f"echo 'NodeName=dev-ib00-000000 State=IDLE+DRAIN Partitions=ib00 {awaiting}'\n"
+    )
+    (bin_dir / "python3").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'runs'}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=True)
+    runs = (tmp_path / "runs").read_text().splitlines()
+    assert [r.split("--partition ")[1].split()[0] for r in runs] == ["ib00"]
+
+
 def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec) -> None:
     # Bug 5: nothing ran the burn-in, so nodes drained awaiting it would stay drained for ever.
     boot = machine_bootstrap(prod, "controller")

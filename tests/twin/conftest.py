@@ -20,6 +20,8 @@ CACHE = Path(os.environ.get("NDFLEET_TWIN_CACHE", "/var/cache/ndfleet-twin"))
 # The node the twin gives a bad GPU (hardware stand-in fault), and the one burn-in finds a bad cable on.
 FAULTY_NODE = "twin-ib01-000000"
 BAD_CABLE_NODE = "twin-ib00-000002"
+# The elastic island whose new VMs never boot (the Resource Manager stand-in's doing): its resume fails.
+STUCK_SCALE_SET = "twin-stuck-vmss"
 BUILD_TIMEOUT_S = 1800
 
 
@@ -57,7 +59,8 @@ def twin(twin_plan: Path, twin_root: tuple[Path, Path], tmp_path_factory: pytest
     root, pool = twin_root
     # A TERM (CI's time limit, a person's kill) unwinds through the tear-down below instead of skipping it.
     signal.signal(signal.SIGTERM, _interrupt)
-    t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, pool, faults={FAULTY_NODE: "gpu_missing"})
+    t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, pool, faults={FAULTY_NODE: "gpu_missing"},
+             never_boots={STUCK_SCALE_SET})  # fmt: skip
     try:
         t.start()
         yield t

@@ -1,4 +1,5 @@
-"""The machines a plan JSON creates, as the twin boots them: name, role, address, customData, userData, tags.
+"""The machines a plan JSON creates, as the twin boots them: name, role, address, customData, userData, tags; and
+the elastic islands' scale sets, from which the Resource Manager stand-in boots new instances.
 
 Read only from `ndfleet plan --format json` output: what the twin boots is exactly what Azure would receive.
 """
@@ -16,6 +17,7 @@ VMSS = "azure-native:compute:VirtualMachineScaleSet"
 VM = "azure-native:compute:VirtualMachine"
 NIC = "azure-native:network:NetworkInterface"
 SUBNET = "azure-native:network:Subnet"
+ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 # Azure keeps the first four addresses and the last of every subnet (Microsoft Learn, virtual-networks-faq: "Are
 # there any restrictions on using IP addresses within these subnets?"); .1 is the default gateway.
 AZURE_RESERVED_LOW = 4
@@ -35,12 +37,28 @@ class Machine:
 
 
 @dataclass
+class ScaleSetTemplate:
+    """An elastic island's scale set (capacity 0 in the plan): what Azure boots each new instance from."""
+
+    name: str  # vmScaleSetName: the fixed name the controller's programs address
+    resource_group: str
+    computer_name_prefix: str
+    custom_data: bytes
+    user_data: str | None
+    tags: dict[str, str]
+    island: str | None
+
+
+@dataclass
 class PlanMachines:
     machines: list[Machine]
     compute_subnet: ipaddress.IPv4Network
     storage_subnet: ipaddress.IPv4Network
     vault_name: str | None
     outputs: dict[str, Any]
+    # Elastic scale sets by name, and the resource ids the plan assigns a role at (the scaler's scope).
+    scale_sets: dict[str, ScaleSetTemplate] = field(default_factory=dict)
+    role_scopes: set[str] = field(default_factory=set)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -64,6 +82,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         for r in _resources(plan, NIC)
     }
     machines: list[Machine] = []
+    scale_sets: dict[str, ScaleSetTemplate] = {}
     for vm in _resources(plan, VM):
         inputs = vm["inputs"]
         tags = dict(inputs.get("tags") or {})
@@ -76,6 +95,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                 tags=tags,
                 ip=static_ips.get(vm["name"].removesuffix("-vm")) or "",
                 identity_client_id=tags.get("ndfleet:identity-client-id", ""),
+                extra={"resource_group": inputs.get("resourceGroupName", "")},
             )
         )
     for ss in _resources(plan, VMSS):
@@ -84,6 +104,16 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         tags = dict(inputs.get("tags") or {})
         island = tags.get("ndfleet:island")
         count = int(inputs["sku"]["capacity"])
+        if inputs.get("vmScaleSetName"):
+            scale_sets[inputs["vmScaleSetName"]] = ScaleSetTemplate(
+                name=inputs["vmScaleSetName"],
+                resource_group=inputs.get("resourceGroupName", ""),
+                computer_name_prefix=profile["osProfile"]["computerNamePrefix"],
+                custom_data=base64.b64decode(profile["osProfile"]["customData"]),
+                user_data=profile.get("userData"),
+                tags=tags,
+                island=island,
+            )
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]
         for i in range(count):
@@ -105,4 +135,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         if not m.ip:
             m.ip = next(free)
     vaults = [r["inputs"]["vaultName"] for r in plan["resources"] if r["type"] == "azure-native:keyvault:Vault"]
-    return PlanMachines(machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}))
+    scopes = {str(r["inputs"].get("scope", "")) for r in _resources(plan, ROLE_ASSIGNMENT)}
+    return PlanMachines(
+        machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}), scale_sets, scopes
+    )

@@ -9,6 +9,7 @@
 - Microsoft's package repository (https://packages.microsoft.com: `/keys/microsoft.asc` and `/repos/<name>/`), and
   the distribution archive the image's apt uses (http): static files the twin built (tests/twin/aptrepo.py).
 - A Prometheus remote-write receiver (the Azure Monitor ingestion endpoint): counts accepted POSTs per node.
+- Resource Manager (`https://management.azure.com`): the elastic islands' scale sets, in tests/twin/arm.py.
 
 All servers run in the twin's own network namespace; nothing here can reach or be reached from outside it.
 """
@@ -42,6 +43,7 @@ class CloudState:
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (client id, audience)
     repo_dirs: dict[str, Path] = field(default_factory=dict)  # host -> folder served as static files
     remote_writes: Counter = field(default_factory=Counter)
+    arm: Any = None  # the Resource Manager stand-in (tests/twin/arm.py), when the plan has elastic islands
     requests: list[tuple[str, str, str, int]] = field(default_factory=list)  # (client, host, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -93,10 +95,13 @@ class ImdsHandler(_Handler):
             self._send(400, {"error": "Bad request. api-version was not specified in the request"})
             return
         tags = [{"name": k, "value": v} for k, v in sorted(machine.tags.items())]
+        group = machine.extra.get("resource_group") or "twin"
         compute = {
-            "name": machine.name,
+            # A scale-set instance is named and addressed as its scale set's instance (tests/twin/arm.py).
+            "name": machine.extra.get("vm_name", machine.name),
             "vmId": f"00000000-0000-4000-8000-{abs(hash(machine.name)) % 10**12:012d}",
-            "resourceId": f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/twin/providers/"
+            "resourceId": machine.extra.get("resource_id")
+            or f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{group}/providers/"
             f"Microsoft.Compute/virtualMachines/{machine.name}",
             "subscriptionId": "00000000-0000-0000-0000-000000000000",
             "location": "eastus",
@@ -137,7 +142,32 @@ class ImdsHandler(_Handler):
 class ServicesHandler(_Handler):
     """Key Vault, Microsoft's package repository, the archive and the ingestion endpoint, told apart by Host."""
 
+    def _arm(self) -> bool:
+        """Resource Manager's requests go to its stand-in; True when this was one."""
+        host = (self.headers.get("Host") or "").split(":")[0]
+        if self.state.arm is None or host != "management.azure.com":
+            return False
+        length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
+        body = self.rfile.read(length) if length else b""
+        status, doc, headers = self.state.arm.handle(self.command, self.path, self.headers, body)
+        data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        self.send_response(status)
+        for key, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(data))}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.state.log(self.client_address[0], host, self.path, status)
+        return True
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        if not self._arm():
+            self._send(405, {"error": "method not allowed"})
+
+    do_PUT = do_PATCH
+
     def do_GET(self) -> None:  # noqa: N802
+        if self.command == "GET" and self._arm():
+            return
         host = (self.headers.get("Host") or "").split(":")[0]
         url = urllib.parse.urlsplit(self.path)
         if host in self.state.repo_dirs:
@@ -165,6 +195,8 @@ class ServicesHandler(_Handler):
         self._send(200, {"value": self.state.secrets[parts[1]], "id": f"https://{url.netloc}/secrets/{parts[1]}"})
 
     def do_POST(self) -> None:  # noqa: N802
+        if self._arm():
+            return
         length = min(int(self.headers.get("Content-Length") or 0), 16 << 20)
         self.rfile.read(length)
         if "/api/v1/write" in self.path:

@@ -12,20 +12,25 @@ the stand-ins' addresses, the overlay mounts and every process are gone when it 
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import shutil
 import ssl
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from tests.fakes.node import build_sysroot
 from tests.twin import aptrepo, mysql, pki, releases
+from tests.twin.arm import ARM_HOST, Instance, ResourceManager, ScaleSet
 from tests.twin.machine import TwinMachine
-from tests.twin.plan import PlanMachines, load
+from tests.twin.plan import AZURE_RESERVED_LOW, Machine, PlanMachines, ScaleSetTemplate, load
 from tests.twin.standins import CloudState, ImdsHandler, ServicesHandler, serve
 
 BRIDGE = "twinbr0"
+BRIDGE_MAC = "02:00:00:74:77:6e"  # locally administered
+ALLOCATION_S = 10  # from a new scale-set instance to its machine starting (tests/twin/arm.py)
 IMDS_IP = "169.254.169.254"
 ARCHIVE_HOST = "archive.twin.internal"
 MS_HOST = "packages.microsoft.com"
@@ -68,6 +73,7 @@ class Twin:
         pool: Path,
         faults: dict[str, str] | None = None,
         nodes_per_island: dict[str, int] | None = None,
+        never_boots: set[str] | None = None,
     ):
         self.plan: PlanMachines = load(plan_json, nodes_per_island)
         self.workdir = workdir
@@ -83,6 +89,14 @@ class Twin:
         self.database: mysql.Database | None = None
         self.loops: list[str] = []
         self.timings: dict[str, list[float]] = {}  # what the tests measured, printed at the end of the run
+        self.never_boots = never_boots or set()  # elastic scale sets whose new instances never boot
+        self.arm: ResourceManager | None = None
+        self.removed: list[str] = []  # machines the Resource Manager stand-in deleted and the twin removed
+        self.azure_errors: list[str] = []
+        # What Azure does to machines (boot, delete) is done by one thread that lives as long as the twin: a machine
+        # dies with the thread that started it (PR_SET_PDEATHSIG), so never from a request's short-lived thread.
+        self._azure: queue.Queue = queue.Queue()
+        threading.Thread(target=self._azure_worker, name="twin-azure", daemon=True).start()
 
     # --- set-up ----------------------------------------------------------------------------------------------
     def _network(self) -> None:
@@ -90,6 +104,10 @@ class Twin:
         for cmd in (
             "ip link set lo up",
             f"ip link add {BRIDGE} type bridge",
+            # A fixed address: a bridge otherwise takes the lowest of its ports' addresses, so a machine booted later
+            # (an elastic island's) could change it, and every machine's ARP entry for the stand-ins would go stale
+            # (the stand-ins unreachable for tens of seconds; seen as time-outs of the metadata service).
+            f"ip link set {BRIDGE} address {BRIDGE_MAC}",
             f"ip addr add {self.gateway}/{prefix} dev {BRIDGE}",
             f"ip addr add {IMDS_IP}/32 dev {BRIDGE}",
             f"ip addr add {self.standin_ip}/32 dev {BRIDGE}",
@@ -102,6 +120,8 @@ class Twin:
         tags = {k: v for m in self.plan.machines for k, v in m.tags.items()}
         if self.plan.vault_name:
             hosts.append(f"{self.plan.vault_name}.vault.azure.net")
+        if self.plan.scale_sets:
+            hosts.append(ARM_HOST)
         if tags.get("ndfleet:slurm-nfs"):
             hosts.append(f"{tags['ndfleet:slurm-nfs']}.file.core.windows.net")
         if tags.get("ndfleet:slurm-db-host"):
@@ -137,6 +157,18 @@ class Twin:
         self.ca_pem = ca.read_bytes()
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(cert, key)
+        if self.plan.scale_sets:
+            controller = next(m for m in self.plan.machines if m.role == "controller")
+            self.arm = ResourceManager(
+                scale_sets={name: ScaleSet(t) for name, t in self.plan.scale_sets.items()},
+                role_scopes=self.plan.role_scopes,
+                allowed_client_ids={controller.identity_client_id},
+                tokens=self.state.tokens.get,
+                boot=self.boot_instance,
+                remove=self.remove_instance,
+                never_boots=self.never_boots,
+            )
+            self.state.arm = self.arm
         self.servers = [
             serve(ImdsHandler, self.state, IMDS_IP, 80),
             serve(ServicesHandler, self.state, self.standin_ip, 80),
@@ -162,6 +194,9 @@ class Twin:
             "/etc/systemd/network/10-twin.network": (
                 f"[Match]\nName=host0\n\n[Network]\nAddress={m.ip}/{prefix}\nGateway={self.gateway}\n".encode(), 0o644),
             "/etc/hosts": ("\n".join(hosts).encode() + b"\n", 0o644),
+            # Azure DNS answers at once for a name it does not know (an elastic island's Slurm node name): no
+            # resolver here, and glibc's "temporary failure" makes slurmctld retry every lookup ten times, 1 s apart.
+            "/etc/nsswitch.conf": (self._nsswitch(), 0o644),
             "/etc/apt/sources.list.d/twin-archive.sources": (
                 f"Types: deb\nURIs: http://{ARCHIVE_HOST}/debian\nSuites: {aptrepo.SUITE}\nComponents: main\n"
                 f"Signed-By: /etc/apt/keyrings/twin-archive.asc\n".encode(), 0o644),
@@ -192,6 +227,10 @@ class Twin:
                 0o644,
             )
         return files
+
+    def _nsswitch(self) -> bytes:
+        lines = (self.root / "etc/nsswitch.conf").read_text().splitlines()
+        return "".join(("hosts: files" if ln.startswith("hosts:") else ln) + "\n" for ln in lines).encode()
 
     def _hardware(self, tm: TwinMachine) -> None:
         if tm.spec.role != "compute":
@@ -235,6 +274,75 @@ class Twin:
         for tm in self.machines.values():
             tm.start()
 
+    # --- elastic islands: what Azure does when the Resource Manager stand-in creates or deletes an instance ---
+    def _free_ip(self) -> str:
+        taken = {m.ip for m in self.plan.machines}
+        hosts = list(self.plan.compute_subnet.hosts())[AZURE_RESERVED_LOW - 1 :]
+        return next(str(a) for a in hosts if str(a) not in taken)
+
+    def _azure_worker(self) -> None:
+        while True:
+            action = self._azure.get()
+            if action is None:
+                return
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - one failed boot or delete must not stop the others
+                self.azure_errors.append(repr(exc))
+
+    def boot_instance(self, template: ScaleSetTemplate, inst: Instance) -> None:
+        # Azure allocates and starts a VM in tens of seconds at best; a machine here starts in one. slurmctld takes a
+        # node it powered up as up only when its boot time (whole seconds) is after the power-up request, so the
+        # machine starts a little later, as a VM would.
+        due = time.monotonic() + ALLOCATION_S
+        self._azure.put(lambda: (time.sleep(max(0.0, due - time.monotonic())), self._boot_instance(template, inst)))
+
+    def remove_instance(self, name: str) -> None:
+        self._azure.put(lambda: self._remove_instance(name))
+
+    def _boot_instance(self, template: ScaleSetTemplate, inst: Instance) -> None:
+        """A new scale-set VM: its own address, the scale set's boot data and tags, booted like every machine."""
+        m = Machine(
+            name=inst.computer_name, role="compute", custom_data=template.custom_data,
+            user_data=template.user_data, tags=template.tags, island=template.island, ip=self._free_ip(),
+            identity_client_id=template.tags.get("ndfleet:identity-client-id", ""),
+            extra={
+                "resource_group": template.resource_group,
+                "vm_name": f"{template.name}_{inst.instance_id}",
+                "resource_id": f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
+                f"{template.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{template.name}"
+                f"/virtualMachines/{inst.instance_id}",
+            },
+        )  # fmt: skip
+        self.plan.machines.append(m)
+        self.state.machines_by_ip[m.ip] = m
+        # Azure DNS resolves a new VM's host name in the virtual network at once.
+        for tm in list(self.machines.values()):
+            with (tm.root / "etc/hosts").open("a") as f:
+                f.write(f"{m.ip} {m.name}\n")
+        tm = TwinMachine(
+            m, [self.root], self.workdir / "machines", BRIDGE, [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
+        )
+        tm.prepare(self._machine_files(m))
+        self._hardware(tm)
+        self.machines[m.name] = tm
+        tm.start()
+        inst.provisioning_state = "Succeeded"
+
+    def _remove_instance(self, name: str) -> None:
+        tm = self.machines.pop(name, None)
+        if tm is None:
+            return
+        try:
+            tm.poweroff(timeout=60)
+        except Exception:  # noqa: BLE001 - a deleted VM is gone, however its power-off went
+            tm.kill()
+        tm.kill()
+        tm.unmount()
+        subprocess.run(["rm", "-rf", str(tm.dir)], check=False, capture_output=True)
+        self.state.machines_by_ip.pop(tm.spec.ip, None)
+        self.removed.append(name)
+
     def record(self, what: str, seconds: float) -> None:
         self.timings.setdefault(what, []).append(seconds)
 
@@ -242,19 +350,21 @@ class Twin:
         return self.machines[name]
 
     def role(self, role: str) -> list[TwinMachine]:
-        return [tm for tm in self.machines.values() if tm.spec.role == role]
+        return [tm for tm in list(self.machines.values()) if tm.spec.role == role]
 
     def set_bad_hosts(self, names: list[str]) -> None:
         (self.fleet_dir / "bad-hosts").write_text("".join(f"{n}\n" for n in names))
 
     # --- tear-down -------------------------------------------------------------------------------------------
     def close(self) -> None:
-        for tm in self.machines.values():
+        if self.arm is not None:
+            self.arm.boot = lambda template, inst: None  # nothing boots during the tear-down
+        for tm in list(self.machines.values()):
             try:
                 tm.poweroff(timeout=60)
             except Exception:  # noqa: BLE001 - tear-down goes on whatever one machine did
                 tm.kill()
-        for tm in self.machines.values():
+        for tm in list(self.machines.values()):
             tm.kill()
             tm.unmount()
         for server in self.servers:
@@ -268,6 +378,7 @@ class Twin:
         for loop in self.loops:
             subprocess.run(["losetup", "--detach", loop], check=False, capture_output=True)
         subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
+        self._azure.put(None)
 
 
 def detach_stale_loops() -> None:

@@ -1,0 +1,194 @@
+"""The Resource Manager stand-in: the Virtual Machine Scale Sets REST API (Microsoft Learn, "Virtual Machine Scale
+Sets", api-version 2024-07-01) for the elastic islands' scale sets, booting and removing twin machines as Azure
+creates and deletes instances.
+
+- `GET .../virtualMachineScaleSets/{name}`: the scale set, with `sku.capacity`;
+- `PATCH` the same with `{"sku": {"capacity": n}}`: 200 with the updated scale set and an `Azure-AsyncOperation`
+  header; a higher capacity creates instances, each listed at once as `Creating` with its computer name (Uniform
+  scale sets: `computerNamePrefix` + the instance id in base 36, six digits) and booted as a new machine from the
+  scale set's customData and userData, `Succeeded` once it runs; a lower one deletes instances of Azure's choosing
+  (the newest here);
+- `GET .../virtualMachines`: the instances (`instanceId`, `properties.provisioningState`,
+  `properties.osProfile.computerName`);
+- `POST .../delete` with `{"instanceIds": [...]}`: 202 with `Azure-AsyncOperation` and `Location`; exactly those
+  instances go (their machines are powered off and removed) and the capacity drops by as many.
+
+Callers need a managed-identity token the metadata stand-in issued for `https://management.azure.com` (401
+otherwise) and a role at the scale set: the plan's role assignments name the scopes, and only the identity of the
+machine the plan gives that role (the controller) may act there (403 otherwise). A scale set named in `never_boots`
+creates its instances but never boots them: an allocation that never comes up (the resume-fail test).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.twin.plan import ScaleSetTemplate
+
+ARM_HOST = "management.azure.com"
+ARM_AUDIENCE = "https://management.azure.com"
+SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+MAX_BODY_BYTES = 1 << 20
+BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def computer_name(prefix: str, instance_id: int) -> str:
+    """A Uniform scale set instance's host name: the prefix and the instance id in base 36, six digits."""
+    digits = ""
+    n = instance_id
+    while True:
+        n, r = divmod(n, 36)
+        digits = BASE36[r] + digits
+        if n == 0:
+            break
+    return prefix + digits.rjust(6, "0")
+
+
+@dataclass
+class Instance:
+    instance_id: str
+    computer_name: str
+    provisioning_state: str = "Creating"
+
+
+@dataclass
+class ScaleSet:
+    template: ScaleSetTemplate
+    instances: dict[str, Instance] = field(default_factory=dict)
+    next_id: int = 0
+
+    @property
+    def resource_id(self) -> str:
+        return (
+            f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{self.template.resource_group}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/{self.template.name}"
+        )
+
+
+@dataclass
+class ResourceManager:
+    scale_sets: dict[str, ScaleSet]
+    role_scopes: set[str]
+    allowed_client_ids: set[str]
+    # bearer token -> (client id, audience), as the metadata stand-in issued it
+    tokens: Callable[[str], tuple[str, str] | None]
+    # Start a new machine for the instance (marking it Succeeded once it runs), and power off and remove the machine
+    # of a computer name: both return at once, the machine is Azure's business from there.
+    boot: Callable[[ScaleSetTemplate, Instance], None]
+    remove: Callable[[str], None]
+    never_boots: set[str] = field(default_factory=set)
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (method, scale set/what, body)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, dict[str, str]]:
+        url = urllib.parse.urlsplit(path)
+        if "api-version" not in dict(urllib.parse.parse_qsl(url.query)):
+            return 400, _error("MissingApiVersionParameter", "The api-version query parameter is required"), {}
+        auth = headers.get("Authorization", "")
+        issued = self.tokens(auth.removeprefix("Bearer ").strip()) if auth.startswith("Bearer ") else None
+        if issued is None or issued[1] != ARM_AUDIENCE:
+            return 401, _error("InvalidAuthenticationToken", "The access token is missing or invalid"), {}
+        parts = url.path.strip("/").split("/")
+        lower = [p.lower() for p in parts]
+        if (
+            len(parts) < 8
+            or lower[:1] != ["subscriptions"]
+            or lower[2] != "resourcegroups"
+            or lower[6] != ("virtualmachinescalesets")
+        ):
+            return 404, _error("InvalidResourceType", f"no stand-in for {url.path}"), {}
+        scale_set = self.scale_sets.get(parts[7])
+        rest = lower[8:]
+        if scale_set is None or scale_set.resource_id.lower() != "/" + "/".join(lower[:8]):
+            return 404, _error("ResourceNotFound", f"The Resource '{'/'.join(parts[4:8])}' was not found."), {}
+        if scale_set.resource_id.lower() not in {s.lower() for s in self.role_scopes} or (
+            issued[0] not in self.allowed_client_ids
+        ):
+            return 403, _error("AuthorizationFailed", f"client {issued[0]} has no role at {scale_set.resource_id}"), {}
+        async_headers = {
+            "Azure-AsyncOperation": f"https://{ARM_HOST}/subscriptions/{SUBSCRIPTION}/providers/"
+            f"Microsoft.Compute/locations/eastus/operations/{len(self.calls)}?api-version=2024-07-01"
+        }
+        with self.lock:
+            if method == "GET" and not rest:
+                return 200, self._model(scale_set), {}
+            if method == "GET" and rest == ["virtualmachines"]:
+                return 200, {"value": [self._instance(scale_set, i) for i in scale_set.instances.values()]}, {}
+            doc = _json(body)
+            if method in ("PATCH", "PUT") and not rest:
+                capacity = (doc.get("sku") or {}).get("capacity") if isinstance(doc, dict) else None
+                if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+                    return 400, _error("InvalidParameter", f"sku.capacity = {capacity!r}"), {}
+                self.calls.append((method, scale_set.template.name, {"capacity": capacity}))
+                self._scale(scale_set, capacity)
+                return 200, self._model(scale_set), async_headers
+            if method == "POST" and rest == ["delete"]:
+                ids = doc.get("instanceIds") if isinstance(doc, dict) else None
+                if not isinstance(ids, list) or not ids:
+                    return 400, _error("InvalidParameter", "instanceIds: a non-empty list is required"), {}
+                self.calls.append(("DELETE", scale_set.template.name, sorted(str(i) for i in ids)))
+                for instance_id in ids:
+                    self._delete(scale_set, str(instance_id))
+                return 202, b"", {**async_headers, "Location": async_headers["Azure-AsyncOperation"]}
+        return 405, _error("MethodNotAllowed", f"{method} {url.path}"), {}
+
+    # --- what Azure does --------------------------------------------------------------------------------------
+    def _scale(self, scale_set: ScaleSet, capacity: int) -> None:
+        while len(scale_set.instances) < capacity:
+            instance_id = scale_set.next_id
+            scale_set.next_id += 1
+            inst = Instance(str(instance_id), computer_name(scale_set.template.computer_name_prefix, instance_id))
+            scale_set.instances[inst.instance_id] = inst
+            if scale_set.template.name not in self.never_boots:
+                self.boot(scale_set.template, inst)
+        for instance_id in sorted(scale_set.instances, key=int, reverse=True)[: len(scale_set.instances) - capacity]:
+            self._delete(scale_set, instance_id)
+
+    def _delete(self, scale_set: ScaleSet, instance_id: str) -> None:
+        inst = scale_set.instances.pop(instance_id, None)
+        if inst is not None:
+            self.remove(inst.computer_name)
+
+    def _model(self, scale_set: ScaleSet) -> dict[str, Any]:
+        return {
+            "id": scale_set.resource_id,
+            "name": scale_set.template.name,
+            "location": "eastus",
+            "sku": {"name": "Standard_ND96isr_H100_v5", "tier": "Standard", "capacity": len(scale_set.instances)},
+            "properties": {"provisioningState": "Succeeded", "orchestrationMode": "Uniform"},
+        }
+
+    def _instance(self, scale_set: ScaleSet, inst: Instance) -> dict[str, Any]:
+        return {
+            "instanceId": inst.instance_id,
+            "name": f"{scale_set.template.name}_{inst.instance_id}",
+            "id": f"{scale_set.resource_id}/virtualMachines/{inst.instance_id}",
+            "properties": {
+                "provisioningState": inst.provisioning_state,
+                "osProfile": {"computerName": inst.computer_name},
+            },
+        }
+
+    def deleted(self, scale_set: str) -> list[str]:
+        with self.lock:
+            return [i for m, s, body in self.calls if m == "DELETE" and s == scale_set for i in body]
+
+    def capacities(self, scale_set: str) -> list[int]:
+        with self.lock:
+            return [body["capacity"] for m, s, body in self.calls if m in ("PATCH", "PUT") and s == scale_set]
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        return None
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}

@@ -1,0 +1,177 @@
+"""Elastic islands in the booted cluster (docs/elastic.md): a job that needs more nodes than are up makes the resume
+program ask the Resource Manager stand-in for VMs; the stand-in boots them as new machines from the scale set's boot
+data; they validate, learn their Slurm names, register, are burned in and run the job; idle, they are suspended and
+their VMs deleted. A VM that never comes up is given up by the resume-fail program, and its node returns to the pool.
+
+The twin's stack has two elastic islands that start empty: `burst` (2 nodes at most, a minute's idle time) and
+`stuck`, whose VMs the stand-in creates but never boots (a 2-minute resume timeout).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from tests.twin.conftest import STUCK_SCALE_SET
+from tests.twin.machine import TwinMachine
+from tests.twin.test_boot import BOOT_TIMEOUT_S
+from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
+from tests.twin.twin import Twin
+
+BURST = "burst"
+BURST_SCALE_SET = "twin-burst-vmss"
+STUCK = "stuck"
+ELASTIC_LOG = "/srv/slurm/elastic/elastic.log"
+# Slurm's power saving works in its own time (SuspendTime, SuspendTimeout, ResumeTimeout) on top of the boot.
+WAIT_S = BOOT_TIMEOUT_S
+
+
+def job_fields(ctl: TwinMachine, job: str) -> dict[str, str]:
+    out = ctl.run(f"scontrol -o show job {shlex.quote(job)}", check=False).stdout
+    fields: dict[str, str] = {}
+    for token in out.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    return fields
+
+
+def submit(twin: Twin, args: str) -> str:
+    return login(twin).run(f"sbatch --parsable {args}").stdout.strip().split(";")[0]
+
+
+def diagnose(twin: Twin, job: str) -> str:
+    ctl = controller(twin)
+    return "\n".join((
+        f"--- job {job}: {job_fields(ctl, job)}",
+        "--- nodes\n" + ctl.run("scontrol -o show node", check=False).stdout[-6000:],
+        "--- elastic log\n" + ctl.run(f"tail -n 60 {ELASTIC_LOG}", check=False).stdout,
+        "--- slurmctld\n" + ctl.run("tail -n 60 /var/log/slurm/slurmctld.log", check=False).stdout,
+        "--- burn-in\n" + ctl.journal("ndfleet-burnin.service", 40),
+        f"--- Resource Manager calls: {twin.arm.calls if twin.arm else None}",
+    ))  # fmt: skip
+
+
+def wait(twin: Twin, job: str, what: str, predicate, timeout: float = WAIT_S) -> float:  # noqa: ANN001
+    """Wait for `predicate` (seconds it took); on time-out the failure shows Slurm's, the programs' and the stand-in's
+    side of it."""
+    start = time.monotonic()
+    try:
+        controller(twin).wait_for(what, predicate, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnose(twin, job)}") from None
+    return time.monotonic() - start
+
+
+def node_flags(twin: Twin, node: str) -> set[str]:
+    return set(nodes_by_name(controller(twin)).get(node, {}).get("State", "").split("+"))
+
+
+def back_in_the_pool(twin: Twin, node: str) -> bool:
+    flags = node_flags(twin, node)
+    return {"IDLE", "CLOUD", "POWERED_DOWN"} <= flags and not flags & {"DRAIN", "DOWN", "POWERING_DOWN"}
+
+
+@dataclass
+class Submitted:
+    job: str
+    at: float  # time.monotonic() when submitted
+
+
+@pytest.fixture(scope="module")
+def elastic_ready(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixture
+    ctl = controller(slurm_up)
+    wanted = {f"{BURST}-1", f"{BURST}-2", f"{STUCK}-1"}
+    ctl.wait_for("the elastic islands' CLOUD nodes", lambda: wanted <= set(nodes_by_name(ctl)), 300)
+    return slurm_up
+
+
+@pytest.fixture(scope="module")
+def stuck_job(elastic_ready: Twin) -> Submitted:
+    """Submitted first: its resume timeout runs while the burst island scales out."""
+    return Submitted(submit(elastic_ready, f"-p {STUCK} -N 1 --wrap true"), time.monotonic())
+
+
+@pytest.fixture(scope="module")
+def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
+    twin = elastic_ready
+    submitted = Submitted(submit(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; sleep 20'"), time.monotonic())
+    ctl = controller(twin)
+    took = wait(twin, submitted.job, "the job running on new VMs",
+                lambda: job_fields(ctl, submitted.job).get("JobState") == "RUNNING")  # fmt: skip
+    twin.record("elastic scale-out: job submitted to job running (2 new VMs)", took)
+    return submitted
+
+
+@pytest.fixture(scope="module")
+def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
+    twin = elastic_ready
+    ctl = controller(twin)
+    wait(twin, scaled_out.job, "the job done", lambda: job_fields(ctl, scaled_out.job).get("JobState") == "COMPLETED")
+    assert twin.arm is not None
+    took = wait(twin, scaled_out.job, "both VMs deleted", lambda: len(twin.arm.deleted(BURST_SCALE_SET)) == 2)
+    twin.record("elastic scale-in: job done to VMs deleted (idleMinutes 1)", took)
+    more = wait(twin, scaled_out.job, "the nodes powered down",
+                lambda: all(back_in_the_pool(twin, f"{BURST}-{n}") for n in (1, 2)))  # fmt: skip
+    twin.record("elastic scale-in: job done to nodes powered down (+ SuspendTimeout)", took + more)
+    return twin
+
+
+def test_a_job_needing_more_nodes_than_are_up_gets_new_vms_from_the_scale_set(
+    elastic_ready: Twin, scaled_out: Submitted
+) -> None:
+    twin = elastic_ready
+    assert twin.arm is not None
+    assert twin.arm.capacities(BURST_SCALE_SET) == [2]
+    vms = [tm for tm in twin.role("compute") if tm.spec.island == BURST]
+    assert sorted(tm.name for tm in vms) == ["twin-burst-000000", "twin-burst-000001"]
+    # Booted from exactly the scale set's boot data, as Azure boots an instance.
+    template = twin.plan.scale_sets[BURST_SCALE_SET]
+    assert all((tm.spec.custom_data, tm.spec.user_data) == (template.custom_data, template.user_data) for tm in vms)
+
+
+def test_the_job_runs_on_the_islands_nodes_each_on_its_own_vm(elastic_ready: Twin, scaled_out: Submitted) -> None:
+    twin = elastic_ready
+    assert job_fields(controller(twin), scaled_out.job)["NodeList"] == f"{BURST}-[1-2]"
+    nodes = nodes_by_name(controller(twin))
+    hosts = {nodes[f"{BURST}-{n}"]["NodeHostName"] for n in (1, 2)}
+    assert hosts == {"twin-burst-000000", "twin-burst-000001"}
+    for n in (1, 2):
+        vm = twin.machine(nodes[f"{BURST}-{n}"]["NodeHostName"])
+        assert f"-N {BURST}-{n} " in vm.run("cat /etc/default/slurmd").stdout
+
+
+def test_the_job_waits_until_its_new_nodes_are_burned_in(elastic_ready: Twin, scaled_out: Submitted) -> None:
+    log = controller(elastic_ready).run(f"cat {ELASTIC_LOG}").stdout
+    assert f"job {scaled_out.job} held until its new nodes are burned in" in log
+    assert f"job {scaled_out.job} released: its nodes are burned in" in log
+
+
+def test_a_resume_that_never_comes_up_is_given_up_and_its_vm_deleted(elastic_ready: Twin, stuck_job: Submitted) -> None:
+    twin = elastic_ready
+    assert twin.arm is not None
+    wait(twin, stuck_job.job, "the stuck VM deleted", lambda: twin.arm.deleted(STUCK_SCALE_SET) == ["0"])
+    twin.record("elastic resume fail: job submitted to VM deleted (resumeTimeoutMinutes 2)",
+                time.monotonic() - stuck_job.at)  # fmt: skip
+    # The job would ask again for the node (it is requeued): it is cancelled so the node can be seen back in the pool.
+    login(twin).run(f"scancel {stuck_job.job}")
+    assert twin.arm.scale_sets[STUCK_SCALE_SET].instances == {}
+    assert "resume of stuck-1 failed" in controller(twin).run(f"cat {ELASTIC_LOG}").stdout
+
+
+def test_a_node_whose_resume_failed_returns_to_the_pool(elastic_ready: Twin, stuck_job: Submitted) -> None:
+    twin = elastic_ready
+    assert twin.arm is not None
+    wait(twin, stuck_job.job, "the stuck VM deleted", lambda: twin.arm.deleted(STUCK_SCALE_SET) == ["0"])
+    login(twin).run(f"scancel {stuck_job.job}")
+    wait(twin, stuck_job.job, "stuck-1 powered down in the pool", lambda: back_in_the_pool(twin, f"{STUCK}-1"))
+
+
+def test_idle_new_nodes_are_released_and_their_vms_deleted(scaled_in: Twin) -> None:
+    assert scaled_in.arm is not None
+    assert sorted(scaled_in.arm.deleted(BURST_SCALE_SET)) == ["0", "1"]
+    assert scaled_in.arm.scale_sets[BURST_SCALE_SET].instances == {}
+    assert not [tm for tm in scaled_in.role("compute") if tm.spec.island == BURST]
