@@ -336,10 +336,10 @@ def test_the_health_check_finds_the_images_tools_under_slurmds_path(prod: Cluste
     assert "export PATH" in script
 
 
-def test_the_burn_in_timer_skips_an_island_whose_awaiting_nodes_are_not_up_yet(
-    elastic: ClusterSpec, tmp_path: Path
-) -> None:
-    # Found by the twin: an elastic island whose only node was still powering up failed ndfleet-burnin.service.
+@pytest.fixture
+def burn_in_run(elastic: ClusterSpec, tmp_path: Path) -> Path:
+    """The controller's burn-in script run once with a fake scontrol (an elastic node powering up, a fixed node
+    awaiting burn-in), python3 and systemctl that record their arguments in tmp_path."""
     script = tmp_path / "ndfleet-burnin"
     script.write_text(machine_bootstrap(elastic, "controller").files["ndfleet-burnin"])
     bin_dir = tmp_path / "bin"
@@ -351,12 +351,23 @@ def test_the_burn_in_timer_skips_an_island_whose_awaiting_nodes_are_not_up_yet(
         f"echo 'NodeName=dev-ib00-000000 State=IDLE+DRAIN Partitions=ib00 {awaiting}'\n"
     )
     (bin_dir / "python3").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'runs'}\n")
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'systemctl'}\n")
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=True)
-    runs = (tmp_path / "runs").read_text().splitlines()
+    return tmp_path
+
+
+def test_the_burn_in_timer_skips_an_island_whose_awaiting_nodes_are_not_up_yet(burn_in_run: Path) -> None:
+    # Found by the twin: an elastic island whose only node was still powering up failed ndfleet-burnin.service.
+    runs = (burn_in_run / "runs").read_text().splitlines()
     assert [r.split("--partition ")[1].split()[0] for r in runs] == ["ib00"]
+
+
+def test_a_burn_in_hands_over_at_once_to_the_elastic_reconcile(burn_in_run: Path) -> None:
+    # Found by the twin: released at the timer's next run, a held job found its burned-in nodes being suspended.
+    assert (burn_in_run / "systemctl").read_text().splitlines() == ["start --no-block ndfleet-elastic.service"]
 
 
 def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,7 +83,8 @@ class ResourceManager:
     boot: Callable[[ScaleSetTemplate, Instance], None]
     remove: Callable[[str], None]
     never_boots: set[str] = field(default_factory=set)
-    calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (method, scale set/what, body)
+    # (method, scale set, what was asked, when: time.time()); DELETE for `POST .../delete`
+    calls: list[tuple[str, str, Any, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, Any, dict[str, str]]:
@@ -124,14 +126,14 @@ class ResourceManager:
                 capacity = (doc.get("sku") or {}).get("capacity") if isinstance(doc, dict) else None
                 if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
                     return 400, _error("InvalidParameter", f"sku.capacity = {capacity!r}"), {}
-                self.calls.append((method, scale_set.template.name, {"capacity": capacity}))
+                self.calls.append((method, scale_set.template.name, {"capacity": capacity}, time.time()))
                 self._scale(scale_set, capacity)
                 return 200, self._model(scale_set), async_headers
             if method == "POST" and rest == ["delete"]:
                 ids = doc.get("instanceIds") if isinstance(doc, dict) else None
                 if not isinstance(ids, list) or not ids:
                     return 400, _error("InvalidParameter", "instanceIds: a non-empty list is required"), {}
-                self.calls.append(("DELETE", scale_set.template.name, sorted(str(i) for i in ids)))
+                self.calls.append(("DELETE", scale_set.template.name, sorted(str(i) for i in ids), time.time()))
                 for instance_id in ids:
                     self._delete(scale_set, str(instance_id))
                 return 202, b"", {**async_headers, "Location": async_headers["Azure-AsyncOperation"]}
@@ -176,11 +178,16 @@ class ResourceManager:
 
     def deleted(self, scale_set: str) -> list[str]:
         with self.lock:
-            return [i for m, s, body in self.calls if m == "DELETE" and s == scale_set for i in body]
+            return [i for m, s, body, _ in self.calls if m == "DELETE" and s == scale_set for i in body]
 
     def capacities(self, scale_set: str) -> list[int]:
         with self.lock:
-            return [body["capacity"] for m, s, body in self.calls if m in ("PATCH", "PUT") and s == scale_set]
+            return [body["capacity"] for m, s, body, _ in self.calls if m in ("PATCH", "PUT") and s == scale_set]
+
+    def last_delete(self, scale_set: str) -> float:
+        """When the last instances of the scale set were deleted (time.time(); 0 when none were)."""
+        with self.lock:
+            return max((at for m, s, _, at in self.calls if m == "DELETE" and s == scale_set), default=0.0)
 
 
 def _json(body: bytes) -> Any:

@@ -55,15 +55,12 @@ def diagnose(twin: Twin, job: str) -> str:
     ))  # fmt: skip
 
 
-def wait(twin: Twin, job: str, what: str, predicate, timeout: float = WAIT_S) -> float:  # noqa: ANN001
-    """Wait for `predicate` (seconds it took); on time-out the failure shows Slurm's, the programs' and the stand-in's
-    side of it."""
-    start = time.monotonic()
+def wait(twin: Twin, job: str, what: str, predicate, timeout: float = WAIT_S) -> None:  # noqa: ANN001
+    """Wait for `predicate`; on time-out the failure shows Slurm's, the programs' and the stand-in's side of it."""
     try:
         controller(twin).wait_for(what, predicate, timeout)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{diagnose(twin, job)}") from None
-    return time.monotonic() - start
 
 
 def node_flags(twin: Twin, node: str) -> set[str]:
@@ -100,9 +97,9 @@ def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     twin = elastic_ready
     submitted = Submitted(submit(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; sleep 20'"), time.monotonic())
     ctl = controller(twin)
-    took = wait(twin, submitted.job, "the job running on new VMs",
-                lambda: job_fields(ctl, submitted.job).get("JobState") == "RUNNING")  # fmt: skip
-    twin.record("elastic scale-out: job submitted to job running (2 new VMs)", took)
+    wait(twin, submitted.job, "the job running on new VMs",
+         lambda: job_fields(ctl, submitted.job).get("JobState") == "RUNNING")  # fmt: skip
+    twin.record("elastic scale-out: job submitted to job running (2 new VMs)", time.monotonic() - submitted.at)
     return submitted
 
 
@@ -112,11 +109,17 @@ def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
     ctl = controller(twin)
     wait(twin, scaled_out.job, "the job done", lambda: job_fields(ctl, scaled_out.job).get("JobState") == "COMPLETED")
     assert twin.arm is not None
-    took = wait(twin, scaled_out.job, "both VMs deleted", lambda: len(twin.arm.deleted(BURST_SCALE_SET)) == 2)
-    twin.record("elastic scale-in: job done to VMs deleted (idleMinutes 1)", took)
-    more = wait(twin, scaled_out.job, "the nodes powered down",
-                lambda: all(back_in_the_pool(twin, f"{BURST}-{n}") for n in (1, 2)))  # fmt: skip
-    twin.record("elastic scale-in: job done to nodes powered down (+ SuspendTimeout)", took + more)
+    wait(twin, scaled_out.job, "both VMs deleted", lambda: len(twin.arm.deleted(BURST_SCALE_SET)) == 2)
+    wait(twin, scaled_out.job, "the nodes powered down",
+         lambda: all(back_in_the_pool(twin, f"{BURST}-{n}") for n in (1, 2)))  # fmt: skip
+    down = time.time()
+    # From the job's end as Slurm recorded it (the other tests may have run meanwhile).
+    end_time = job_fields(ctl, scaled_out.job)["EndTime"]
+    ended = float(ctl.run(f"date -d {shlex.quote(end_time)} +%s").stdout)
+    twin.record(
+        "elastic scale-in: job end to VMs deleted (idleMinutes 1)", twin.arm.last_delete(BURST_SCALE_SET) - ended
+    )
+    twin.record("elastic scale-in: job end to nodes seen powered down (+ SuspendTimeout 120 s)", down - ended)
     return twin
 
 
