@@ -75,6 +75,15 @@ def source_files() -> list[Path]:
     return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+# Packages only the Slurm controller runs, from its own copies (ndfleet/slurm/machines.py ships them): left out of the
+# nodes' zipapp, whose userData has a 64 KB limit.
+CONTROLLER_ONLY = ("elastic",)
+
+
+def bundled_files() -> list[Path]:
+    return [p for p in source_files() if p.relative_to(PACKAGE_DIR).parts[0] not in CONTROLLER_ONLY]
+
+
 @functools.lru_cache(maxsize=1)
 def build() -> bytes:
     """The zipapp's bytes (cached: the source does not change while the tool runs)."""
@@ -82,7 +91,7 @@ def build() -> bytes:
     buf.write(SHEBANG)  # before the archive, as zipapp does: the archive's offsets then count it
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr(*_entry("__main__.py", ROOT_MAIN))
-        for path in source_files():
+        for path in bundled_files():
             name = "ndfleet_node/" + path.relative_to(PACKAGE_DIR).as_posix()
             z.writestr(*_entry(name, strip(path.read_text(encoding="utf-8")).encode()))
     return buf.getvalue()

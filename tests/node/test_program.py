@@ -75,3 +75,15 @@ def test_fake_tools_pass_shellcheck():
     scripts = [str(p) for p in sorted((FAKES / "bin").iterdir())] + [str(FAKES / "lib" / "common.sh")]
     out = subprocess.run([str(SHELLCHECK), *scripts], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_nodes_zipapp_leaves_out_what_only_the_controller_runs():
+    # The elastic programs run on the controller from its own copies; in the nodes' userData they cost the headroom
+    # under Azure's 64 KB limit (tests/test_bootstrap.py).
+    import io
+    import zipfile
+
+    nodeapp.build.cache_clear()
+    names = zipfile.ZipFile(io.BytesIO(nodeapp.build())).namelist()
+    assert "ndfleet_node/burnin/slurm.py" in names
+    assert not [n for n in names if n.startswith("ndfleet_node/elastic/")]
