@@ -4,8 +4,10 @@ isolated from any site-packages; the shell kept for the tests' fake tools passes
 from __future__ import annotations
 
 import ast
+import io
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -80,9 +82,6 @@ def test_fake_tools_pass_shellcheck():
 def test_the_nodes_zipapp_leaves_out_what_only_the_controller_runs():
     # The elastic programs run on the controller from its own copies; in the nodes' userData they cost the headroom
     # under Azure's 64 KB limit (tests/test_bootstrap.py).
-    import io
-    import zipfile
-
     nodeapp.build.cache_clear()
     names = zipfile.ZipFile(io.BytesIO(nodeapp.build())).namelist()
     assert "ndfleet_node/burnin/slurm.py" in names
