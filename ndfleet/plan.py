@@ -24,8 +24,10 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
 from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
 from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.vms import quota_lines
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -97,6 +99,7 @@ class Plan:
             "resources": [r.as_json() for r in sorted(self.resources, key=lambda r: (r.type, r.name))],
             "outputs": self.outputs,
             "summary": self.spec.summary(),
+            "cost": estimate_cost(self.spec).as_json(),
         }
 
     def to_json(self) -> str:
@@ -361,10 +364,10 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  islands: {len(spec.islands)}   nodes: {spec.total_nodes}   GPUs: {spec.total_gpus}")
     for island in spec.islands:
         lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs")
-    for family, vcpus in spec.vcpu_quota.items():
-        lines.append(f"  vCPU quota needed: {family} {vcpus:,} (and {vcpus:,} in the regional total)")
+    lines += quota_lines(spec)
     for warning in spec.warnings:
         lines.append(f"  warning: {warning}")
+    lines += plan_cost_lines(spec)
     return "\n".join(lines) + "\n"
 
 

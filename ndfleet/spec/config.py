@@ -443,8 +443,11 @@ class ClusterSpec(_Model):
 
     @property
     def vcpu_quota(self) -> dict[str, int]:
-        """vCPUs needed per Azure quota family (the regional total is the same sum)."""
-        return {self.profile.quota_family: self.total_nodes * self.profile.vcpus}
+        """vCPUs needed per Azure quota family, Slurm machines included; Spot nodes count in the regional Spot
+        quota instead (ndfleet/spec/vms.py, which also gives the regional totals)."""
+        from ndfleet.spec.vms import quota_need
+
+        return quota_need(self).families
 
     def summary(self) -> dict[str, Any]:
         return {

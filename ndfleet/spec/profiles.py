@@ -315,3 +315,34 @@ MONITORING_DATA_READER_ROLE_ID = "b0d8363b-8ddd-447d-831f-62ca05bff136"
 IMPACT_REPORTER_ROLE_ID = "36e80216-a7e8-4f42-a7e1-f12c98cbaf8a"
 # Impact Reader: read-only access to reported impacts and categories (for `ndfleet impact list|show` users).
 IMPACT_READER_ROLE_ID = "68ff5d27-c7f5-4fa9-a21c-785d0df7bd9e"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The stack's other VMs (the Slurm controller and login nodes): vCPUs and the quota family they count against.
+# vCPUs: Microsoft Learn, "Dsv5 sizes series" and "Esv5 sizes series" (Sizes > General purpose / Memory optimized);
+# quota family: the `family` of the size's entry in the Resource SKUs API (`az vm list-skus`), as recorded in
+# tests/data/arm/compute-skus-eastus-page*.json. A size not listed here is still accepted: `ndfleet plan` says its
+# vCPUs are unknown, and `ndfleet preflight` reads them and the family from Azure's SKU entry.
+
+
+class MachineSize(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    vcpus: int
+    quota_family: str
+
+
+MACHINE_SIZES: dict[str, MachineSize] = {
+    s.name: s
+    for s in (
+        *(
+            MachineSize(name=f"Standard_D{n}s_v5", vcpus=n, quota_family="standardDSv5Family")
+            for n in (2, 4, 8, 16, 32, 48, 64, 96)
+        ),
+        *(
+            MachineSize(name=f"Standard_E{n}s_v5", vcpus=n, quota_family="standardESv5Family")
+            for n in (2, 4, 8, 16, 20, 32, 48, 64, 96)
+        ),
+    )
+}
