@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "ndfleet.preflight",
     "ndfleet.monitoring_cmd",
     "ndfleet.impact_cmd",
+    "ndfleet.commands.cost",
 )
 
 
