@@ -46,7 +46,7 @@ def test_dev_table_shows_resources_and_summary(capsys: pytest.CaptureFixture[str
 def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
     main(["plan", "--stack", "dev", "--format", "json"])
     plan = json.loads(capsys.readouterr().out)
-    assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary"}
+    assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary", "cost"}
     assert plan["schemaVersion"] == SCHEMA_VERSION
     assert all(set(r) == {"type", "name", "parent", "protect", "dependsOn", "inputs"} for r in plan["resources"])
     keys = [(r["type"], r["name"]) for r in plan["resources"]]

@@ -152,7 +152,5 @@ def plan_cost_lines(spec: ClusterSpec) -> list[str]:
         from ndfleet.monitoring.cost import estimate as monitoring_estimate
 
         monthly = monitoring_estimate(spec).usd_per_month
-        lines.append(
-            f"  monitoring ingestion: about {_usd(monthly)} per 30-day month on top (docs/monitoring.md)"
-        )
+        lines.append(f"  monitoring ingestion: about {_usd(monthly)} per 30-day month on top (docs/monitoring.md)")
     return lines

@@ -10,13 +10,13 @@ from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import Facts, Region, Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.features import check_trusted_launch_default
 from ndfleet.preflight.impact import check_impact_provider, check_impact_role_permission
-from ndfleet.preflight.outcome import Check, unavailable_check
-from ndfleet.preflight.permissions import Mode, check_permissions, deployment_scope
 from ndfleet.preflight.machine_quota import (
     check_machine_family_quotas,
     check_spot_stack_dedicated_quota,
     sku_size_facts,
 )
+from ndfleet.preflight.outcome import Check, unavailable_check
+from ndfleet.preflight.permissions import Mode, check_permissions, deployment_scope
 from ndfleet.spec.config import ClusterSpec
 from ndfleet.spec.vms import quota_need
 

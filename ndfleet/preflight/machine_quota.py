@@ -7,6 +7,7 @@ ndfleet's table (ndfleet/spec/profiles.py MACHINE_SIZES); a size in neither is n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ndfleet.preflight.clouds import CloudSettings
@@ -85,13 +86,8 @@ def check_machine_family_quotas(
                 )
             )  # fmt: skip
             continue
-        found = usage
-        checks.append(
-            _quota_check(
-                check_id, title, found, vcpus,
-                lambda new, u=found: _quota_fix(cloud, subscription_id, spec.location, u.name, new, "dedicated"),
-            )
-        )  # fmt: skip
+        fix = functools.partial(_quota_fix, cloud, subscription_id, spec.location, usage.name, kind="dedicated")
+        checks.append(_quota_check(check_id, title, usage, vcpus, fix))
     return checks
 
 

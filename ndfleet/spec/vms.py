@@ -53,7 +53,8 @@ def stack_vms(spec: ClusterSpec) -> list[VmGroup]:
     """The VMs `pulumi up` creates for this stack, GPU nodes first (components/ib_island.py, components/slurm.py)."""
     spot = spec.priority == "Spot"
     groups = [
-        VmGroup(f"GPU nodes, island {island.name}", spec.profile.name, island.nodes, spot, gpu=True) for island in spec.islands
+        VmGroup(f"GPU nodes, island {island.name}", spec.profile.name, island.nodes, spot, gpu=True)
+        for island in spec.islands
     ]
     if spec.slurm is not None:
         groups.append(VmGroup("Slurm controller", spec.slurm.controller_vm_size, 1))

@@ -57,9 +57,13 @@ def retail_server(routes: dict[str, dict[int, list[Reply]]]) -> Iterator[RetailS
             if reply.hang:
                 state.release.wait(HANG_LIMIT_S)
                 return
-            body = reply.body or (RETAIL / reply.file).read_text().replace(
-                "https://prices.azure.com/api/retail/prices", state.url
-            ).encode()
+            body = (
+                reply.body
+                or (RETAIL / reply.file)
+                .read_text()
+                .replace("https://prices.azure.com/api/retail/prices", state.url)
+                .encode()
+            )
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

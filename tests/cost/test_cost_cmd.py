@@ -52,5 +52,7 @@ def test_refresh_failure_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.C
     with retail_server({}) as server:
         code, doc, err = run(capsys, stack(tmp_path), "--refresh", env={ENDPOINT_ENV: server.url})
     assert (code, doc) == (1, None)
-    assert err.splitlines() == [f"ndfleet cost: no Linux pay-as-you-go meter for {H100} in eastus in the Azure Retail "
-                                "Prices API (is the size offered there?)"]
+    assert err.splitlines() == [
+        f"ndfleet cost: no Linux pay-as-you-go meter for {H100} in eastus in the Azure Retail "
+        "Prices API (is the size offered there?)"
+    ]

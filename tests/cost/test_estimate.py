@@ -55,9 +55,7 @@ def test_month_is_730_hours() -> None:
 
 def test_a_region_without_a_figure_says_so_and_uses_no_other_region() -> None:
     estimate = estimate_cost(spec_of(location="eastus2", vmSize="Standard_ND96isr_H200_v5"))
-    assert estimate.missing == [
-        "no list price for Standard_ND96isr_H200_v5 in eastus2 (run `ndfleet cost --refresh`)"
-    ]
+    assert estimate.missing == ["no list price for Standard_ND96isr_H200_v5 in eastus2 (run `ndfleet cost --refresh`)"]
     assert estimate.usd_per_hour == 0
     assert estimate.as_json()["complete"] is False
 

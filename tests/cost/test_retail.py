@@ -40,7 +40,11 @@ def failure(server: RetailServer, size: str = D8, limits: Limits = LIMITS) -> st
 def test_the_linux_pay_as_you_go_meter_is_found_on_the_second_page() -> None:
     with served(d8=TWO_PAGES) as server:
         meter = fetch(server)
-    assert (meter.usd_per_hour, meter.meter_name, meter.product_name) == (0.384, "D8s v5", "Virtual Machines Dsv5 Series")
+    assert (meter.usd_per_hour, meter.meter_name, meter.product_name) == (
+        0.384,
+        "D8s v5",
+        "Virtual Machines Dsv5 Series",
+    )
     assert len(server.requests) == 2
 
 
@@ -88,9 +92,8 @@ def test_429_past_the_retries_fails_with_the_status() -> None:
 def test_retry_after_is_bounded() -> None:
     throttled = Reply(status=429, body=b"{}", headers=(("Retry-After", "86400"),))
     sleeps: list[float] = []
-    with served(d8={0: [throttled, Reply(file="nd-h100-v5-eastus.json")]}) as server:
-        with pytest.raises(RetailPriceError):
-            fetch(server, sleeps=sleeps)
+    with served(d8={0: [throttled, Reply(file="nd-h100-v5-eastus.json")]}) as server, pytest.raises(RetailPriceError):
+        fetch(server, sleeps=sleeps)
     assert sleeps == [LIMITS.max_retry_after_s]
 
 
@@ -131,9 +134,7 @@ def test_pages_are_bounded() -> None:
 
 
 def test_a_next_page_link_to_another_host_is_not_followed() -> None:
-    page = (
-        b'{"Items": [], "NextPageLink": "https://elsewhere.example/api/retail/prices?$skip=100", "Count": 0}'
-    )
+    page = b'{"Items": [], "NextPageLink": "https://elsewhere.example/api/retail/prices?$skip=100", "Count": 0}'
     with served(d8={0: [Reply(body=page)]}) as server:
         assert "another host" in failure(server)
     assert len(server.requests) == 1
