@@ -31,9 +31,9 @@ from ndfleet.bootstrap import (
 from ndfleet.prepare import bootstrap_extensions
 from ndfleet.spec.config import ClusterSpec, load_spec
 from ndfleet.spec.stackfile import load_stack
+from tests.conftest import EXAMPLE_STACKS
 from tests.system_tools import find_tool
 
-EXAMPLE_STACKS = ("dev", "prod", "h200")
 ONE_STACK_PER_VM_SIZE = ("dev", "h200")  # ND H100 v5, ND H200 v5
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
 # The Application Health extension's gracePeriod is at most 14,400 s (virtual-machine-scale-sets-health-extension.md).
