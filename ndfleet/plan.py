@@ -25,7 +25,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
-from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack_from_args
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -388,7 +388,7 @@ def register(subparsers: Any) -> None:
 
 def plan_command(args: argparse.Namespace) -> int:
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
         plan = run_plan(stack)
     except (StackFileError, SpecError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)

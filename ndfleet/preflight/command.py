@@ -21,7 +21,7 @@ from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
 from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.spec.config import ClusterSpec, SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
 
 
 def run_preflight(
@@ -111,7 +111,7 @@ def _placeholder_ssh_key() -> str:
 
 def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
     except StackFileError as exc:
         raise CannotCheck(f"could not check: {exc}") from None
     raw = stack.ndfleet_config
