@@ -383,10 +383,22 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policies", action="store_true", help="also evaluate the policy pack over the plan; exit 1 on a violation"
     )
+    p.add_argument(
+        "--program", metavar="DIR",
+        help="run the Pulumi Python program in DIR (its __main__.py and Pulumi.yaml: an example, your own) instead "
+        "of ndfleet's; --stack NAME then reads DIR/Pulumi.NAME.yaml",
+    )  # fmt: skip
     p.set_defaults(handler=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    if args.program is not None:
+        from ndfleet.plans.any_program import plan_program_command
+
+        if args.policies:
+            print("error: --policies checks ndfleet's own plan; it does not go with --program", file=sys.stderr)
+            return 1
+        return plan_program_command(args)
     try:
         stack = load_stack_from_args(args)
         plan = run_plan(stack)
