@@ -407,6 +407,8 @@ def plan_command(args: argparse.Namespace) -> int:
         return 1
     if args.format == "json":
         sys.stdout.write(plan.to_json())
+        for warning in plan.spec.warnings:  # the table carries them; beside JSON they go to stderr
+            print(f"warning: {warning}", file=sys.stderr)
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:
