@@ -51,6 +51,7 @@ def run_preflight(
         report.checks = run_checks(spec, facts, cloud, subscription_id, mode)
     except CannotCheck as exc:
         report.error = str(exc)
+        report.error_details = exc.details
     finally:
         if owned is not None:
             owned.close()
@@ -145,6 +146,8 @@ def register(subparsers: Any) -> None:
         help="the Pulumi operation to check permissions for: up (default; writes, role assignments and locks) "
         "or preview (reads only; what up would lack is a warning)",
     )
+    p.add_argument("--verbose", action="store_true",
+                   help="when Azure cannot be asked, also print what the library said (e.g. each credential tried)")
     p.set_defaults(handler=_run)
 
 
@@ -178,13 +181,15 @@ def run_cli(
         retry=retry,
         mode=getattr(args, "mode", "up"),
     )
-    _emit(report, args.format)
+    _emit(report, args.format, verbose=getattr(args, "verbose", False))
     return report.exit_code
 
-def _emit(report: Report, fmt: str) -> None:
+def _emit(report: Report, fmt: str, verbose: bool = False) -> None:
     if fmt == "json":
         print(render_json(report))
     elif report.error is not None:
         print(report.error, file=sys.stderr)
     else:
         print(render_table(report))
+    if verbose and report.error_details:
+        print(report.error_details, file=sys.stderr)
