@@ -20,7 +20,7 @@ from ndfleet.monitoring.alerts import alerts, rule_file_yaml
 from ndfleet.monitoring.cost import estimate
 from ndfleet.monitoring.dashboards import dashboard_files
 from ndfleet.spec.config import SpecError, load_spec
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
 
 RULES_FILE = "alerts.rules.yml"
 
@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
         spec = load_spec(stack.ndfleet_config, stack.name)
     except (StackFileError, SpecError) as e:
         print(f"ndfleet monitoring: {e}", file=sys.stderr)

@@ -26,7 +26,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
 from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
-from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack_from_args
 from ndfleet.spec.vms import quota_lines
 
 SCHEMA_VERSION = 1
@@ -386,18 +386,32 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policies", action="store_true", help="also evaluate the policy pack over the plan; exit 1 on a violation"
     )
+    p.add_argument(
+        "--program", metavar="DIR",
+        help="run the Pulumi Python program in DIR (its __main__.py and Pulumi.yaml: an example, your own) instead "
+        "of ndfleet's; --stack NAME then reads DIR/Pulumi.NAME.yaml",
+    )  # fmt: skip
     p.set_defaults(handler=plan_command)
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    if args.program is not None:
+        from ndfleet.plans.any_program import plan_program_command
+
+        if args.policies:
+            print("error: --policies checks ndfleet's own plan; it does not go with --program", file=sys.stderr)
+            return 1
+        return plan_program_command(args)
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
         plan = run_plan(stack)
     except (StackFileError, SpecError, pulumi.RunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.format == "json":
         sys.stdout.write(plan.to_json())
+        for warning in plan.spec.warnings:  # the table carries them; beside JSON they go to stderr
+            print(f"warning: {warning}", file=sys.stderr)
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:

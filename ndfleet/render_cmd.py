@@ -29,7 +29,7 @@ from typing import Any
 from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
 from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.spec.config import SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
 
 EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 
@@ -108,7 +108,7 @@ def _stage(staged: _Staged, folder_fd: int, rendered: RenderedBootstrap) -> list
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
         # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.
         prepared = prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
         rendered = {p.island.name: p.bootstrap for p in prepared.islands}

@@ -19,10 +19,9 @@ from ndfleet import cli, plandiff, policy_rules
 from ndfleet.plan import run_plan
 from ndfleet.spec.profiles import PROFILES
 from ndfleet.spec.stackfile import load_stack
-from tests.conftest import STACKS_DIR
+from tests.conftest import EXAMPLE_STACKS, STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 H100, H200 = "Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5"
 
 

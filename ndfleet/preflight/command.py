@@ -21,7 +21,7 @@ from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
 from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.spec.config import ClusterSpec, SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
 
 
 def run_preflight(
@@ -51,6 +51,7 @@ def run_preflight(
         report.checks = run_checks(spec, facts, cloud, subscription_id, mode)
     except CannotCheck as exc:
         report.error = str(exc)
+        report.error_details = exc.details
     finally:
         if owned is not None:
             owned.close()
@@ -111,7 +112,7 @@ def _placeholder_ssh_key() -> str:
 
 def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
     except StackFileError as exc:
         raise CannotCheck(f"could not check: {exc}") from None
     raw = stack.ndfleet_config
@@ -145,6 +146,8 @@ def register(subparsers: Any) -> None:
         help="the Pulumi operation to check permissions for: up (default; writes, role assignments and locks) "
         "or preview (reads only; what up would lack is a warning)",
     )
+    p.add_argument("--verbose", action="store_true",
+                   help="when Azure cannot be asked, also print what the library said (e.g. each credential tried)")
     p.set_defaults(handler=_run)
 
 
@@ -178,13 +181,15 @@ def run_cli(
         retry=retry,
         mode=getattr(args, "mode", "up"),
     )
-    _emit(report, args.format)
+    _emit(report, args.format, verbose=getattr(args, "verbose", False))
     return report.exit_code
 
-def _emit(report: Report, fmt: str) -> None:
+def _emit(report: Report, fmt: str, verbose: bool = False) -> None:
     if fmt == "json":
         print(render_json(report))
     elif report.error is not None:
         print(report.error, file=sys.stderr)
     else:
         print(render_table(report))
+    if verbose and report.error_details:
+        print(report.error_details, file=sys.stderr)

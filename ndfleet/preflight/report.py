@@ -23,6 +23,7 @@ class Report:
     spec: ClusterSpec | None
     checks: list[Check]
     error: str | None = None  # set when preflight could not check at all
+    error_details: str = ""  # what the library behind `error` said: printed with --verbose
     elapsed_s: float = 0.0
 
     @property

@@ -826,6 +826,13 @@ def build_spec(
             )
     if config.priority == "Spot":
         warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
+    if config.scheduler == "slurm" and not config.bastion:
+        # The login nodes have private addresses only (docs/slurm.md): Bastion is the way in from outside the VNet.
+        warnings.append(
+            f"{NAMESPACE}:scheduler = 'slurm' with {NAMESPACE}:bastion off: the login node has no public address, so "
+            f"it is reachable only from inside the VNet (a peered network or VPN); set {NAMESPACE}:bastion: true to "
+            "reach it through Azure Bastion"
+        )
     if config.scheduler != "slurm" and "slurm" in config.model_fields_set:
         problems.append(
             f"{NAMESPACE}:slurm is set but {NAMESPACE}:scheduler = {config.scheduler!r}: set {NAMESPACE}:scheduler to "

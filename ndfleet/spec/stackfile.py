@@ -188,10 +188,14 @@ def stack_path(name: str) -> Path:
     return stacks_dir() / f"Pulumi.{name}.yaml"
 
 
-def load_stack(name: str | None = None, path: str | Path | None = None) -> StackFile:
-    """Load `stacks/Pulumi.<name>.yaml`, or any stack file at `path` (its stack name taken from the file name)."""
+def load_stack(name: str | None = None, path: str | Path | None = None, stack_name: str | None = None) -> StackFile:
+    """Load `stacks/Pulumi.<name>.yaml`, or any stack file at `path`: its stack name is `stack_name` when given (a
+    copy of a stack file planned under the original's name, whose resource names derive from it), else taken from
+    the file name."""
     if (name is None) == (path is None):
         raise StackFileError("give either a stack name (--stack) or a stack file (--stack-file)")
+    if stack_name is not None and path is None:
+        raise StackFileError(f"--stack-name {stack_name!r} goes with --stack-file (--stack names the stack already)")
     if path is None:
         assert name is not None
         problem = stack_name_problem(name)
@@ -211,11 +215,16 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
         name = (
             stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
         )
+        if stack_name is not None:
+            problem = stack_name_problem(stack_name)
+            if problem is not None:
+                raise StackFileError(f"--stack-name: {problem}")
+            name = stack_name
         problem = stack_name_problem(name)
         if problem is not None:
             raise StackFileError(
                 f"{file}: the stack's name is taken from the file name (Pulumi.<stack>.yaml) and {problem}; "
-                "rename the file"
+                "rename the file or give the name with --stack-name"
             )
     doc = read_yaml(file) or {}
     if not isinstance(doc, dict):
@@ -231,3 +240,13 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
     group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
+    parser.add_argument(
+        "--stack-name", metavar="NAME",
+        help="with --stack-file: the stack's name (default: NAME of Pulumi.NAME.yaml); resource names derive from "
+        "it, so give the original's name to plan or diff an edited copy",
+    )  # fmt: skip
+
+
+def load_stack_from_args(args: argparse.Namespace) -> StackFile:
+    """The stack that `--stack`, `--stack-file` and `--stack-name` (add_stack_arguments) name."""
+    return load_stack(name=args.stack, path=args.stack_file, stack_name=args.stack_name)

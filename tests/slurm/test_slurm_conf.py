@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -269,7 +268,7 @@ def test_scaling_changes_the_controllers_user_data_not_its_custom_data() -> None
     assert machine_user_data(small, "controller") != machine_user_data(large, "controller")
 
 
-@pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init is installed by .ci/run")
+@pytest.mark.needs_tool("cloud-init")
 def test_machine_cloud_config_passes_the_schema(prod: ClusterSpec, tmp_path: Path) -> None:
     for role in ("controller", "login"):
         path = tmp_path / f"{role}.yaml"
