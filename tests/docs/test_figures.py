@@ -75,9 +75,7 @@ def stack_row(spec: ClusterSpec) -> str:
     if spec.storage.lustre is not None:
         notes.append(f"Managed Lustre {spec.storage.lustre.capacity_tib} TiB {spec.storage.lustre.sku.name}")
     size = spec.profile.series.replace("NDH100v5", "ND H100 v5").replace("NDH200v5", "ND H200 v5")
-    return (
-        f"| `{spec.stack}` | {size} | {spec.total_nodes:,} ({islands}) | {spec.total_gpus:,} | {', '.join(notes)} |"
-    )
+    return f"| `{spec.stack}` | {size} | {spec.total_nodes:,} ({islands}) | {spec.total_gpus:,} | {', '.join(notes)} |"
 
 
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
@@ -110,9 +108,12 @@ def test_readme_validation_budgets() -> None:
     full1, quick = budget(validationLevel="full", dcgmLevel=1), budget(validationLevel="quick")
     full2, full3 = budget(dcgmLevel=2), budget(dcgmLevel=3)
     setup = PROFILES[H100].thresholds.setup_timeout_s
-    says("README.md", f"{setup} s of set-up plus every check at its time limit, {full1:,} s (about "
-                      f"{round(full1 / 60)} minutes) at the default `validationLevel: full`, `dcgmLevel: 1`; "
-                      f"{quick:,} s at `quick`; {full2:,} s and {full3:,} s with `dcgmLevel` 2 and 3")
+    says(
+        "README.md",
+        f"{setup} s of set-up plus every check at its time limit, {full1:,} s (about "
+        f"{round(full1 / 60)} minutes) at the default `validationLevel: full`, `dcgmLevel: 1`; "
+        f"{quick:,} s at `quick`; {full2:,} s and {full3:,} s with `dcgmLevel` 2 and 3",
+    )
     says("README.md", f"({default_probe_grace_period_s(full1):,} s at the defaults; see above)")
 
 
@@ -136,8 +137,11 @@ def test_readme_monitoring_figures() -> None:
     cost = estimate(prepared("prod").spec)
     kinds = len({a.name for a in alerts(prepared("prod").spec)})
     says("README.md", f"Azure evaluates {kinds} kinds of alert")
-    says("README.md", f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
-                      "samples/min for the prod stack)")
+    says(
+        "README.md",
+        f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
+        "samples/min for the prod stack)",
+    )
 
 
 @pytest.mark.parametrize("name", ["README.md", "docs/bootstrap.md"])
