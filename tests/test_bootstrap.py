@@ -143,8 +143,6 @@ def test_user_data_headroom(stack_render):
     assert len(r.bundle) <= USER_DATA_MAX_BYTES * 4 // 5, "less than a fifth of Azure's userData limit left"
 
 
-
-
 def test_oversized_bootstrap_names_stack_island_size_and_limit(monkeypatch):
     spec = spec_of("dev")
     monkeypatch.setattr(bootstrap, "CUSTOM_DATA_MAX_BYTES", 1000)
