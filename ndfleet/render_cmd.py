@@ -1,17 +1,23 @@
-"""`ndfleet render`: write a stack's node bootstrap as files, for review and for tests.
+"""`ndfleet render`: write every file each machine of a stack receives, for review and for tests.
 
   ndfleet render --stack NAME --out DIR        (stacks/Pulumi.NAME.yaml)
   ndfleet render --stack-file PATH --out DIR   (any Pulumi stack file)
 
-Writes the cloud-init user data (`user-data`), its gzip+base64 form as the scale set receives it
-(`custom-data.b64`), the node bundle as the scale set's userData (`vm-user-data.b64`) and every file the node
-receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the `ndfleet-node`
-zipapp, `node.json`, `nccl.conf`, `*.service`, `*.target`, a drop-in as `<unit>.d-<name>`). When islands render
-differently (each bootstrap names its island) every island gets its own folder DIR/<island>/. Exit 1 with the
-configuration's message when the stack is invalid.
+One folder per machine kind (ndfleet/machine_files.py):
+
+  DIR/compute/              compute nodes, when every island renders the same; else DIR/compute/<island>/
+  DIR/slurm-controller/     with `ndfleet:scheduler: slurm`: the controller
+  DIR/slurm-login/          ... and the login node(s)
+
+Each holds the cloud-init user data (`user-data`), its gzip+base64 form as Azure receives it (`custom-data.b64`),
+the VM or scale-set userData (`vm-user-data.b64`: a compute node's bundle, a Slurm machine's configuration) and every
+file the machine receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the
+`ndfleet-node` zipapp, `node.json`, `nccl.conf`, `slurm.conf`, `*.service`, `*.target`, a drop-in as
+`<unit>.d-<name>`, the controller's node-program modules under `ndfleet_node/`). Exit 1 with the configuration's
+message when the stack is invalid.
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
-replaced by the file; a link at an island folder's name is refused), and every file is first written under a
+replaced by the file; a link at a folder's name is refused), and every file is first written under a
 temporary name and renamed into place once all are written, so a failure (a full disk) leaves DIR as it was.
 """
 
@@ -21,12 +27,13 @@ import argparse
 import contextlib
 import errno
 import os
+import posixpath
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
+from ndfleet.machine_files import machine_files
 from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.spec.config import SpecError
 from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
@@ -37,8 +44,9 @@ EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstra
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "render",
-        help="write the node bootstrap (cloud-init user data, scripts, units) of a stack as files",
-        description="Render the node bootstrap of a stack and write the user data and every script it carries.",
+        help="write every file each machine of a stack receives (user data, scripts, units, Slurm files)",
+        description="Render what each machine kind of a stack receives (compute nodes, Slurm controller and login) "
+        "and write its customData, userData and every file they carry, one folder per machine kind.",
     )
     add_stack_arguments(p)
     p.add_argument("--out", metavar="DIR", required=True, help="folder to write into (created if missing)")
@@ -98,12 +106,27 @@ class _Staged:
         self.pending.clear()
 
 
-def _stage(staged: _Staged, folder_fd: int, rendered: RenderedBootstrap) -> list[str]:
-    names = []
-    for name, (data, mode) in sorted(rendered.output_files().items()):  # custom-data.b64 included
-        staged.add(folder_fd, name, data, mode)
-        names.append(name)
-    return names
+def _folder_of(out_fd: int, relative: str, opened: dict[str, int], created: list[str]) -> int:
+    """The open folder `relative` ("compute/ib00") inside --out, each level created if missing (listed in
+    `created`, so a failed run can remove it again) and never a link."""
+    if relative in ("", "."):
+        return out_fd
+    if relative not in opened:
+        parent, name = posixpath.split(relative)
+        parent_fd = _folder_of(out_fd, parent, opened, created)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent_fd)
+            created.append(relative)
+        opened[relative] = _open_subfolder(parent_fd, name)
+    return opened[relative]
+
+
+def _remove_created(out_fd: int, opened: dict[str, int], created: list[str]) -> None:
+    """Remove the folders this run created (innermost first), so a failure leaves --out as it was."""
+    for relative in reversed(created):
+        parent, name = posixpath.split(relative)
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=opened.get(parent, out_fd))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -111,48 +134,41 @@ def _run(args: argparse.Namespace) -> int:
         stack = load_stack_from_args(args)
         # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.
         prepared = prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
-        rendered = {p.island.name: p.bootstrap for p in prepared.islands}
+        machines = machine_files(prepared)
     except (StackFileError, SpecError, PrepareError) as e:
         print(f"ndfleet render: {e}", file=sys.stderr)
         return 1
     out = Path(args.out)
-    per_island = len({tuple(sorted(r.files.items())) for r in rendered.values()}) > 1
     staged = _Staged()
-    folders: list[int] = []
+    opened: dict[str, int] = {}
+    created: list[str] = []
+    out_fd = -1
     report: list[str] = []
     try:
         # --out itself is the user's choice (it may be a link); inside it nothing is followed.
         out.mkdir(parents=True, exist_ok=True)
         out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        folders.append(out_fd)
-        for name, r in rendered.items():
-            folder_fd = out_fd
-            if per_island:
-                folder_fd = _open_subfolder(out_fd, name)
-                folders.append(folder_fd)
-            written = _stage(staged, folder_fd, r)
-            folder = out / name if per_island else out
-            label = f"island {name}" if per_island or len(rendered) == 1 else f"{len(rendered)} identical islands"
-            user_data = (
-                f", userData {len(r.bundle):,} of {USER_DATA_MAX_BYTES:,} bytes, "
-                f"{r.user_data_headroom_bytes:,} to spare"
-                if r.bundle
-                else ""
-            )
-            report.append(
-                f"{label}: {len(written)} files in {folder}/ (customData {len(r.custom_data_bytes):,} of "
-                f"{CUSTOM_DATA_MAX_BYTES:,} bytes, {r.headroom_bytes:,} to spare{user_data})"
-            )
-            report.append("  " + " ".join(written))
-            if not per_island:
-                break
+        for machine in machines:
+            names = sorted(machine.files)
+            for name in names:
+                data, mode = machine.files[name]
+                folder, base = posixpath.split(posixpath.join(machine.folder, name))
+                if ".." in folder.split("/"):
+                    raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
+                staged.add(_folder_of(out_fd, folder, opened, created), base, data, mode)
+            report.append(f"{machine.label}: {len(names)} files in {out / machine.folder}/ ({machine.sizes()})")
+            report.append("  " + " ".join(names))
         staged.commit()
     except OSError as e:
         staged.discard()
+        if out_fd >= 0:
+            _remove_created(out_fd, opened, created)
         print(f"ndfleet render: cannot write to {out}: {e.strerror or e}; nothing was written", file=sys.stderr)
         return 1
     finally:
-        for fd in folders:
+        for fd in opened.values():
             os.close(fd)
+        if out_fd >= 0:
+            os.close(out_fd)
     print("\n".join(report))
     return 0

@@ -284,6 +284,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         user_data=user_data,
         files={"user-data": user_data, **{f.name: f.content for f in files}},
         node_paths={f.name: f.path for f in files},
+        modes={f.name: f.mode for f in files},
     )
     if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
         raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
