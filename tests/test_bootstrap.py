@@ -6,8 +6,6 @@ import base64
 import gzip
 import hashlib
 import json
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
