@@ -25,7 +25,9 @@ def no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_credential_error_is_one_line_naming_the_fixes(no_credentials: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_credential_error_is_one_line_naming_the_fixes(
+    no_credentials: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (line,) = preflight_stderr(no_credentials, capsys).splitlines()
     assert line.startswith("could not check: no usable Azure credentials for AzureCloud")
     for fix in ("`az login`", "AZURE_CLIENT_ID", "NDFLEET_MANAGED_IDENTITY=true", "--verbose"):
