@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 # Module per subcommand, in the order `ndfleet --help` lists them.
 COMMAND_MODULES = (
-    "ndfleet.plan",
-    "ndfleet.diff_cmd",
-    "ndfleet.policy_cmd",
-    "ndfleet.render_cmd",
+    "ndfleet.plans.build",
+    "ndfleet.commands.diff",
+    "ndfleet.commands.policy",
+    "ndfleet.commands.render",
     "ndfleet.preflight",
-    "ndfleet.monitoring_cmd",
-    "ndfleet.impact_cmd",
+    "ndfleet.commands.monitoring",
+    "ndfleet.commands.impact",
 )
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet.plan import Plan, PlannedResource, run_plan
-from ndfleet.spec.stackfile import StackFile
+from ndfleet.plans.build import Plan, PlannedResource, run_plan
+from ndfleet.stackconfig.stackfile import StackFile
 
 REPO = Path(__file__).resolve().parent.parent
 STACKS_DIR = REPO / "stacks"

@@ -17,8 +17,8 @@ import jinja2
 import pytest
 import yaml
 
-from ndfleet import bootstrap, nodebundle
-from ndfleet.bootstrap import (
+from ndfleet.nodefiles import bootstrap, nodebundle
+from ndfleet.nodefiles.bootstrap import (
     CUSTOM_DATA_MAX_BYTES,
     SHELL_FILES,
     USER_DATA_MAX_BYTES,
@@ -30,8 +30,8 @@ from ndfleet.bootstrap import (
     validation_budget_s,
 )
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import ClusterSpec, load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 
 EXAMPLE_STACKS = ("dev", "prod", "h200")
 ONE_STACK_PER_VM_SIZE = ("dev", "h200")  # ND H100 v5, ND H200 v5

@@ -7,7 +7,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from ndfleet.spec.config import (
+from ndfleet.stackconfig.config import (
     AZURE_MAX_PRIVATE_IPS_PER_VNET,
     EXAMPLE_KEY_WARNING,
     MAX_NODES,
@@ -16,7 +16,7 @@ from ndfleet.spec.config import (
     node_headroom,
     split_islands,
 )
-from ndfleet.spec.sshkeys import is_example_key
+from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
@@ -212,7 +212,7 @@ def test_bad_configuration_stops_the_program_before_any_resource(overrides: dict
     """The real program (`__main__.py`, as `pulumi up` runs it) fails with the message and registers nothing."""
     from pulumi.runtime.settings import get_monitor
 
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     with pytest.raises(pulumi.RunError) as info:
         execute_program(stack_from(base_config(**overrides)))
@@ -316,7 +316,7 @@ def test_probe_grace_period_is_none_unless_set() -> None:
 
 def test_dcgm_level_3_with_the_default_grace_period_is_accepted_by_the_program() -> None:
     """The default grace period follows the node's budget: only an explicit, too short value is an error."""
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     run = execute_program(stack_from(base_config(health={"dcgmLevel": 3})))
     assert run.monitor.order
@@ -332,7 +332,7 @@ def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) ->
     from pulumi.runtime.settings import get_monitor
 
     import ndfleet.program
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     monkeypatch.setattr(ndfleet.program, "under_mocks", lambda: False)
     with pytest.raises(pulumi.RunError, match="example key of ndfleet's stacks"):

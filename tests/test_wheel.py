@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.spec.stackfile import find_project_file
+from ndfleet.stackconfig.stackfile import find_project_file
 from tests.conftest import REPO, STACKS_DIR
 
 TIMEOUT_S = 600  # a loaded 2-core machine: generous

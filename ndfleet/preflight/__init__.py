@@ -33,7 +33,7 @@ from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.facts import Facts
 from ndfleet.preflight.outcome import Check
 from ndfleet.preflight.report import EXIT_CANNOT_CHECK, EXIT_FAILED, EXIT_OK, Report, render_json, render_table
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 
 __all__ = [
     "CLOUDS",

@@ -20,8 +20,8 @@ from ndfleet.preflight.permissions import Mode
 from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
 from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.spec.config import ClusterSpec, SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.stackconfig.config import ClusterSpec, SpecError
+from ndfleet.stackconfig.stackfile import StackFileError, add_stack_arguments, load_stack
 
 
 def run_preflight(

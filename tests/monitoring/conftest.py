@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.config import ClusterSpec, load_spec
 from tests.conftest import base_config
 
 # Generous: promtool starts in well under a second, but CI machines are small and busy.

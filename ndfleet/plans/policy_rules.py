@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.spec.profiles import (
+from ndfleet.stackconfig.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,
     HARD_MAX_NODES_PER_ISLAND,
     IMPACT_REPORTER_ROLE_ID,

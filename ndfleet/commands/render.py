@@ -26,10 +26,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
+from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
 from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.spec.config import SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.stackconfig.config import SpecError
+from ndfleet.stackconfig.stackfile import StackFileError, add_stack_arguments, load_stack
 
 EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 

@@ -24,8 +24,8 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
-from ndfleet.spec.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
+from ndfleet.stackconfig.config import ClusterSpec, SpecError, load_spec
+from ndfleet.stackconfig.stackfile import StackFile, StackFileError, add_stack_arguments, load_stack
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -398,7 +398,7 @@ def plan_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:
-        from ndfleet.policy_rules import evaluate_plan, format_violations, has_mandatory
+        from ndfleet.plans.policy_rules import evaluate_plan, format_violations, has_mandatory
 
         violations = evaluate_plan(plan.as_json())
         print(format_violations(violations), file=sys.stderr if args.format == "json" else sys.stdout)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet import policy_rules
-from ndfleet.diff_cmd import InputError, load_plan
+from ndfleet.commands.diff import InputError, load_plan
+from ndfleet.plans import policy_rules
 
 
 def register(subparsers: Any) -> None:

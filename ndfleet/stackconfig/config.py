@@ -19,8 +19,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ndfleet.spec.names import stack_name_problem
-from ndfleet.spec.profiles import (
+from ndfleet.stackconfig.names import stack_name_problem
+from ndfleet.stackconfig.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,
     HARD_MAX_NODES_PER_ISLAND,
     LUSTRE_SKUS,
@@ -29,8 +29,8 @@ from ndfleet.spec.profiles import (
     LustreSku,
     VmSizeProfile,
 )
-from ndfleet.spec.regions import REGION_NAME, REGIONS_SOURCE, closest, has_zones, name_form
-from ndfleet.spec.sshkeys import check_ssh_public_key, is_example_key, looks_private
+from ndfleet.stackconfig.regions import REGION_NAME, REGIONS_SOURCE, closest, has_zones, name_form
+from ndfleet.stackconfig.sshkeys import check_ssh_public_key, is_example_key, looks_private
 
 NAMESPACE = "ndfleet"
 

@@ -35,8 +35,8 @@ from ndfleet.preflight import (
 )
 from ndfleet.preflight.arm import ArmReader, describe_error
 from ndfleet.preflight.command import _load as load_stack_spec  # the stack -> spec step preflight uses
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.stackfile import add_stack_arguments
+from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.stackfile import add_stack_arguments
 
 # Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,
 # preview/2024-05-01-preview; the version pulumi-azure-native's impact module uses).

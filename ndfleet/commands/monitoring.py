@@ -19,8 +19,8 @@ from typing import Any
 from ndfleet.monitoring.alerts import alerts, rule_file_yaml
 from ndfleet.monitoring.cost import estimate
 from ndfleet.monitoring.dashboards import dashboard_files
-from ndfleet.spec.config import SpecError, load_spec
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.stackconfig.config import SpecError, load_spec
+from ndfleet.stackconfig.stackfile import StackFileError, add_stack_arguments, load_stack
 
 RULES_FILE = "alerts.rules.yml"
 

@@ -1,6 +1,6 @@
 """Compare two offline plans (`ndfleet plan --format json`) and say what the change does to the cluster.
 
-Pure functions only: no Pulumi, no Azure, no files. `ndfleet diff` (ndfleet/diff_cmd.py) reads the plans and
+Pure functions only: no Pulumi, no Azure, no files. `ndfleet diff` (ndfleet/commands/diff.py) reads the plans and
 prints what `render_markdown` / `render_text` return.
 
 What a diff holds, per stack:
@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# The plan document's schema and reader live in ndfleet.plandoc; these names stay importable from here.
-from ndfleet.plandoc import PLAN_SCHEMA_VERSION as PLAN_SCHEMA_VERSION
-from ndfleet.plandoc import PlanFormatError as PlanFormatError
-from ndfleet.plandoc import TooLarge, decode_custom_data
-from ndfleet.plandoc import validate_plan as validate_plan
-from ndfleet.spec.profiles import PROFILES
+# The plan document's schema and reader live in ndfleet.plans.plandoc; these names stay importable from here.
+from ndfleet.plans.plandoc import PLAN_SCHEMA_VERSION as PLAN_SCHEMA_VERSION
+from ndfleet.plans.plandoc import PlanFormatError as PlanFormatError
+from ndfleet.plans.plandoc import TooLarge, decode_custom_data
+from ndfleet.plans.plandoc import validate_plan as validate_plan
+from ndfleet.stackconfig.profiles import PROFILES
 
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
 LONG_VALUE_CHARS = 200

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet import plandiff, plandoc
-from ndfleet.spec.names import stack_name_problem
+from ndfleet.plans import plandiff, plandoc
+from ndfleet.stackconfig.names import stack_name_problem
 
 
 class InputError(Exception):
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 
 def load_plan(path: Path) -> dict[str, Any]:
-    """A plan file, read within bounds and checked against the plan schema (ndfleet.plandoc) once."""
+    """A plan file, read within bounds and checked against the plan schema (ndfleet.plans.plandoc) once."""
     try:
         return plandoc.read_plan(path)
     except plandoc.PlanFormatError as e:
