@@ -16,11 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.monitoring.alerts import alerts, rule_file_yaml
-from ndfleet.monitoring.cost import estimate
-from ndfleet.monitoring.dashboards import dashboard_files
-from ndfleet.stackconfig.config import SpecError, load_spec
-from ndfleet.stackconfig.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.commands.stackargs import add_stack_arguments
 
 RULES_FILE = "alerts.rules.yml"
 
@@ -37,6 +33,13 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.monitoring.alerts import alerts, rule_file_yaml
+    from ndfleet.monitoring.cost import estimate
+    from ndfleet.monitoring.dashboards import dashboard_files
+    from ndfleet.stackconfig.config import SpecError, load_spec
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
         spec = load_spec(stack.ndfleet_config, stack.name)

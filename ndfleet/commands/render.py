@@ -24,12 +24,12 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES, RenderedBootstrap
-from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.stackconfig.config import SpecError
-from ndfleet.stackconfig.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.commands.stackargs import add_stack_arguments
+
+if TYPE_CHECKING:
+    from ndfleet.nodefiles.bootstrap import RenderedBootstrap
 
 EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 
@@ -107,6 +107,12 @@ def _stage(staged: _Staged, folder_fd: int, rendered: RenderedBootstrap) -> list
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
+    from ndfleet.prepare import PrepareError, prepare_config
+    from ndfleet.stackconfig.config import SpecError
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)
         # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.

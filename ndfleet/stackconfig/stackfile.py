@@ -7,7 +7,6 @@ and `preflight` see exactly what `pulumi up` would.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,10 +223,3 @@ def load_stack(name: str | None = None, path: str | Path | None = None) -> Stack
     if not isinstance(config, dict):
         raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")
     return StackFile.from_config(name, file, config)
-
-
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--stack NAME` or `--stack-file PATH`, for every command that reads a stack."""
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
-    group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
