@@ -24,7 +24,7 @@ from ndfleet.monitoring.alerts import alerts
 from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:

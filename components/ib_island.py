@@ -22,8 +22,8 @@ import pulumi_azure_native.compute as compute
 
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
-from ndfleet.stackconfig.config import DEFAULT_VM_SIZE
 from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
 TAG_ISLAND = "ndfleet:island"
 

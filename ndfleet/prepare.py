@@ -35,7 +35,9 @@ from ndfleet.stackconfig.clouds import (
     cloud_from_config,
     public_cloud_only_problems,
 )
-from ndfleet.stackconfig.config import NAMESPACE, ClusterSpec, IslandSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.settings import NAMESPACE
 
 # The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
 # Health extension with Virtual Machine Scale Sets", extension schema: gracePeriod).

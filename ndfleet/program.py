@@ -13,7 +13,8 @@ import pulumi
 
 from ndfleet.components.cluster import Cluster, ClusterArgs
 from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
-from ndfleet.stackconfig.config import ClusterSpec, load_spec, read_pulumi_config
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec, read_pulumi_config
 
 
 class ProgramError(Exception):
@@ -85,7 +86,7 @@ def main() -> None:
 
     `__main__.py` calls this under `pulumi up`; `ndfleet plan` calls it under the mock runtime.
     """
-    from ndfleet.stackconfig.config import SpecError
+    from ndfleet.stackconfig.problems import SpecError
 
     try:
         prepared = prepare_from_stack()

@@ -30,7 +30,8 @@ from ndfleet.nodefiles.bootstrap import (
     validation_budget_s,
 )
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.stackconfig.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
 
 EXAMPLE_STACKS = ("dev", "prod", "h200")

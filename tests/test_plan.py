@@ -11,7 +11,7 @@ import yaml
 
 from ndfleet.cli import main
 from ndfleet.plans.build import SCHEMA_VERSION, execute_program, run_plan
-from ndfleet.stackconfig.config import StackConfig
+from ndfleet.stackconfig.settings import StackConfig
 from ndfleet.stackconfig.stackfile import load_stack, project_defaults
 from tests.conftest import EXAMPLE_STACKS, REPO, VMSS, base_config, of_type, stack_from
 

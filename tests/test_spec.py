@@ -7,15 +7,10 @@ from typing import Any
 import pulumi
 import pytest
 
-from ndfleet.stackconfig.config import (
-    AZURE_MAX_PRIVATE_IPS_PER_VNET,
-    EXAMPLE_KEY_WARNING,
-    MAX_NODES,
-    SpecError,
-    load_spec,
-    node_headroom,
-    split_islands,
-)
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING, split_islands
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, node_headroom
 from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_output_files
-from ndfleet.stackconfig.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
 from tests.fakes.node import Run, run_validator, write_bundle
 

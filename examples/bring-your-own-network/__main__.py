@@ -22,7 +22,9 @@ from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_STORAGE_ACCO
 from ndfleet.prepare import PrepareError, prepare
 from ndfleet.program import ProgramError, refuse_example_key
 from ndfleet.stackconfig.clouds import UnknownCloud, storage_cloud
-from ndfleet.stackconfig.config import DEFAULT_VM_SIZE, SpecError, load_spec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
 
 def main() -> None:

@@ -37,7 +37,8 @@ def _run(args: argparse.Namespace) -> int:
     from ndfleet.monitoring.alerts import alerts, rule_file_yaml
     from ndfleet.monitoring.cost import estimate
     from ndfleet.monitoring.dashboards import dashboard_files
-    from ndfleet.stackconfig.config import SpecError, load_spec
+    from ndfleet.stackconfig.config import load_spec
+    from ndfleet.stackconfig.problems import SpecError
     from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
     try:

@@ -95,7 +95,7 @@ def plan_command(args: argparse.Namespace) -> int:
     import pulumi
 
     from ndfleet.plans.build import run_plan
-    from ndfleet.stackconfig.config import SpecError
+    from ndfleet.stackconfig.problems import SpecError
     from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
     try:

@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     # Imported here, for the chosen command only: `ndfleet --help` stays fast.
     from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
     from ndfleet.prepare import PrepareError, prepare_config
-    from ndfleet.stackconfig.config import SpecError
+    from ndfleet.stackconfig.problems import SpecError
     from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
     try:

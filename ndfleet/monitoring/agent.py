@@ -19,7 +19,7 @@ from ndfleet.monitoring import exporters as ex
 from ndfleet.nodefiles.bootstrap import NODE_APP_PATH
 from ndfleet.nodefiles.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
 from ndfleet.nodefiles.templating import environment
-from ndfleet.stackconfig.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 

@@ -74,7 +74,7 @@ from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other 
 )
 from ndfleet.nodefiles.nodeconfig import to_json as node_config_json
 from ndfleet.nodefiles.templating import TEMPLATES_DIR, environment
-from ndfleet.stackconfig.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 __all__ = [
     "BLOB_MOUNT_ROOT",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import VmSizeProfile
 
 # Microsoft.Impact/workloadImpacts: the Guest Health Reporting page gives this version for HPC reports.

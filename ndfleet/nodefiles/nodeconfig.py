@@ -18,7 +18,7 @@ from typing import Any
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS
 
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
-from ndfleet.stackconfig.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 SCHEMA = 1
 HEALTH_PATH = "/health"

@@ -23,7 +23,8 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from ndfleet.stackconfig.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import StackFile
 
 SCHEMA_VERSION = 1

@@ -12,7 +12,7 @@ from ndfleet.preflight.features import check_trusted_launch_default
 from ndfleet.preflight.impact import check_impact_provider, check_impact_role_permission
 from ndfleet.preflight.outcome import Check, unavailable_check
 from ndfleet.preflight.permissions import Mode, check_permissions, deployment_scope
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 def _find_vm_sku(skus: Sequence[Sku], vm_size: str) -> Sku | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ndfleet.preflight.errors import CannotCheck
 from ndfleet.stackconfig.clouds import canonical_cloud_name
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 @dataclass(frozen=True)

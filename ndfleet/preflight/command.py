@@ -23,7 +23,8 @@ from ndfleet.preflight.permissions import Mode
 from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
 from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.stackconfig.config import ClusterSpec, SpecError
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
 

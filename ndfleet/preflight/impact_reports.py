@@ -14,7 +14,7 @@ from typing import Any
 from ndfleet.preflight.arm import ArmReader, RetrySettings, describe_error
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.errors import CannotCheck
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,
 # preview/2024-05-01-preview; the version pulumi-azure-native's impact module uses).

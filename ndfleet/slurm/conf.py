@@ -25,7 +25,7 @@ from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
 from ndfleet.nodefiles.templating import environment
-from ndfleet.stackconfig.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818

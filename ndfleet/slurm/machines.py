@@ -42,7 +42,7 @@ from ndfleet.slurm.conf import (
     slurm_site,
     slurmd_options,
 )
-from ndfleet.stackconfig.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
 # (the packages Azure CycleCloud Workspace for Slurm installs, Azure/cyclecloud-slurm azure-slurm-install/ubuntu.sh).

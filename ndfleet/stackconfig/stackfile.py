@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 
 from ndfleet.regularfile import NotARegularFile, read_regular_file
-from ndfleet.stackconfig.config import NAMESPACE, from_engine
+from ndfleet.stackconfig.config import from_engine
 from ndfleet.stackconfig.names import stack_name_problem
+from ndfleet.stackconfig.settings import NAMESPACE
 
 PROJECT_FILE_NAME = "Pulumi.yaml"
 # A stack file is a few dozen lines; anything past this is not one (and would only cost time and memory).

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet.stackconfig.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 
 # Generous: promtool starts in well under a second, but CI machines are small and busy.

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet.stackconfig.config import SpecError, load_spec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
 from tests.conftest import base_config
 from tests.monitoring.conftest import monitoring_config
 
