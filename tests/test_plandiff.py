@@ -1,4 +1,4 @@
-"""ndfleet/plans/plandiff.py over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
+"""ndfleet/plans/plandiff/ over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
 
 from __future__ import annotations
 

@@ -336,7 +336,7 @@ def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_every_example_stack_carries_the_one_known_example_key() -> None:
-    """The fingerprint in ndfleet/spec/sshkeys.py is the only place that knows the example key."""
+    """The fingerprint in ndfleet/stackconfig/sshkeys.py is the only place that knows the example key."""
     import yaml
 
     from tests.conftest import STACKS_DIR

@@ -219,7 +219,7 @@ def check_family_quota(
             f"{'ND ' if nd else ''}families there: {', '.join(shown[:20]) or 'none'}",
             fix=(
                 "if the size is new to the subscription, ask for it in the Azure portal's Quotas page; "
-                "if Azure names the family differently, correct quota_family in ndfleet/spec/profiles.py"
+                "if Azure names the family differently, correct quota_family in ndfleet/stackconfig/profiles.py"
             ),
             figures={"quotaName": family, "families": shown},
         )

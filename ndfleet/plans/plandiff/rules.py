@@ -326,7 +326,7 @@ BUILTIN_CONSEQUENCES: tuple[tuple[str, str, str, str], ...] = (
      "Azure docs: lock-resources.md ('When you apply a lock at a parent scope, all resources within that scope "
      "inherit the same lock'); issue 13 item 3"),
     ("island-added", "info", "A scale set (island) is created: nodes and GPUs added", "the plan's summary / "
-     "ndfleet/spec/profiles.py"),
+     "ndfleet/stackconfig/profiles.py"),
     ("island-removed", "danger", "A scale set (island) is deleted: every node of it goes, running jobs die, "
      "local NVMe scratch is lost", "the plan"),
     ("island-replaced", "danger", "A replace rule fired on a scale set: every node of the island is recreated",
