@@ -99,8 +99,8 @@ def test_installed_commands_work_outside_the_checkout(installed: tuple[Path, Pat
 
     render = run([ndfleet, "render", "--stack-file", "Pulumi.dev.yaml", "--out", "out"], elsewhere, env)
     assert render.returncode == 0, render.stderr
-    assert (elsewhere / "out" / "validate-node").read_text().startswith("#!")
-    assert (elsewhere / "out" / "custom-data.b64").stat().st_size > 0
+    assert (elsewhere / "out" / "compute" / "validate-node").read_text().startswith("#!")
+    assert (elsewhere / "out" / "compute" / "custom-data.b64").stat().st_size > 0
 
     diff = run([ndfleet, "diff", "plan.json", "plan.json"], elsewhere, env)
     assert diff.returncode == 0, diff.stderr
