@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "ndfleet.monitoring_cmd",
     "ndfleet.impact_cmd",
     "ndfleet.commands.cost",
+    "ndfleet.commands.status",
 )
 
 

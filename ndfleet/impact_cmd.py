@@ -34,7 +34,7 @@ from ndfleet.preflight import (
     resolve_subscription,
 )
 from ndfleet.preflight.arm import ArmReader, describe_error
-from ndfleet.preflight.command import _load as load_stack_spec  # the stack -> spec step preflight uses
+from ndfleet.preflight.command import load_stack_spec  # the stack -> spec step preflight uses
 from ndfleet.spec.config import ClusterSpec
 from ndfleet.spec.stackfile import add_stack_arguments
 

@@ -110,7 +110,9 @@ def _placeholder_ssh_key() -> str:
     blob = struct.pack(">I", len(kind)) + kind + struct.pack(">I", 32) + bytes(32)
     return "ssh-ed25519 " + base64.b64encode(blob).decode() + " ndfleet-preflight-placeholder"
 
-def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
+def load_stack_spec(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
+    """The stack's validated spec (`--stack` / `--stack-file`) and its `azure-native:` provider settings; an
+    encrypted SSH key is replaced by a placeholder (never used). Raises CannotCheck with the reason."""
     try:
         stack = load_stack_from_args(args)
     except StackFileError as exc:
@@ -164,7 +166,7 @@ def run_cli(
 ) -> int:
     """The command; tests call it with a fake credential and a recorded transport."""
     try:
-        spec, provider = _load(args)
+        spec, provider = load_stack_spec(args)
     except CannotCheck as exc:
         report = Report(
             stack=args.stack or str(args.stack_file), subscription_id=None, cloud=None, spec=None, checks=[]
