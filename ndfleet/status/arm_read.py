@@ -45,8 +45,10 @@ def match_island(spec: ClusterSpec, doc: Mapping[str, Any]) -> str | None:
     island = tags.get(TAG_ISLAND) if isinstance(tags, Mapping) else None
     if not isinstance(island, str) or island not in {i.name for i in spec.islands}:
         return None
-    props = doc.get("properties") if isinstance(doc.get("properties"), Mapping) else {}
-    prefix = ((props.get("virtualMachineProfile") or {}).get("osProfile") or {}).get("computerNamePrefix")
+    props = doc.get("properties")
+    profile = props.get("virtualMachineProfile") if isinstance(props, Mapping) else None
+    os_profile = profile.get("osProfile") if isinstance(profile, Mapping) else None
+    prefix = os_profile.get("computerNamePrefix") if isinstance(os_profile, Mapping) else None
     return island if prefix == computer_name_prefix(spec, island) else None
 
 
@@ -68,7 +70,9 @@ def read_stack(
         kwargs = client_kwargs(cloud, retry, transport, user_agent="ndfleet-status")
         return ComputeManagementClient(credential, subscription_id, **kwargs)
 
-    where = f"resource group {spec.resource_group_name}" if spec.resource_group_name else f"subscription {subscription_id}"
+    where = (
+        f"resource group {spec.resource_group_name}" if spec.resource_group_name else f"subscription {subscription_id}"
+    )
     what = f"the virtual machine scale sets of {where}"
     try:
         with client() as compute:

@@ -87,7 +87,9 @@ def instance_from_json(doc: Mapping[str, Any]) -> Instance:
     else:
         health = "none"
     latest = _get(props, "latestModelApplied")
-    name = _text(_get(view, "computerName")) or _text(_get(props, "osProfile", "computerName")) or _text(doc.get("name"))
+    name = (
+        _text(_get(view, "computerName")) or _text(_get(props, "osProfile", "computerName")) or _text(doc.get("name"))
+    )
     return Instance(
         instance_id=_text(doc.get("instanceId")),
         name=name,

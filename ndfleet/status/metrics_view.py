@@ -68,7 +68,9 @@ def validation_by_node(node_samples: Sequence[Sample], failed_samples: Sequence[
             elif None in parsed or len(parsed) != 1:
                 problem = problem or f"{name} = {', '.join(repr(v) for v in seen[:3])} (not 0 or 1)"
             else:
-                flags[name] = next(iter(parsed))  # type: ignore[arg-type]
+                value = next(iter(parsed))
+                assert value is not None  # None is handled above
+                flags[name] = value
         if problem:
             out[node] = Validation("unknown", checks, problem)
         elif flags["ndfleet_node_validated"] == 0:

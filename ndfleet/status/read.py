@@ -37,7 +37,8 @@ def read_metrics(
     try:
         reader = PrometheusReader(arm.query_endpoint, credential, cloud, retry, transport)
     except QueryFailed as exc:
-        return MetricsView(None, f"validation unknown: {exc}", None, f"Slurm states unknown: {exc}" if slurm_on else None)
+        slurm_problem = f"Slurm states unknown: {exc}" if slurm_on else None
+        return MetricsView(None, f"validation unknown: {exc}", None, slurm_problem)
     try:
         try:
             validation: dict[str, Any] | None = validation_by_node(
@@ -100,5 +101,6 @@ def read_status(
         status.notes.append("validation not collected: the stack has monitoring off (ndfleet:monitoring.enabled); "
                             "Azure's health state reflects the node's validation")
     for island in spec.islands:
-        status.islands.append(classify_island(spec, island.name, island.nodes, arm.scale_sets.get(island.name, ()), metrics))
+        scale_sets = arm.scale_sets.get(island.name, ())
+        status.islands.append(classify_island(spec, island.name, island.nodes, scale_sets, metrics))
     return status

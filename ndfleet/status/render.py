@@ -94,7 +94,8 @@ def _money(value: float | None) -> str:
 
 def _node_summary(node: NodeStatus) -> str:
     i = node.instance
-    parts = [node.health, f"power {i.power_state}", f"provisioning {i.provisioning_state}", f"Azure health {i.vm_health}"]
+    parts = [node.health, f"power {i.power_state}", f"provisioning {i.provisioning_state}"]
+    parts.append(f"Azure health {i.vm_health}")
     if node.repair != "none":
         parts.append(f"repair {node.repair}")
     validation = f"validation {node.validation.state}"
