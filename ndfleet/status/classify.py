@@ -83,6 +83,7 @@ class StackStatus:
     slurm: bool
     monitoring: bool
     islands: list[IslandStatus] = field(default_factory=list)
+    validation_read: bool = True  # False: monitoring off, or the workspace could not be queried
     notes: list[str] = field(default_factory=list)  # what could not be read, and what it means
     error: str | None = None  # could not read Azure at all
 
@@ -255,6 +256,9 @@ def classify_island(
                     actions=tuple(_actions(instance, scale_set, validation, slurm, repair)),
                 )
             )
+    if any(n.repair == "suspended" for n in nodes):
+        # The unhealthy node's own action says it, with the cause to look for first.
+        island_actions = [a for a in island_actions if not a.startswith("automatic repairs are suspended")]
     price = price_per_hour(spec.profile.name, spec.location)
     running = sum(1 for n in nodes if n.instance.power_state == "running")
     return IslandStatus(

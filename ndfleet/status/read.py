@@ -32,13 +32,12 @@ def read_metrics(
         return NOT_COLLECTED
     slurm_on = spec.scheduler == "slurm"
     if arm.query_endpoint is None:
-        problem = f"validation unknown: {arm.workspace_problem or 'no monitoring workspace found'}"
+        problem = arm.workspace_problem or "no monitoring workspace found"
         return MetricsView(None, problem, None, problem if slurm_on else None)
     try:
         reader = PrometheusReader(arm.query_endpoint, credential, cloud, retry, transport)
     except QueryFailed as exc:
-        slurm_problem = f"Slurm states unknown: {exc}" if slurm_on else None
-        return MetricsView(None, f"validation unknown: {exc}", None, slurm_problem)
+        return MetricsView(None, str(exc), None, str(exc) if slurm_on else None)
     try:
         try:
             validation: dict[str, Any] | None = validation_by_node(
@@ -46,18 +45,18 @@ def read_metrics(
             )
             validation_problem = None
         except QueryFailed as exc:
-            validation, validation_problem = None, f"validation unknown: {exc}"
+            validation, validation_problem = None, str(exc)
         slurm, slurm_problem = None, None
         if slurm_on:
             try:
                 slurm = slurm_by_node(reader.query(slurm_query(spec.stack)))
             except QueryFailed as exc:
-                slurm_problem = f"Slurm states unknown: {exc}"
+                slurm_problem = str(exc)
     finally:
         reader.close()
     if slurm_on and slurm is not None and not slurm:
         # The controller publishes nothing (yet): say so rather than report every node as out of Slurm.
-        slurm, slurm_problem = None, "Slurm states unknown: the controller published no ndfleet_slurm_node_state series"
+        slurm, slurm_problem = None, "the controller published no ndfleet_slurm_node_state series"
     return MetricsView(validation, validation_problem, slurm, slurm_problem)
 
 
@@ -96,7 +95,11 @@ def read_status(
     finally:
         if owned is not None:
             owned.close()
-    status.notes += [p for p in (metrics.validation_problem, metrics.slurm_problem) if p]
+    status.validation_read = metrics.validation is not None
+    if metrics.validation_problem:
+        status.notes.append(f"validation unknown for every node: {metrics.validation_problem}")
+    if metrics.slurm_problem:
+        status.notes.append(f"Slurm states unknown (not counted against the exit code): {metrics.slurm_problem}")
     if not spec.monitoring.enabled:
         status.notes.append("validation not collected: the stack has monitoring off (ndfleet:monitoring.enabled); "
                             "Azure's health state reflects the node's validation")

@@ -37,12 +37,12 @@ def node_json(node: NodeStatus) -> dict[str, Any]:
     }
 
 
-def island_json(island: IslandStatus, slurm: bool) -> dict[str, Any]:
+def island_json(island: IslandStatus, slurm: bool, validation: bool) -> dict[str, Any]:
     return {
         "name": island.name,
         "wanted": island.wanted,
         "running": island.running,
-        "validated": island.validated,
+        "validated": island.validated if validation else None,
         "inSlurm": island.in_slurm if slurm else None,
         "unhealthy": island.unhealthy,
         "repairing": island.repairing,
@@ -79,7 +79,7 @@ def to_json(status: StackStatus) -> dict[str, Any]:
         "exitCode": status.exit_code,
         "error": status.error,
         "notes": list(status.notes),
-        "islands": [island_json(i, slurm_read) for i in status.islands],
+        "islands": [island_json(i, slurm_read, status.validation_read) for i in status.islands],
         "nodes": [node_json(n) for i in status.islands for n in i.nodes],
     }
 
@@ -117,7 +117,7 @@ def render_table(status: StackStatus) -> str:
     header = ("ISLAND", "WANTED", "RUNNING", "VALIDATED", "IN SLURM", "UNHEALTHY", "REPAIRING", "COST/HOUR")
     rows = [header]
     for island in status.islands:
-        validated = str(island.validated) if status.monitoring else "-"
+        validated = str(island.validated) if status.validation_read else ("?" if status.monitoring else "-")
         rows.append((
             island.name,
             str(island.wanted),
@@ -141,10 +141,16 @@ def render_table(status: StackStatus) -> str:
             lines.append(f"  {i.name} (island {node.island}, {node.scale_set} instance {i.instance_id}): "
                          f"{_node_summary(node)}")
             lines += [f"    - {action}" for action in node.actions]
-    others = [n for i in status.islands for n in i.nodes if not n.actions and n.health != "healthy"]
-    if others:
+    in_hand = [n for i in status.islands for n in i.nodes if not n.actions and n.health in ("starting", "unhealthy")]
+    if in_hand:
         lines += ["", "in Azure's hands (no action needed now):"]
-        lines += [f"  {n.instance.name} (island {n.island}): {_node_summary(n)}" for n in others]
+        lines += [f"  {n.instance.name} (island {n.island}): {_node_summary(n)}" for n in in_hand]
+    unknown = [n for i in status.islands for n in i.nodes if not n.actions and n.health == "unknown"]
+    # A query that failed for every node is one note, not one line per node.
+    own = [n for n in unknown if not any(n.validation.detail and n.validation.detail in note for note in status.notes)]
+    if own:
+        lines += ["", "could not tell:"]
+        lines += [f"  {n.instance.name} (island {n.island}): {_node_summary(n)}" for n in own]
     if status.notes:
         lines += ["", "notes:"] + [f"  - {note}" for note in status.notes]
     wanted = sum(i.wanted for i in status.islands)
@@ -155,6 +161,7 @@ def render_table(status: StackStatus) -> str:
         bad = sum(i.wanted - sum(1 for n in i.nodes if n.health == "healthy") for i in status.islands)
         verdict = f"{max(bad, 1)} of {wanted} wanted nodes not healthy"
     else:
-        verdict = "could not tell whether every node is healthy (see notes)"
+        count = sum(1 for i in status.islands for n in i.nodes if n.health == "unknown")
+        verdict = f"could not tell whether {count} of {wanted} wanted nodes are healthy"
     lines += ["", f"status: {verdict} (exit {code})"]
     return "\n".join(lines)

@@ -334,6 +334,13 @@ def test_workspace_refusing_the_query_makes_validation_unknown(
     assert "Monitoring Data Reader" in run.doc()["notes"][0]
 
 
+def test_workspace_refusing_the_query_leaves_the_validated_count_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = status_run(capsys, tmp_path, azure(prom_nodes=[Reply(403, "status/prom-403-forbidden.json")]))
+    assert run.island("ib00")["validated"] is None
+
+
 def test_workspace_refusing_the_query_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = status_run(capsys, tmp_path, azure(prom_nodes=[Reply(403, "status/prom-403-forbidden.json")]))
     assert run.code == 2
