@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+
 from ndfleet.spec.config import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import SLURM_SERVING, MetricsView, SlurmNode, Validation
@@ -128,16 +130,18 @@ def _health(instance: Instance, validation: Validation, slurm: SlurmNode | None)
         return "unhealthy"
     if instance.vm_health in ("unhealthy", "unknown") or validation.state == "failed":
         return "unhealthy"
-    if slurm is not None and (slurm.state in ("down", "powered_down") or (
-        slurm.state in ("drained", "draining") and not slurm.reason.startswith(BURNIN_REASON_PREFIX)
-    )):
+    drained = slurm is not None and slurm.state in ("drained", "draining")
+    awaiting_burnin = slurm is not None and (
+        slurm.state == "awaiting_burnin" or (drained and slurm.reason == AWAITING_BURNIN_REASON)
+    )
+    if slurm is not None and (slurm.state in ("down", "powered_down") or (drained and not awaiting_burnin)):
         return "unhealthy"
     if (
         instance.provisioning_state in TRANSITIONAL
         or instance.power_state == "starting"
         or instance.vm_health == "initializing"
         or validation.state == "pending"
-        or (slurm is not None and slurm.state == "awaiting_burnin")
+        or awaiting_burnin
     ):
         return "starting"
     if instance.power_state != "running" or instance.provisioning_state != "Succeeded":
@@ -167,7 +171,8 @@ def _actions(node: Instance, scale_set: ScaleSet, validation: Validation, slurm:
                    f"(`az vmss reimage {ids}`), then `pulumi up` to restore the repair policy")
     elif repair == "protected":
         out.append("unhealthy, but instance protection keeps automatic repairs away: remove the protection "
-                   f"(`az vmss update {ids} --protect-from-scale-set-actions false`) or repair it by hand")
+                   f"(`az vmss update {_vmss(scale_set)} --instance-id {node.instance_id} "
+                   "--protect-from-scale-set-actions false`) or repair it by hand")
     elif repair == "unknown":
         out.append(f"unhealthy and the state of automatic repairs on {scale_set.name} could not be read: "
                    f"`az vmss get-instance-view {_vmss(scale_set)}` shows it")
@@ -180,7 +185,7 @@ def _actions(node: Instance, scale_set: ScaleSet, validation: Validation, slurm:
                    "validation; check `ndfleet-health` on the node")
     if slurm is not None and slurm.state in ("drained", "draining") and node.vm_health == "healthy":
         if slurm.reason.startswith(BURNIN_REASON_PREFIX):
-            if slurm.reason != "ndfleet:burnin:awaiting":
+            if slurm.reason != AWAITING_BURNIN_REASON:
                 out.append(f"held by the fabric burn-in ({slurm.reason}): see docs/burnin.md before resuming it")
         elif slurm.reason.startswith(HEALTH_CHECK_REASON_PREFIX):
             out.append(f"drained by the health check ({slurm.reason}) while Azure sees it healthy: read "
