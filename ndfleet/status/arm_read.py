@@ -24,8 +24,10 @@ from ndfleet.spec.config import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet, instance_from_json, scale_set_from_json
 
 MONITOR_ACCOUNTS_API = "2023-04-03"
-# A scale set holds at most 1,000 instances (300 with singlePlacementGroup); pages of a listing are bounded too.
+# A scale set holds at most 1,000 instances (300 with singlePlacementGroup); a subscription's listing is bounded too.
 MAX_PAGES = 50
+MAX_INSTANCES = 1000
+MAX_SCALE_SETS = 20_000
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,12 @@ def read_stack(
                 else compute.virtual_machine_scale_sets.list_all()
             )
             found: list[tuple[str, Mapping[str, Any]]] = []
-            for doc in listing:
+            for seen, doc in enumerate(listing):
+                if seen >= MAX_SCALE_SETS:
+                    raise CannotCheck(
+                        f"could not read: {what} list more than {MAX_SCALE_SETS} scale sets; set "
+                        "ndfleet:resourceGroupName to read one resource group"
+                    )
                 island = match_island(spec, doc)
                 if island is not None:
                     found.append((island, doc))
@@ -99,9 +106,9 @@ def read_stack(
                 vms = compute.virtual_machine_scale_set_vms.list(rg, name, expand="instanceView")
                 instances: list[Instance] = []
                 for vm in vms:
+                    if len(instances) >= MAX_INSTANCES:
+                        raise CannotCheck(f"could not read: scale set {name} lists more than {MAX_INSTANCES} instances")
                     instances.append(instance_from_json(vm))
-                    if len(instances) > 100 * MAX_PAGES:
-                        break
         except AzureError as exc:
             raise CannotCheck(_could_not_read(exc, f"scale set {name}", cloud, retry)) from None
         return island, scale_set_from_json(doc, island, view, tuple(instances))

@@ -431,3 +431,14 @@ def test_watch_below_5_seconds_is_refused(tmp_path: Path, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         build_parser().parse_args(["status", "--stack", "prod", "--watch", "1"])
     assert "--watch = '1': a number of seconds, at least 5" in capsys.readouterr().err
+
+
+def test_scale_set_listing_more_instances_than_azure_allows_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ndfleet.status import arm_read
+
+    monkeypatch.setattr(arm_read, "MAX_INSTANCES", 1)
+    run = status_run(capsys, tmp_path, azure())
+    assert run.code == 2
+    assert run.doc()["error"] == f"could not read: scale set {IB00} lists more than 1 instances"
