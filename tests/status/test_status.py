@@ -30,6 +30,7 @@ IB00 = "prod-ib00-vmss1a2b3c4d"
 IB01 = "prod-ib01-vmss5e6f7a8b"
 PATTERNS = {
     "vmss_list": r"/subscriptions/[^/]+/providers/Microsoft\.Compute/virtualMachineScaleSets\?",
+    "vmss_list_rg": r"/resourceGroups/prod-net-rg7c1d2e3f/providers/Microsoft\.Compute/virtualMachineScaleSets\?",
     "view_ib00": rf"/virtualMachineScaleSets/{IB00}/instanceView\?",
     "view_ib01": rf"/virtualMachineScaleSets/{IB01}/instanceView\?",
     "vms_ib00": rf"/virtualMachineScaleSets/{IB00}/virtualMachines\?",
@@ -49,6 +50,7 @@ def azure(**override: list[Reply]) -> ReplayTransport:
     """A healthy stack, with any route's replies replaced."""
     routes = {
         "vmss_list": ok("vmss-list.json"),
+        "vmss_list_rg": ok("vmss-list.json"),
         "view_ib00": ok("vmss-instance-view-repairs-running.json"),
         "view_ib01": ok("vmss-instance-view-repairs-running.json"),
         "vms_ib00": ok("vms-ib00-healthy.json"),
@@ -442,3 +444,12 @@ def test_scale_set_listing_more_instances_than_azure_allows_is_refused(
     run = status_run(capsys, tmp_path, azure())
     assert run.code == 2
     assert run.doc()["error"] == f"could not read: scale set {IB00} lists more than 1 instances"
+
+
+def test_stack_with_a_resource_group_lists_only_that_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = status_run(capsys, tmp_path, azure(), resourceGroupName="prod-net-rg7c1d2e3f")
+    assert run.code == 0
+    listings = run.transport.calls("/providers/Microsoft.Compute/virtualMachineScaleSets?")
+    assert [urlsplit(r.url).path.split("/providers/")[0] for r in listings] == [
+        f"/subscriptions/{SUB}/resourceGroups/prod-net-rg7c1d2e3f"
+    ]
