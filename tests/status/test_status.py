@@ -314,7 +314,7 @@ def test_throttled_query_is_retried(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_caller_without_reader_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = status_run(capsys, tmp_path, azure(vmss_list=[Reply(403, "arm/error-403-authorization-failed.json")]))
+    run = status_run(capsys, tmp_path, azure(vmss_list=[Reply(403, "status/error-403-vmss-read.json")]))
     assert run.code == 2
     assert run.doc()["error"].startswith(
         f"could not read: no permission to read the virtual machine scale sets of subscription {SUB} (HTTP 403 "
@@ -323,7 +323,7 @@ def test_caller_without_reader_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_caller_without_reader_json_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = status_run(capsys, tmp_path, azure(vmss_list=[Reply(403, "arm/error-403-authorization-failed.json")]))
+    run = status_run(capsys, tmp_path, azure(vmss_list=[Reply(403, "status/error-403-vmss-read.json")]))
     assert_valid(run.doc())
 
 
