@@ -22,8 +22,8 @@ from ndfleet.preflight.arm import RetrySettings
 from ndfleet.preflight.clouds import CloudSettings
 
 # The token audience of the workspace query API per cloud (Microsoft Learn, "Query Prometheus metrics using the API
-# and PromQL", request a token for https://prometheus.monitor.azure.com; the sovereign clouds' hosts follow the
-# cloud's monitor domain).
+# and PromQL": a token for https://prometheus.monitor.azure.com; the US Government and China audiences are the ones
+# Grafana's and KEDA's Azure Monitor clients use for those clouds).
 PROMETHEUS_SCOPES = {
     "AzureCloud": "https://prometheus.monitor.azure.com/.default",
     "AzureUSGovernment": "https://prometheus.monitor.azure.us/.default",
@@ -114,11 +114,17 @@ class PrometheusReader:
     def __init__(
         self, endpoint: str, credential: Any, cloud: CloudSettings, retry: RetrySettings, transport: Any = None
     ):
+        from urllib.parse import urlsplit
+
         from azure.core import PipelineClient
         from azure.core.pipeline import policies
 
-        if not endpoint.startswith("https://"):
-            raise QueryFailed(f"the workspace's query endpoint {endpoint!r} is not an https:// URL")
+        # The token goes only to a workspace query endpoint: https and a host under the audience's domain
+        # (<workspace>.<region>.prometheus.monitor.azure.com and the sovereign equivalents).
+        suffix = "." + prometheus_scope(cloud).removeprefix("https://").removesuffix("/.default")
+        host = urlsplit(endpoint).hostname or ""
+        if not endpoint.startswith("https://") or not host.endswith(suffix):
+            raise QueryFailed(f"the workspace's query endpoint {endpoint!r} is not an https:// URL on *{suffix}")
         self.endpoint = endpoint.rstrip("/")
         self._client: Any = PipelineClient(
             base_url=self.endpoint,

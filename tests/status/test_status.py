@@ -453,3 +453,12 @@ def test_stack_with_a_resource_group_lists_only_that_group(tmp_path: Path, capsy
     assert [urlsplit(r.url).path.split("/providers/")[0] for r in listings] == [
         f"/subscriptions/{SUB}/resourceGroups/prod-net-rg7c1d2e3f"
     ]
+
+
+def test_token_goes_only_to_a_workspace_query_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = status_run(capsys, tmp_path, azure(accounts=ok("monitor-accounts-foreign-endpoint.json")))
+    assert run.transport.calls("/api/v1/query") == []
+    assert run.doc()["notes"][0] == (
+        "validation unknown for every node: the workspace's query endpoint 'https://metrics.example.com' is not an "
+        "https:// URL on *.prometheus.monitor.azure.com"
+    )
