@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
+from ndfleet.cost.prices import table_price
 from ndfleet.spec.config import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import SLURM_SERVING, MetricsView, SlurmNode, Validation
-from ndfleet.status.prices import price_per_hour
 
 HEALTH_STATES = ("healthy", "starting", "unhealthy", "unknown")
 REPAIR_STATES = ("none", "pending", "in-progress", "suspended", "off", "protected", "unknown")
@@ -264,7 +264,7 @@ def classify_island(
     if any(n.repair == "suspended" for n in nodes):
         # The unhealthy node's own action says it, with the cause to look for first.
         island_actions = [a for a in island_actions if not a.startswith("automatic repairs are suspended")]
-    price = price_per_hour(spec.profile.name, spec.location)
+    price = table_price(spec.profile.name, spec.location)
     running = sum(1 for n in nodes if n.instance.power_state == "running")
     return IslandStatus(
         name=island,
@@ -272,5 +272,5 @@ def classify_island(
         scale_sets=scale_sets,
         nodes=tuple(sorted(nodes, key=lambda n: (n.scale_set, n.instance.name))),
         actions=tuple(island_actions),
-        cost_per_hour=None if price is None else round(price * running, 2),
+        cost_per_hour=None if price is None else round(price.usd_per_hour * running, 2),
     )

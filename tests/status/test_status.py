@@ -141,7 +141,7 @@ def test_healthy_island_summary(tmp_path: Path, capsys: pytest.CaptureFixture[st
     run = status_run(capsys, tmp_path, azure())
     assert summary(run.island("ib00")) == {
         "wanted": 2, "running": 2, "validated": 2, "inSlurm": 2, "unhealthy": 0, "repairing": 0, "missing": 0,
-        "costPerHour": 196.64,  # 2 running x US$98.32 (ndfleet/status/prices.py)
+        "costPerHour": 196.64,  # 2 running x US$98.32 (ndfleet/cost/prices.py)
     }
 
 
