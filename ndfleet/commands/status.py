@@ -50,6 +50,8 @@ def register(subparsers: Any) -> None:
         help=f"read again every SECONDS (default {WATCH_DEFAULT_S:g}, at least {WATCH_MIN_S:g}) until Ctrl-C; "
         "exits with the last read's code",
     )
+    p.add_argument("--verbose", action="store_true",
+                   help="when Azure cannot be read, also print what the library said (e.g. each credential tried)")
     # For tests: stop after this many reads.
     p.add_argument("--watch-count", type=int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler=_run)
@@ -80,7 +82,7 @@ def run_cli(
     except CannotCheck as exc:
         failed = StackStatus(str(args.stack or args.stack_file), None, "", "", False, False)
         failed.error = str(exc).replace("could not check:", "could not read:", 1)
-        _emit(failed, args.format, render_table, render_json, watching=False)
+        _emit(failed, args.format, render_table, render_json, watching=False, verbose=args.verbose)
         return failed.exit_code
 
     code = 2
@@ -92,7 +94,7 @@ def run_cli(
             )
             code = status.exit_code
             reads += 1
-            _emit(status, args.format, render_table, render_json, watching=args.watch is not None)
+            _emit(status, args.format, render_table, render_json, watching=args.watch is not None, verbose=args.verbose)
             if args.watch is None or (args.watch_count is not None and reads >= args.watch_count):
                 return code
             sleep(args.watch)
@@ -100,7 +102,9 @@ def run_cli(
         return code
 
 
-def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool) -> None:
+def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool, verbose: bool) -> None:
+    if verbose and status.error_details:
+        print(status.error_details, file=sys.stderr, flush=True)
     if fmt == "json":
         # One document per read; with --watch one per line (JSON Lines), so a reader can follow it.
         text = render_json(status)

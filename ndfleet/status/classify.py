@@ -88,6 +88,7 @@ class StackStatus:
     validation_read: bool = True  # False: monitoring off, or the workspace could not be queried
     notes: list[str] = field(default_factory=list)  # what could not be read, and what it means
     error: str | None = None  # could not read Azure at all
+    error_details: str = ""  # what the library said (--verbose)
 
     @property
     def exit_code(self) -> int:

@@ -91,6 +91,7 @@ def read_status(
         metrics = read_metrics(spec, arm, shared, cloud, retry, transport)
     except CannotCheck as exc:
         status.error = str(exc).replace("could not check:", "could not read:", 1)
+        status.error_details = exc.details
         return status
     finally:
         if owned is not None:

@@ -462,3 +462,24 @@ def test_token_goes_only_to_a_workspace_query_host(tmp_path: Path, capsys: pytes
         "validation unknown for every node: the workspace's query endpoint 'https://metrics.example.com' is not an "
         "https:// URL on *.prometheus.monitor.azure.com"
     )
+
+
+class NoCredential:
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.exceptions import ClientAuthenticationError
+
+        said = "DefaultAzureCredential failed to retrieve a token.\nAzureCliCredential: az not found"
+        raise ClientAuthenticationError(said)
+
+
+def test_no_credentials_is_one_line_and_verbose_adds_what_azure_identity_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = build_parser().parse_args(
+        ["status", "--stack-file", str(stack_file(tmp_path)), "--format", "table", "--verbose"]
+    )
+    code = status_cmd.run_cli(args, env={}, credential=NoCredential(), transport=azure(), retry=TINY_RETRY)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "could not read: no usable Azure credentials for AzureCloud" in err
+    assert "- AzureCliCredential: az not found" in err
