@@ -164,7 +164,7 @@ def _actions(node: Instance, scale_set: ScaleSet, validation: Validation, slurm:
         out.append(f"{node.power_state}{billing}: start it with `az vmss start {ids}` if it should run")
     if repair == "suspended":
         out.append(f"automatic repairs are suspended on {scale_set.name} (replacements kept coming back "
-                   "unhealthy): find the cause (failed checks below, the node's /run/ndfleet/report.json), then "
+                   "unhealthy): find the cause (its failed checks, the node's /run/ndfleet/report.json), then "
                    "`az vmss set-orchestration-service-state --service-name AutomaticRepairs --action Resume "
                    f"{_vmss(scale_set)}`")
     elif repair == "off":
