@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
@@ -22,9 +21,10 @@ from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import alerts
+from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:

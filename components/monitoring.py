@@ -32,7 +32,7 @@ import pulumi_azure_native.privatedns as privatedns
 
 from ndfleet.monitoring.agent import INGEST_STREAM
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
-from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
+from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
 # Alerts that stay true resolve on their own this long after the condition clears.

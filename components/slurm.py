@@ -14,7 +14,7 @@ from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_acc
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 @dataclass(frozen=True)

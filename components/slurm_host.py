@@ -17,9 +17,9 @@ import pulumi_azure_native.compute as compute
 import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 
-from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
+from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.slurm.machines import STATE_DISK_LUN
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).

@@ -10,7 +10,8 @@ Machine kinds and where `ndfleet render --out DIR` puts their files:
 Each folder holds `user-data` (the cloud-config customData decodes to), `custom-data.b64` (customData as Azure
 receives it), `vm-user-data.b64` (the VM or scale-set userData, when the machine has one) and every file the machine
 receives from either, under its name: the base name, a systemd drop-in as `<unit>.d-<name>`, and the controller's
-node-program modules under `ndfleet_node/...`. A compute node's userData is the node bundle (ndfleet/nodebundle.py);
+node-program modules under `ndfleet_node/...`. A compute node's userData is the node bundle
+(ndfleet/nodefiles/nodebundle.py);
 a Slurm machine's is the Slurm release and configuration (ndfleet/slurm/machines.py, `machine_user_data`).
 """
 
@@ -21,7 +22,7 @@ import json
 import posixpath
 from dataclasses import dataclass
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
+from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
 from ndfleet.prepare import PreparedCluster
 
 COMPUTE = "compute"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet.plan import Plan, PlannedResource, run_plan
-from ndfleet.spec.stackfile import StackFile
+from ndfleet.plans.build import Plan, PlannedResource, run_plan
+from ndfleet.stackconfig.stackfile import StackFile
 
 # The system tools the suite runs for real: skipped with one summary line when missing, failed under CI.
 pytest_plugins = ("tests.system_tools",)

@@ -15,8 +15,8 @@ import jinja2
 import pytest
 import yaml
 
-from ndfleet import bootstrap, nodebundle
-from ndfleet.bootstrap import (
+from ndfleet.nodefiles import bootstrap, nodebundle
+from ndfleet.nodefiles.bootstrap import (
     CUSTOM_DATA_MAX_BYTES,
     SHELL_FILES,
     USER_DATA_MAX_BYTES,
@@ -28,8 +28,9 @@ from ndfleet.bootstrap import (
     validation_budget_s,
 )
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import ClusterSpec, load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import EXAMPLE_STACKS
 from tests.system_tools import find_tool
 

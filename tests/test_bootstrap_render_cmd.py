@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import gzip
 
-from ndfleet import bootstrap
-from ndfleet.bootstrap import render_output_files
 from ndfleet.cli import main
+from ndfleet.nodefiles import bootstrap
+from ndfleet.nodefiles.bootstrap import render_output_files
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 
 SCRIPTS = ("validate-node", "ndfleet-node")
 UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")

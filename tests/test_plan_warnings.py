@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.spec.config import EXAMPLE_KEY_WARNING, load_spec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING
 from tests.conftest import REPO, base_config
 
 NDFLEET = Path(sys.prefix) / "bin" / "ndfleet"

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet import cli, plandiff, policy_rules
-from ndfleet.plan import run_plan
-from ndfleet.spec.profiles import PROFILES
-from ndfleet.spec.stackfile import load_stack
+from ndfleet import cli
+from ndfleet.plans import plandiff, policy_rules
+from ndfleet.plans.build import run_plan
+from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import EXAMPLE_STACKS, STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent

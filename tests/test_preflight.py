@@ -29,7 +29,7 @@ from azure.core.utils import case_insensitive_dict
 
 from ndfleet import preflight
 from ndfleet.cli import build_parser
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.stackfile import load_stack
 
 ARM = Path(__file__).parent / "data" / "arm"
 SUB = "8f3c2a1e-5b7d-4c9e-a2f1-6d0b9e4c7a31"

@@ -1,6 +1,7 @@
 """`ndfleet render` writes every file each machine of the plan receives, and nothing else: for each example stack,
 each scale set's and each Slurm VM's customData and userData are decoded the way the machine decodes them (cloud-init
-`write_files`; a compute node's bundle as templates/node/ndfleet-unpack.py unpacks it, ndfleet/nodebundle.py; a Slurm
+`write_files`; a compute node's bundle as templates/node/ndfleet-unpack.py unpacks it,
+ndfleet/nodefiles/nodebundle.py; a Slurm
 machine's configuration as ndfleet-slurm-config reads it) and compared with the folder `render` wrote for it."""
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet import nodebundle
 from ndfleet.cli import main
 from ndfleet.machine_files import RAW_FILES
-from ndfleet.plan import run_plan
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.nodefiles import nodebundle
+from ndfleet.plans.build import run_plan
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import EXAMPLE_STACKS
 
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ndfleet import render_cmd
 from ndfleet.cli import main
+from ndfleet.commands import render as render_cmd
 from tests.conftest import base_config
 
 

@@ -8,16 +8,11 @@ from typing import Any
 import pulumi
 import pytest
 
-from ndfleet.spec.config import (
-    AZURE_MAX_PRIVATE_IPS_PER_VNET,
-    EXAMPLE_KEY_WARNING,
-    MAX_NODES,
-    SpecError,
-    load_spec,
-    node_headroom,
-    split_islands,
-)
-from ndfleet.spec.sshkeys import is_example_key
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING, split_islands
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, node_headroom
+from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
@@ -213,7 +208,7 @@ def test_bad_configuration_stops_the_program_before_any_resource(overrides: dict
     """The real program (`__main__.py`, as `pulumi up` runs it) fails with the message and registers nothing."""
     from pulumi.runtime.settings import get_monitor
 
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     with pytest.raises(pulumi.RunError) as info:
         execute_program(stack_from(base_config(**overrides)))
@@ -317,7 +312,7 @@ def test_probe_grace_period_is_none_unless_set() -> None:
 
 def test_dcgm_level_3_with_the_default_grace_period_is_accepted_by_the_program() -> None:
     """The default grace period follows the node's budget: only an explicit, too short value is an error."""
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     run = execute_program(stack_from(base_config(health={"dcgmLevel": 3})))
     assert run.monitor.order
@@ -333,7 +328,7 @@ def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) ->
     from pulumi.runtime.settings import get_monitor
 
     import ndfleet.program
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     monkeypatch.setattr(ndfleet.program, "under_mocks", lambda: False)
     with pytest.raises(pulumi.RunError, match="example key of ndfleet's stacks"):
@@ -352,7 +347,7 @@ def example_keys_problems(stacks_dir: Path) -> list[str]:
 
 
 def test_every_example_stack_carries_the_one_known_example_key() -> None:
-    """The fingerprint in ndfleet/spec/sshkeys.py is the only place that knows the example key."""
+    """The fingerprint in ndfleet/stackconfig/sshkeys.py is the only place that knows the example key."""
     from tests.conftest import STACKS_DIR
 
     assert example_keys_problems(STACKS_DIR) == []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.spec.stackfile import find_project_file
+from ndfleet.stackconfig.stackfile import find_project_file
 from tests.conftest import REPO, STACKS_DIR
 
 TIMEOUT_S = 600  # a loaded 2-core machine: generous
@@ -108,6 +108,17 @@ def test_installed_commands_work_outside_the_checkout(installed: tuple[Path, Pat
 
     policy = run([ndfleet, "policy", "plan.json"], elsewhere, env)
     assert policy.returncode == 0, policy.stdout + policy.stderr
+
+
+def test_wheel_installs_the_node_program_command(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """`ndfleet-node` (project.scripts) comes with the wheel and runs the node program's parser."""
+    _, venv = installed
+    command = venv / "bin" / "ndfleet-node"
+    assert command.is_file(), "the wheel installed no ndfleet-node command"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    shown = run([str(command), "--help"], tmp_path, env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: ndfleet-node") and "validate" in shown.stdout
 
 
 def test_uv_lock_matches_pyproject(tmp_path: Path) -> None:

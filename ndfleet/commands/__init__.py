@@ -1,1 +1,1 @@
-"""One module per `ndfleet` subcommand, each exposing `register(subparsers)` (ndfleet/cli.py lists them)."""
+"""One module per `ndfleet` subcommand, each exposing `register(subparsers)`."""

@@ -17,7 +17,7 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    from ndfleet.spec.stackfile import add_stack_arguments
+    from ndfleet.commands.stackargs import add_stack_arguments
 
     p = subparsers.add_parser(
         "cost",
@@ -36,9 +36,10 @@ def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None)
     from ndfleet.cost.estimate import estimate_cost, render_cost
     from ndfleet.cost.prices import RETAIL_API_SOURCE, ListPrice, table_price
     from ndfleet.cost.retail import DEFAULT_ENDPOINT, ENDPOINT_ENV, fetch_meters
-    from ndfleet.spec.config import SpecError, load_spec
-    from ndfleet.spec.stackfile import StackFileError, load_stack
-    from ndfleet.spec.vms import stack_vms
+    from ndfleet.stackconfig.config import load_spec
+    from ndfleet.stackconfig.problems import SpecError
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+    from ndfleet.stackconfig.vms import stack_vms
 
     try:
         stack = load_stack(name=args.stack, path=args.stack_file)

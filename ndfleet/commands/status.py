@@ -27,7 +27,7 @@ def _watch_seconds(text: str) -> float:
 
 
 def register(subparsers: Any) -> None:
-    from ndfleet.spec.stackfile import add_stack_arguments
+    from ndfleet.commands.stackargs import add_stack_arguments
 
     p = subparsers.add_parser(
         "status",
@@ -78,7 +78,7 @@ def run_cli(
     from ndfleet.status.render import render_json, render_table
 
     try:
-        spec, provider = load_stack_spec(args)
+        spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
     except CannotCheck as exc:
         failed = StackStatus(str(args.stack or args.stack_file), None, "", "", False, False)
         failed.error = str(exc).replace("could not check:", "could not read:", 1)

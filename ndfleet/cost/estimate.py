@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndfleet.cost.prices import ListPrice, table_price
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.vms import VmGroup, stack_vms
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.vms import VmGroup, stack_vms
 
 # Azure's pricing calculator counts a month as 730 hours (8,760 hours a year / 12).
 HOURS_PER_MONTH = 730

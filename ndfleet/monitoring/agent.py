@@ -15,11 +15,11 @@ from typing import Any
 
 import jinja2
 
-from ndfleet.bootstrap import NODE_APP_PATH
 from ndfleet.monitoring import exporters as ex
-from ndfleet.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
-from ndfleet.spec.config import ClusterSpec, IslandSpec
-from ndfleet.templating import environment
+from ndfleet.nodefiles.bootstrap import NODE_APP_PATH
+from ndfleet.nodefiles.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
+from ndfleet.nodefiles.templating import environment
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor alert severities (0 = Critical ... 4 = Verbose) for our three levels.
 AZURE_SEVERITY = {"critical": 0, "warning": 2, "info": 3}

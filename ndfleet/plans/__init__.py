@@ -1,1 +1,1 @@
-"""Plan building under Pulumi's mocks, the plan document, plan diffs and policy rules."""
+"""Building the plan under Pulumi mocks, the plan document, the plan diff and the policy rules."""

@@ -19,8 +19,8 @@ from typing import Any
 
 import pulumi
 
-from ndfleet.plan import PlannedResource, execute_program
-from ndfleet.spec.stackfile import PROJECT_FILE_NAME, StackFile, StackFileError, load_stack, read_yaml
+from ndfleet.plans.build import PlannedResource, execute_program
+from ndfleet.stackconfig.stackfile import PROJECT_FILE_NAME, StackFile, StackFileError, load_stack, read_yaml
 
 
 class ProgramDirError(Exception):

@@ -17,8 +17,8 @@ from ndfleet.preflight.machine_quota import (
 )
 from ndfleet.preflight.outcome import Check, unavailable_check
 from ndfleet.preflight.permissions import Mode, check_permissions, deployment_scope
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.vms import quota_need
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.vms import quota_need
 
 
 def _find_vm_sku(skus: Sequence[Sku], vm_size: str) -> Sku | None:
@@ -225,7 +225,7 @@ def check_family_quota(
             f"{'ND ' if nd else ''}families there: {', '.join(shown[:20]) or 'none'}",
             fix=(
                 "if the size is new to the subscription, ask for it in the Azure portal's Quotas page; "
-                "if Azure names the family differently, correct quota_family in ndfleet/spec/profiles.py"
+                "if Azure names the family differently, correct quota_family in ndfleet/stackconfig/profiles.py"
             ),
             figures={"quotaName": family, "families": shown},
         )

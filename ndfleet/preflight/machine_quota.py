@@ -2,7 +2,7 @@
 quota family they need, and, when the GPU nodes are Spot, the regional total (`cores`) these dedicated VMs use.
 
 A size's vCPUs and family come from Azure's SKU entry for the region when preflight could read it, else from
-ndfleet's table (ndfleet/spec/profiles.py MACHINE_SIZES); a size in neither is not offered there, or unknown.
+ndfleet's table (ndfleet/stackconfig/profiles.py MACHINE_SIZES); a size in neither is not offered there, or unknown.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.outcome import Check, unavailable_check
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.vms import REGIONAL_QUOTA, SizeFacts, stack_vms, table_size_facts
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SizeFacts, stack_vms, table_size_facts
 
 
 def sku_size_facts(spec: ClusterSpec, skus: list[Sku] | Unavailable | None) -> Callable[[str], SizeFacts | None]:
@@ -100,7 +100,7 @@ def check_spot_stack_dedicated_quota(
 ) -> list[Check]:
     """With Spot GPU nodes, `quota-regional` checks the Spot quota; the Slurm machines still need `cores`."""
     from ndfleet.preflight.checks import _quota_check, _quota_fix
-    from ndfleet.spec.vms import quota_need
+    from ndfleet.stackconfig.vms import quota_need
 
     if spec.priority != "Spot":
         return []

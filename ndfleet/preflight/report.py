@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.outcome import Check
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,8 +1,8 @@
 """What each Slurm machine boots with: the files of the controller, the login node(s) and the compute nodes.
 
 Controller and login VMs get their own cloud-config (customData); compute nodes get extra files in their island's
-bootstrap (`slurm_node_files`, called by ndfleet/bootstrap.py). Nothing here holds a secret: the munge key and the
-database password are fetched from Key Vault at boot (ndfleet-slurm-setup), and the values Azure computes at
+bootstrap (`slurm_node_files`, called by ndfleet/nodefiles/bootstrap.py). Nothing here holds a secret: the munge key
+and the database password are fetched from Key Vault at boot (ndfleet-slurm-setup), and the values Azure computes at
 deployment (vault name, NFS account, database host) come from the machine's tags.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
-from ndfleet.bootstrap import (
+from ndfleet.nodefiles.bootstrap import (
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
     IMDS_TAGS_URL,
@@ -30,8 +30,8 @@ from ndfleet.bootstrap import (
     BootstrapTooLarge,
     RenderedBootstrap,
 )
-from ndfleet.nodeapp import strip
-from ndfleet.nodeconfig import node_config, to_json
+from ndfleet.nodefiles.nodeapp import strip
+from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
@@ -42,7 +42,7 @@ from ndfleet.slurm.conf import (
     slurm_site,
     slurmd_options,
 )
-from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
 # (the packages Azure CycleCloud Workspace for Slurm installs, Azure/cyclecloud-slurm azure-slurm-install/ubuntu.sh).

@@ -20,7 +20,7 @@ from ndfleet.components.ib_island import TAG_ISLAND
 from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.errors import CannotCheck
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet, instance_from_json, scale_set_from_json
 
 MONITOR_ACCOUNTS_API = "2023-04-03"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.cost.prices import table_price
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import SLURM_SERVING, MetricsView, SlurmNode, Validation
 

@@ -11,7 +11,7 @@ from ndfleet.preflight.arm import RetrySettings
 from ndfleet.preflight.auth import SharedTokenCredential, build_credential, first_token
 from ndfleet.preflight.clouds import resolve_cloud, resolve_subscription
 from ndfleet.preflight.errors import CannotCheck
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.arm_read import ArmView, read_stack
 from ndfleet.status.classify import StackStatus, classify_island
 from ndfleet.status.metrics_view import NOT_COLLECTED, MetricsView, slurm_by_node, validation_by_node

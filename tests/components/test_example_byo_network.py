@@ -11,8 +11,8 @@ import pulumi
 import pytest
 import yaml
 
-from ndfleet.plan import PlannedResource, execute_program
-from ndfleet.spec.stackfile import StackFile
+from ndfleet.plans.build import PlannedResource, execute_program
+from ndfleet.stackconfig.stackfile import StackFile
 from tests.conftest import (
     ACCOUNT,
     BLOB_SERVICE,

@@ -8,8 +8,9 @@ import pytest
 
 from ndfleet.cost.estimate import CostEstimate, estimate_cost, render_cost
 from ndfleet.cost.prices import PRICE_TABLE, table_price
-from ndfleet.spec.config import ClusterSpec, load_spec
-from ndfleet.spec.vms import quota_lines
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.vms import quota_lines
 from tests.conftest import base_config
 
 H100 = "Standard_ND96isr_H100_v5"

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet import nodebundle
-from ndfleet.bootstrap import USER_DATA_MAX_BYTES, validation_budget_s
 from ndfleet.machine_files import COMPUTE, MachineFiles, machine_files
 from ndfleet.monitoring import exporters
 from ndfleet.monitoring.alerts import alerts, island_capacity_floor
 from ndfleet.monitoring.cost import estimate
+from ndfleet.nodefiles import nodebundle
+from ndfleet.nodefiles.bootstrap import USER_DATA_MAX_BYTES, validation_budget_s
 from ndfleet.prepare import PreparedCluster, default_probe_grace_period_s, prepare_config
-from ndfleet.spec.config import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, ClusterSpec, load_spec
-from ndfleet.spec.profiles import PROFILES
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import EXAMPLE_STACKS, base_config
 from tests.test_validator import FAULTS
 

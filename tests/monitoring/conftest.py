@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 from tests.system_tools import require_tool
 

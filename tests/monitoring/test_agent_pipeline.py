@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from ndfleet.monitoring import agent, exporters
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from tests.monitoring.conftest import free_port, http_get, running
 from tests.monitoring.test_node_agent import boot_config
 from tests.monitoring.test_node_exporter import node_exporter_running

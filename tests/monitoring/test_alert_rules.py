@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from ndfleet.monitoring.alerts import alerts, island_capacity_floor, rule_file_yaml
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.monitoring.conftest import monitoring_config, run_promtool
 
 NODE = {"stack": "test", "island": "a", "node": "test-a-000001", "physical_host": "HOST01"}

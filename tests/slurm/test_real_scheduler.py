@@ -19,7 +19,7 @@ from ndfleet_node.health import health_state
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.slurm.conf import slurm_site
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 from tests.slurm.sandbox import REPO, SANDBOX_TOOLS, SlurmSandbox, wait_for
 from tests.system_tools import require_tools

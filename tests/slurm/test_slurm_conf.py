@@ -30,7 +30,9 @@ from ndfleet.slurm.machines import (
     slurm_bootstrap_extensions,
     slurm_node_files,
 )
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
 from tests.conftest import base_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,7 +238,7 @@ def test_key_vault_403_and_404_are_retried_within_the_units_limit(prod: ClusterS
 
 
 def test_the_default_slurm_version_is_a_plausible_package_version() -> None:
-    from ndfleet.spec.config import SlurmConfig
+    from ndfleet.stackconfig.settings import SlurmConfig
 
     assert SlurmConfig().version == "25.11.5-1"
 
@@ -320,7 +322,7 @@ def test_bad_slurm_settings_are_named(overrides: dict[str, object], message: str
 
 
 def test_docs_list_every_slurm_setting() -> None:
-    from ndfleet.spec.config import SlurmConfig
+    from ndfleet.stackconfig.settings import SlurmConfig
 
     doc = (REPO / "docs" / "slurm.md").read_text()
     for name, field in SlurmConfig.model_fields.items():

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ndfleet.prepare import prepare_config
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.classify import NodeStatus, StackStatus, classify_island
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import MetricsView, SlurmNode, Validation

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ndfleet.spec.profiles import MACHINE_SIZES
+from ndfleet.stackconfig.profiles import MACHINE_SIZES
 
 if TYPE_CHECKING:
-    from ndfleet.spec.config import ClusterSpec
+    from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 REGIONAL_QUOTA = "cores"
 SPOT_QUOTA = "lowPriorityCores"

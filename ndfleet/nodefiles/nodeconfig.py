@@ -17,8 +17,8 @@ from typing import Any
 
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS
 
-from ndfleet.burnin_node_config import burnin_node_section, impact_node_section
-from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 SCHEMA = 1
 HEALTH_PATH = "/health"
@@ -32,7 +32,7 @@ NVME_MD_NAME = "ndfleet-nvme"
 BLOB_MOUNT_ROOT = "/mnt/blob"
 LUSTRE_MOUNT = "/mnt/lustre"
 LUSTRE_FS_NAME = "lustrefs"  # Azure Managed Lustre always serves the file system "lustrefs"
-# Public Azure's; the prepare step passes the stack's cloud's suffix (ndfleet.clouds).
+# Public Azure's; the prepare step passes the stack's cloud's suffix (ndfleet.stackconfig.clouds).
 BLOB_ENDPOINT_SUFFIX = "blob.core.windows.net"
 
 # Values the node learns at boot from its scale set's tags (IMDS compute/tagsList), because Azure computes them
@@ -63,7 +63,7 @@ def node_config(
     blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
 ) -> dict[str, Any]:
     """The node JSON as data. `extra`: further top-level sections (other features), kept as given.
-    `blob_endpoint_suffix`: the cloud's (ndfleet.clouds), for BlobFuse2's https://<account>.<suffix>."""
+    `blob_endpoint_suffix`: the cloud's (ndfleet.stackconfig.clouds), for BlobFuse2's https://<account>.<suffix>."""
     p = spec.profile
     t = p.thresholds
     blob = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ndfleet.spec.config import ClusterSpec
+    from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 ENVIRONMENT_SETTING = "azure-native:environment"
 ENV_ARM_ENVIRONMENT = "ARM_ENVIRONMENT"

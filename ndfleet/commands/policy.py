@@ -12,9 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet import policy_rules
-from ndfleet.diff_cmd import InputError, load_plan
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -29,6 +26,8 @@ def register(subparsers: Any) -> None:
 
 
 def list_rules() -> str:
+    from ndfleet.plans import policy_rules
+
     lines = []
     for r in policy_rules.RULES:
         lines.append(f"{r.id} ({r.enforcement}): {r.description}")
@@ -37,6 +36,10 @@ def list_rules() -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.plans import policy_rules
+    from ndfleet.plans.planfiles import InputError, load_plan
+
     if args.list:
         sys.stdout.write(list_rules())
         return 0

@@ -4,8 +4,8 @@ Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable
 
   render_bootstrap(spec, island, extensions=None) -> RenderedBootstrap
       One island's boot data: `.custom_data` (base64 of deterministic gzip of the cloud-config) and `.vm_user_data`
-      (base64 of the node bundle, ndfleet/nodebundle.py) are what the scale set receives, `.output_files()` what
-      `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
+      (base64 of the node bundle, ndfleet/nodefiles/nodebundle.py) are what the scale set receives,
+      `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
   custom_data(spec, island, extensions=None) -> str
       Shorthand for render_bootstrap(...).custom_data: the scale set's customData for one island.
   render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
@@ -21,8 +21,8 @@ manifest `/etc/ndfleet/bundle.json` (the bundle's size and sha256) and the units
 the boot step fetches from the instance metadata service at first boot (docs/bootstrap.md, "Where the files travel").
 
 What a node receives: the node program as a zipapp (`/opt/ndfleet/bin/ndfleet-node`, the same bytes for every
-stack: node/ndfleet_node, built by ndfleet/nodeapp.py), its per-stack figures in `/etc/ndfleet/node.json`
-(ndfleet/nodeconfig.py), the `validate-node` wrapper, `/etc/ndfleet/nccl.conf` and the systemd units:
+stack: node/ndfleet_node, built by ndfleet/nodefiles/nodeapp.py), its per-stack figures in `/etc/ndfleet/node.json`
+(ndfleet/nodefiles/nodeconfig.py), the `validate-node` wrapper, `/etc/ndfleet/nccl.conf` and the systemd units:
 
   ndfleet-setup.service      `ndfleet-node setup`: NVMe RAID0, /etc/nccl.conf, fabric manager, peermem, mounts
   ndfleet-validate.service   `validate-node --level quick|full` after set-up, at every boot
@@ -53,9 +53,9 @@ import jinja2
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
 
-from ndfleet import nodeapp, nodebundle
-from ndfleet.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
-from ndfleet.nodeconfig import (  # re-exported: components and other modules import them from here
+from ndfleet.nodefiles import nodeapp, nodebundle
+from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
     CONFIG_DIR,
@@ -72,9 +72,9 @@ from ndfleet.nodeconfig import (  # re-exported: components and other modules im
     TAG_STORAGE_ACCOUNT,
     node_config,
 )
-from ndfleet.nodeconfig import to_json as node_config_json
-from ndfleet.spec.config import ClusterSpec, IslandSpec
-from ndfleet.templating import TEMPLATES_DIR, environment
+from ndfleet.nodefiles.nodeconfig import to_json as node_config_json
+from ndfleet.nodefiles.templating import TEMPLATES_DIR, environment
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 __all__ = [
     "BLOB_MOUNT_ROOT",
@@ -168,7 +168,8 @@ class RenderedBootstrap:
     binary_files: dict[str, bytes] = field(default_factory=dict)  # the zipapp
     node_paths: dict[str, str] = field(default_factory=dict)  # name -> path on the node (not user-data)
     modes: dict[str, str] = field(default_factory=dict)  # name -> permissions on the node
-    bundle: bytes = b""  # the node bundle (ndfleet/nodebundle.py): what VM userData decodes to; empty: no userData
+    # The node bundle (ndfleet/nodefiles/nodebundle.py): what VM userData decodes to; empty: no userData.
+    bundle: bytes = b""
     custom_data_names: tuple[str, ...] = ()  # files the cloud-config carries; the others travel in the bundle
     activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
 
@@ -242,7 +243,7 @@ def build_context(
 ) -> dict[str, Any]:
     """The plain template context: every value the templates place, derived here and nowhere else.
 
-    `blob_endpoint_suffix` is the cloud's (ndfleet.clouds); the node reads it from its node JSON."""
+    `blob_endpoint_suffix` is the cloud's (ndfleet.stackconfig.clouds); the node reads it from its node JSON."""
     ext = extensions or BootstrapExtensions()
     cfg = node_config(spec, island, ext.node_sections, blob_endpoint_suffix=blob_endpoint_suffix)
     p = spec.profile

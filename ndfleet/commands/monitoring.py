@@ -16,11 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.monitoring.alerts import alerts, rule_file_yaml
-from ndfleet.monitoring.cost import estimate
-from ndfleet.monitoring.dashboards import dashboard_files
-from ndfleet.spec.config import SpecError, load_spec
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
+from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 RULES_FILE = "alerts.rules.yml"
 
@@ -37,6 +33,14 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.monitoring.alerts import alerts, rule_file_yaml
+    from ndfleet.monitoring.cost import estimate
+    from ndfleet.monitoring.dashboards import dashboard_files
+    from ndfleet.stackconfig.config import load_spec
+    from ndfleet.stackconfig.problems import SpecError
+    from ndfleet.stackconfig.stackfile import StackFileError
+
     try:
         stack = load_stack_from_args(args)
         spec = load_spec(stack.ndfleet_config, stack.name)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.profiles import VmSizeProfile
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.profiles import VmSizeProfile
 
 # Microsoft.Impact/workloadImpacts: the Guest Health Reporting page gives this version for HPC reports.
 IMPACT_API_VERSION = "2023-02-01-preview"

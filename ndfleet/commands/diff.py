@@ -13,14 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ndfleet import plandiff, plandoc
-from ndfleet.spec.names import stack_name_problem
-
-
-class InputError(Exception):
-    """A plan file or folder that cannot be read: exit 2 with this message."""
+if TYPE_CHECKING:
+    from ndfleet.plans.plandiff import StackDiff
 
 
 def register(subparsers: Any) -> None:
@@ -42,30 +38,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_run)
 
 
-def load_plan(path: Path) -> dict[str, Any]:
-    """A plan file, read within bounds and checked against the plan schema (ndfleet.plandoc) once."""
-    try:
-        return plandoc.read_plan(path)
-    except plandoc.PlanFormatError as e:
-        raise InputError(str(e)) from None
+def compute(args: argparse.Namespace) -> list[StackDiff]:
+    from ndfleet.plans import plandiff
+    from ndfleet.plans.planfiles import InputError, load_plan, load_plan_dir
+    from ndfleet.stackconfig.names import stack_name_problem
 
-
-def load_plan_dir(folder: Path) -> dict[str, dict[str, Any]]:
-    """Plans by stack name (the file name without .json). A missing folder counts as empty (no stacks yet)."""
-    if not folder.exists():
-        return {}
-    if not folder.is_dir():
-        raise InputError(f"{folder} is not a folder of <stack>.json plans")
-    plans = {}
-    for path in sorted(folder.glob("*.json")):
-        problem = stack_name_problem(path.stem)
-        if problem is not None:  # the name goes into the diff (and a pull-request comment) as it is
-            raise InputError(f"{path}: the stack's name is taken from the file name <stack>.json and {problem}")
-        plans[path.stem] = load_plan(path)
-    return plans
-
-
-def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
     files = args.base is not None or args.head is not None
     dirs = args.base_dir is not None or args.head_dir is not None
     if files and dirs:
@@ -86,6 +63,10 @@ def compute(args: argparse.Namespace) -> list[plandiff.StackDiff]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.plans import plandiff
+    from ndfleet.plans.planfiles import InputError
+
     try:
         diffs = compute(args)
     except InputError as e:

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
+from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
 
 FORMAT = 1
 # Azure's limit on userData: "The size can't exceed 64 KB" (Microsoft Learn, "User data for Azure Virtual Machine");

@@ -7,7 +7,6 @@ and `preflight` see exactly what `pulumi up` would.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,9 @@ from typing import Any
 import yaml
 
 from ndfleet.regularfile import NotARegularFile, read_regular_file
-from ndfleet.spec.config import NAMESPACE, from_engine
-from ndfleet.spec.names import stack_name_problem
+from ndfleet.stackconfig.config import from_engine
+from ndfleet.stackconfig.names import stack_name_problem
+from ndfleet.stackconfig.settings import NAMESPACE
 
 PROJECT_FILE_NAME = "Pulumi.yaml"
 # A stack file is a few dozen lines; anything past this is not one (and would only cost time and memory).
@@ -233,20 +233,3 @@ def load_stack(name: str | None = None, path: str | Path | None = None, stack_na
     if not isinstance(config, dict):
         raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")
     return StackFile.from_config(name, file, config)
-
-
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--stack NAME` or `--stack-file PATH`, for every command that reads a stack."""
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--stack", metavar="NAME", help="stack name: reads stacks/Pulumi.NAME.yaml")
-    group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
-    parser.add_argument(
-        "--stack-name", metavar="NAME",
-        help="with --stack-file: the stack's name (default: NAME of Pulumi.NAME.yaml); resource names derive from "
-        "it, so give the original's name to plan or diff an edited copy",
-    )  # fmt: skip
-
-
-def load_stack_from_args(args: argparse.Namespace) -> StackFile:
-    """The stack that `--stack`, `--stack-file` and `--stack-name` (add_stack_arguments) name."""
-    return load_stack(name=args.stack, path=args.stack_file, stack_name=args.stack_name)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet.regularfile import NotARegularFile, read_regular_file
-from ndfleet.spec.names import stack_name_problem
+from ndfleet.stackconfig.names import stack_name_problem
 
 PLAN_SCHEMA_VERSION = 1
 # A 1,280-node plan is about 1 MB; a plan file larger than this is not one of ours.

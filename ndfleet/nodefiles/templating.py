@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
 @functools.cache

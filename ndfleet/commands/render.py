@@ -31,12 +31,12 @@ import posixpath
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ndfleet.machine_files import machine_files
-from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.spec.config import SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack_from_args
+from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
+
+if TYPE_CHECKING:
+    pass
 
 EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 
@@ -130,6 +130,12 @@ def _remove_created(out_fd: int, opened: dict[str, int], created: list[str]) -> 
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here, for the chosen command only: `ndfleet --help` stays fast.
+    from ndfleet.machine_files import machine_files
+    from ndfleet.prepare import PrepareError, prepare_config
+    from ndfleet.stackconfig.problems import SpecError
+    from ndfleet.stackconfig.stackfile import StackFileError
+
     try:
         stack = load_stack_from_args(args)
         # The same prepare step as plan, preflight and `pulumi up`: same stacks accepted, same refused.
