@@ -184,8 +184,7 @@ def exported_markdown() -> str:
     for collector, names in NODE_EXPORTER_COLLECTORS.items():
         lines.append(f"- node_exporter `{collector}`: " + ", ".join(f"`{n}`" for n in names))
     lines.append("- `ndfleet-node metrics` (textfile): " + ", ".join(f"`{n}`" for n in VALIDATION_METRICS))
-    lines.append(
-        "- `ndfleet_node.slurm_export` (textfile, Slurm controller only): " + ", ".join(f"`{n}`" for n in SLURM_EXPORT_METRICS)
-    )
+    slurm = ", ".join(f"`{n}`" for n in SLURM_EXPORT_METRICS)
+    lines.append(f"- `ndfleet_node.slurm_export` (textfile, Slurm controller only): {slurm}")
     lines.append("- the agent, per scrape target (`job` dcgm / node): " + ", ".join(f"`{n}`" for n in AGENT_METRICS))
     return "\n".join(lines)

@@ -187,7 +187,8 @@ def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
     scontrol = tmp_path / "scontrol"
-    scontrol.write_text("#!/bin/sh\necho 'NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count'\n")
+    line = "NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count"
+    scontrol.write_text(f"#!/bin/sh\necho '{line}'\n")
     scontrol.chmod(0o755)
     out = tmp_path / "textfile" / exporters.SLURM_TEXTFILE_NAME
     proc = subprocess.run(
