@@ -238,7 +238,7 @@ def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MonitoringFile]:
     return [
         MonitoringFile(name, path, mode, env.get_template(template).render(ctx))
         for template, name, path, mode in _FILES
-        if name in _CONTROLLER_FILES
+        if name in _CONTROLLER_FILES and template is not None
     ]
 
 
