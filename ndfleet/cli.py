@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "ndfleet.commands.monitoring",
     "ndfleet.commands.impact",
     "ndfleet.commands.cost",
+    "ndfleet.commands.status",
 )
 
 

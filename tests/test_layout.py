@@ -13,10 +13,12 @@ MAX_LINES = 500
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ndfleet.stackconfig", "ndfleet.regularfile"),  # the configuration model; reading bounded input files
     ("ndfleet.nodefiles",),  # what is rendered for a node
-    ("ndfleet.slurm", "ndfleet.monitoring"),  # their files and settings, on top of the node's
+    ("ndfleet.slurm", "ndfleet.monitoring", "ndfleet.cost"),  # their files and settings, on top of the node's;
+    # what the VMs cost
     ("ndfleet.prepare", "ndfleet.machine_files"),  # the one prepare step every command and `pulumi up` run; every
     # file each machine kind receives, read from what it prepared
-    ("ndfleet.preflight", "ndfleet.components"),  # Azure checks; the Pulumi components
+    ("ndfleet.preflight", "ndfleet.status", "ndfleet.components"),  # reading Azure (checks, the fleet's
+    # state); the Pulumi components
     ("ndfleet.program",),  # the Pulumi program
     ("ndfleet.plans",),  # the program under mocks, the plan document, diff and policies
     ("ndfleet.commands", "ndfleet.cli"),  # the `ndfleet` command

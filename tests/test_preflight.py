@@ -100,8 +100,9 @@ class _Recorded(HttpResponseImpl):
 class ReplayTransport(HttpTransport):
     """Answers requests from recordings, route by route; the last reply of a route repeats."""
 
-    def __init__(self, routes: list[tuple[str, list[Reply]]]):
+    def __init__(self, routes: list[tuple[str, list[Reply]]], root: Path = ARM):
         self._routes = [(re.compile(pattern), list(replies)) for pattern, replies in routes]
+        self._root = root  # where the reply files are
         self._lock = threading.Lock()
         self.requests: list[Any] = []
         self.sleeps: list[float] = []
@@ -134,7 +135,7 @@ class ReplayTransport(HttpTransport):
         parts = urlsplit(request.url)
         # Resource Manager writes nextLink on its own host: keep recordings cloud-neutral.
         body = (
-            (ARM / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
+            (self._root / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
         )
         headers = {
             "Content-Type": "application/json; charset=utf-8",

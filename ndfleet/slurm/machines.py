@@ -17,6 +17,7 @@ from typing import Any
 
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
+from ndfleet.monitoring.agent import controller_config, controller_files
 from ndfleet.nodefiles.bootstrap import (
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
@@ -113,6 +114,9 @@ BURNIN_MODULES = (
     "config", "slurm_states", "burnin/__init__", "burnin/hosts", "burnin/hpcx", "burnin/notify", "burnin/parser",
     "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
 )  # fmt: skip
+# ...and the Slurm state exporter (`python3 -m ndfleet_node.slurm_export`, every minute, for the controller's
+# metrics agent: ndfleet/monitoring/agent.py controller_files).
+EXPORT_MODULES = ("metrics", "slurm_health", "slurm_export")
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
@@ -242,6 +246,8 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
     if role == "controller":
         ctx = _setup_context(spec, site, role, None)
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
+        # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
+        files.update(controller_config(spec, LIB_DIR))
     doc = {"version": spec.slurm.version, "files": files}
     return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
 
@@ -268,12 +274,13 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             _unit("ndfleet-slurm-reap.service", site, ctx),
             _unit("ndfleet-slurm-reap.timer", site, ctx),
             *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
-              for m in (*REAP_MODULES, *BURNIN_MODULES)),
+              for m in dict.fromkeys((*REAP_MODULES, *BURNIN_MODULES, *EXPORT_MODULES))),
             NodeFile("burnin-node.json", BURNIN_CONFIG, "0644", to_json(node_config(spec, spec.islands[0]))),
             NodeFile("ndfleet-burnin", "/usr/local/sbin/ndfleet-burnin", "0755",
                      _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),
+            *(NodeFile(f.name, f.path, f.mode, f.content) for f in controller_files(spec, LIB_DIR)),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",

@@ -88,7 +88,7 @@ def test_node_identity_only_publishes_metrics_on_the_rule(prod_plan: Plan) -> No
     assert sorted(r.inputs["roleDefinitionId"].rsplit("/", 1)[-1] for r in node_roles) == sorted(
         [STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID, KEY_VAULT_SECRETS_USER_ROLE_ID]
     )
-    (publish,) = _role(prod_plan, MONITORING_METRICS_PUBLISHER_ROLE_ID)
+    (publish,) = [r for r in node_roles if r.inputs["roleDefinitionId"].endswith(MONITORING_METRICS_PUBLISHER_ROLE_ID)]
     assert publish.inputs["scope"].endswith("/dataCollectionRules/" + one(prod_plan, DCR).name)
     assert publish.inputs["principalType"] == "ServicePrincipal"
 
