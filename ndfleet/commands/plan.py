@@ -72,6 +72,12 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  islands: {len(spec.islands)}   nodes: {spec.total_nodes}   GPUs: {spec.total_gpus}")
     for island in spec.islands:
         lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs")
+    if spec.network is not None:
+        capacity = spec.network.compute_node_capacity
+        lines.append(
+            f"  compute subnet {spec.network.compute.cidr}: room for {capacity:,} nodes; growing past that re-ranges "
+            "every subnet (set ndfleet:plannedNodes to the most nodes the stack will reach)"
+        )
     lines += quota_lines(spec)
     for warning in spec.warnings:
         lines.append(f"  warning: {warning}")

@@ -27,6 +27,9 @@ class SubnetSpec(FrozenModel):
 class NetworkSpec(FrozenModel):
     address_space: str
     compute: SubnetSpec
+    # How many nodes the compute subnet holds (with the headroom for repairs and the Slurm machines) before it,
+    # and with it every other subnet, has to be re-ranged.
+    compute_node_capacity: int
     storage: SubnetSpec
     lustre: SubnetSpec | None
     bastion: SubnetSpec | None

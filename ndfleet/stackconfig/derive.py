@@ -55,6 +55,16 @@ def compute_subnet_prefix(nodes: int) -> int:
     return min(MIN_COMPUTE_PREFIX, 32 - math.ceil(math.log2(needed)))
 
 
+def compute_subnet_capacity(prefix: int, other_machines: int) -> int:
+    """The most nodes a compute subnet of `prefix` holds beside `other_machines` (the Slurm VMs), with the
+    headroom and Azure's reserved addresses: the inverse of compute_subnet_prefix."""
+    room = 2 ** (32 - prefix) - AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    machines = room
+    while machines > 0 and machines + node_headroom(machines) > room:
+        machines -= 1
+    return max(0, machines - other_machines)
+
+
 def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dict[str, ipaddress.IPv4Network] | None:
     """Carve subnets out of the VNet, largest first so every one stays aligned. None if they do not fit."""
     out: dict[str, ipaddress.IPv4Network] = {}
@@ -140,8 +150,17 @@ def build_spec(
     total_nodes = sum(i.nodes for i in islands)
     # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
     slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0
-    if islands and vnet_fits and total_nodes <= MAX_NODES and ok("storage", "bastion"):
-        compute_prefix = compute_subnet_prefix(total_nodes + slurm_machines)
+    sized_for = total_nodes
+    if config.planned_nodes is not None and ok("plannedNodes"):
+        if islands and config.planned_nodes < total_nodes:
+            problems.append(
+                f"{NAMESPACE}:plannedNodes = {config.planned_nodes}: below the stack's {total_nodes} nodes; it sizes "
+                f"the compute subnet for the most nodes the stack will reach: set it to {total_nodes} or more, or "
+                "remove it"
+            )
+        sized_for = max(total_nodes, config.planned_nodes)
+    if islands and vnet_fits and sized_for <= MAX_NODES and ok("storage", "bastion", "plannedNodes"):
+        compute_prefix = compute_subnet_prefix(sized_for + slurm_machines)
         wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
         if config.storage.lustre is not None:
             wanted.append(("lustre", LUSTRE_SUBNET_PREFIX))
@@ -152,7 +171,7 @@ def build_spec(
             need = sum(2 ** (32 - p) for _, p in wanted)
             smallest = 32 - math.ceil(math.log2(need))
             problems.append(
-                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {total_nodes} nodes plus "
+                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {sized_for} nodes plus "
                 f"headroom; it needs subnets {', '.join(f'{n} /{p}' for n, p in wanted)} ({need} addresses): "
                 f"use a /{smallest} or larger"
             )
@@ -160,6 +179,7 @@ def build_spec(
             network = NetworkSpec(
                 address_space=str(vnet),
                 compute=SubnetSpec(name="compute", cidr=str(subnets["compute"])),
+                compute_node_capacity=compute_subnet_capacity(compute_prefix, slurm_machines),
                 storage=SubnetSpec(name="storage", cidr=str(subnets["storage"])),
                 lustre=SubnetSpec(name="lustre", cidr=str(subnets["lustre"])) if "lustre" in subnets else None,
                 bastion=(

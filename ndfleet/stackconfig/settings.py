@@ -216,6 +216,10 @@ class StackConfig(SettingsModel):
     max_nodes_per_island: int = Field(
         default=DEFAULT_MAX_NODES_PER_ISLAND, ge=1, le=HARD_MAX_NODES_PER_ISLAND, alias="maxNodesPerIsland"
     )
+    # The node count the compute subnet is sized for (default: the stack's nodes). Subnets are carved from the
+    # VNet by size, so growing the compute subnet moves every other subnet: set this once to the largest size
+    # the stack will reach, and growing up to it changes no address range.
+    planned_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, alias="plannedNodes")
     image: str = DEFAULT_IMAGE
     admin_username: str = Field(default="azureuser", alias="adminUsername")
     ssh_public_key: str = Field(alias="sshPublicKey")
