@@ -12,21 +12,21 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.components.elastic_scaling import ElasticScaling, ElasticScalingArgs
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
-from ndfleet.components.slurm import SlurmCluster, SlurmClusterArgs
+from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import alerts
+from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
 from ndfleet.slurm.elastic import elastic_scale_set_name
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 def slurm_topology(spec: ClusterSpec) -> str:
@@ -113,33 +113,7 @@ class Cluster(pulumi.ComponentResource):
         }
         if store.lustre_mgs_address is not None:
             node_tags[TAG_LUSTRE_MGS] = store.lustre_mgs_address
-        slurm: SlurmCluster | None = None
-        if spec.scheduler == "slurm":
-            slurm = SlurmCluster(
-                f"{name}-slurm",
-                SlurmClusterArgs(
-                    spec=spec,
-                    resource_group_name=net.resource_group_name,
-                    vnet_id=net.vnet_id,
-                    compute_subnet_id=net.compute_subnet_id,
-                    storage_subnet_id=net.storage_subnet_id,
-                    subscription_id=subscription_id,
-                    tenant_id=client_config.tenant_id,
-                    node_principal_id=identity.principal_id,
-                ),
-                opts=child,
-            )
-            # The nodes find the vault (munge key) and the NFS share through their scale set's tags.
-            node_tags.update(slurm.node_tags)
-        health = HealthArgs(
-            probe_port=spec.health.probe_port,
-            probe_grace_period_seconds=prepared.probe_grace_period_s,
-            repair_action=spec.health.repair_action,
-            repair_grace_period_minutes=spec.health.repair_grace_period_minutes,
-        )
-        image = ImageArgs(
-            publisher=spec.image.publisher, offer=spec.image.offer, sku=spec.image.sku, version=spec.image.version
-        )
+        controller_metrics: ControllerMetrics | None = None
         monitoring: Monitoring | None = None
         if spec.monitoring.enabled:
             monitoring = Monitoring(
@@ -160,8 +134,43 @@ class Cluster(pulumi.ComponentResource):
                 ),
                 opts=child,
             )
-            node_tags[TAG_METRICS_ENDPOINT] = monitoring.ingest_endpoint
-            node_tags[TAG_METRICS_DCR] = monitoring.rule_immutable_id
+            metrics_tags: dict[str, pulumi.Input[str]] = {
+                TAG_METRICS_ENDPOINT: monitoring.ingest_endpoint,
+                TAG_METRICS_DCR: monitoring.rule_immutable_id,
+            }
+            node_tags.update(metrics_tags)
+            # The Slurm controller publishes every node's Slurm state through the same rule (ndfleet status).
+            controller_metrics = ControllerMetrics(
+                rule_id=monitoring.rule_id, tags=metrics_tags, boot_dependencies=monitoring.path_dependencies
+            )
+        slurm: SlurmCluster | None = None
+        if spec.scheduler == "slurm":
+            slurm = SlurmCluster(
+                f"{name}-slurm",
+                SlurmClusterArgs(
+                    spec=spec,
+                    resource_group_name=net.resource_group_name,
+                    vnet_id=net.vnet_id,
+                    compute_subnet_id=net.compute_subnet_id,
+                    storage_subnet_id=net.storage_subnet_id,
+                    subscription_id=subscription_id,
+                    tenant_id=client_config.tenant_id,
+                    node_principal_id=identity.principal_id,
+                    metrics=controller_metrics,
+                ),
+                opts=child,
+            )
+            # The nodes find the vault (munge key) and the NFS share through their scale set's tags.
+            node_tags.update(slurm.node_tags)
+        health = HealthArgs(
+            probe_port=spec.health.probe_port,
+            probe_grace_period_seconds=prepared.probe_grace_period_s,
+            repair_action=spec.health.repair_action,
+            repair_grace_period_minutes=spec.health.repair_grace_period_minutes,
+        )
+        image = ImageArgs(
+            publisher=spec.image.publisher, offer=spec.image.offer, sku=spec.image.sku, version=spec.image.version
+        )
         node_boot_dependencies: list[pulumi.Resource] = list(store.boot_dependencies)
         if slurm is not None:
             node_boot_dependencies += slurm.node_boot_dependencies

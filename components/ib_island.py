@@ -20,10 +20,10 @@ from typing import Literal
 import pulumi
 import pulumi_azure_native.compute as compute
 
-from ndfleet.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
 from ndfleet.components.linux_login import ssh_key_only
-from ndfleet.spec.config import DEFAULT_VM_SIZE
-from ndfleet.spec.profiles import PROFILES
+from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
+from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
 TAG_ISLAND = "ndfleet:island"
 # On an elastic island's scale set: Slurm owns its capacity (`ndfleet diff` reads this tag and says so).
@@ -87,7 +87,7 @@ class IbIslandArgs:
     # base64 VM userData (PreparedIsland.bootstrap.vm_user_data: the node bundle the customData's boot step fetches
     # from the instance metadata service); None: the scale set has no userData.
     user_data: pulumi.Input[str] | None = None
-    vm_size: str = DEFAULT_VM_SIZE  # a VM-size profile by name (ndfleet.spec.profiles.PROFILES)
+    vm_size: str = DEFAULT_VM_SIZE  # a VM-size profile by name (ndfleet.stackconfig.profiles.PROFILES)
     island_name: str | None = None  # tag ndfleet:island; default: the component's name
     computer_name_prefix: str | None = None  # default: "<component name>-"
     admin_username: str = "azureuser"

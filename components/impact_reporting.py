@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.spec.profiles import IMPACT_REPORTER_ROLE_ID
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID
 
 
 @dataclass(frozen=True)

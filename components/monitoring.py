@@ -32,7 +32,7 @@ import pulumi_azure_native.privatedns as privatedns
 
 from ndfleet.monitoring.agent import INGEST_STREAM
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
-from ndfleet.spec.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
+from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
 # Alerts that stay true resolve on their own this long after the condition clears.
@@ -79,6 +79,7 @@ class Monitoring(pulumi.ComponentResource):
     workspace_id: pulumi.Output[str]
     ingest_endpoint: pulumi.Output[str]
     rule_immutable_id: pulumi.Output[str]
+    rule_id: pulumi.Output[str]
     grafana_endpoint: pulumi.Output[str]
     grafana_name: pulumi.Output[str]
 
@@ -198,7 +199,8 @@ class Monitoring(pulumi.ComponentResource):
         )
         # What a node needs before its agent first writes: the endpoint in the scope, the private path to it (the
         # endpoint, the zone's VNet link, the A records) and its Monitoring Metrics Publisher assignment.
-        self.boot_dependencies: list[pulumi.Resource] = [scoped_dce, endpoint, dns_link, dns_group, publish_grant]
+        self.path_dependencies: list[pulumi.Resource] = [scoped_dce, endpoint, dns_link, dns_group]
+        self.boot_dependencies: list[pulumi.Resource] = [*self.path_dependencies, publish_grant]
 
         # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
         grafana = dashboard.Grafana(
@@ -296,6 +298,8 @@ class Monitoring(pulumi.ComponentResource):
             )
 
         self.workspace_id = workspace.id
+        # The rule another identity (the Slurm controller's) is given Monitoring Metrics Publisher on.
+        self.rule_id = dcr.id
         self.ingest_endpoint = dce.metrics_ingestion.apply(lambda m: (m.endpoint or "") if m else "")
         self.rule_immutable_id = dcr.immutable_id.apply(lambda i: i or "")
         self.grafana_endpoint = grafana.properties.apply(lambda p: (p.endpoint or "") if p else "")

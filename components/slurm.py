@@ -3,7 +3,8 @@ home, controller and login node(s); compute nodes join by themselves (see ndflee
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
@@ -14,7 +15,18 @@ from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_acc
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class ControllerMetrics:
+    """What the controller's metrics agent needs from the stack's Monitoring component."""
+
+    rule_id: pulumi.Input[str]  # the data collection rule: Monitoring Metrics Publisher on it, nothing wider
+    # The agent's settings the controller reads from its tags (ingestion endpoint, rule immutable id).
+    tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    # The private path to the ingestion endpoint (private endpoint, DNS): the controller waits for it.
+    boot_dependencies: Sequence[pulumi.Resource] = ()
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,8 @@ class SlurmClusterArgs:
     subscription_id: pulumi.Input[str]
     tenant_id: pulumi.Input[str]
     node_principal_id: pulumi.Input[str]  # the compute nodes' identity: reads the munge key
+    # Monitoring on: the controller's agent publishes the Slurm states through the stack's data collection rule.
+    metrics: ControllerMetrics | None = None
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -84,6 +98,7 @@ class SlurmCluster(pulumi.ComponentResource):
         # The compute nodes also need their munge-key role assignment: give this to IbIslandArgs.boot_dependencies.
         self.node_boot_dependencies: list[pulumi.Resource] = [*machine_needs, munge_grant]
         controller_ip, login_ips = slurm_addresses(spec)
+        metrics = args.metrics
 
         def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
             return SlurmHostArgs(
@@ -100,9 +115,12 @@ class SlurmCluster(pulumi.ComponentResource):
             replace(
                 host("controller", controller_host(spec), spec.slurm.controller_vm_size, controller_ip),
                 secret_ids=[vault.munge_secret_id, vault.db_secret_id],
-                boot_tags={**self.node_tags, TAG_DB_HOST: database.host},
+                boot_tags={**self.node_tags, TAG_DB_HOST: database.host, **(metrics.tags if metrics else {})},
                 state_disk_gb=spec.slurm.controller_state_disk_gb,
-                boot_dependencies=[*machine_needs, *database.boot_dependencies],
+                boot_dependencies=[
+                    *machine_needs, *database.boot_dependencies, *(metrics.boot_dependencies if metrics else ()),
+                ],
+                metrics_rule_id=metrics.rule_id if metrics else None,
             ),
             opts=child,
         )

@@ -17,10 +17,11 @@ import pulumi_azure_native.compute as compute
 import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 
-from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
+from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.slurm.machines import STATE_DISK_LUN
+from ndfleet.stackconfig.profiles import MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).
 HOST_IMAGE = compute.ImageReferenceArgs(
@@ -57,6 +58,9 @@ class SlurmHostArgs:
     # What the machine reaches at first boot (the vault's, share's and database's private endpoints, their DNS):
     # the VM waits for them, and for its own secret role assignments.
     boot_dependencies: Sequence[pulumi.Resource] = ()
+    # The data collection rule this machine's metrics agent publishes through (the controller, monitoring on): its
+    # identity gets Monitoring Metrics Publisher on that rule only, and the VM waits for the grant.
+    metrics_rule_id: pulumi.Input[str] | None = None
     zone: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
 
@@ -86,6 +90,18 @@ class SlurmHost(pulumi.ComponentResource):
                 opts=child,
             )
             grants.append(grant)
+        if args.metrics_rule_id is not None:
+            # Least privilege, as the nodes' grant (components/monitoring.py): publish through this rule, nothing else.
+            grants.append(
+                authorization.RoleAssignment(
+                    f"{name}-metrics-publish",
+                    scope=args.metrics_rule_id,
+                    principal_id=identity.principal_id,
+                    principal_type="ServicePrincipal",
+                    role_definition_id=role_definition(args.subscription_id, MONITORING_METRICS_PUBLISHER_ROLE_ID),
+                    opts=child,
+                )
+            )
         tags: dict[str, pulumi.Input[str]] = {
             **base_tags,
             **args.boot_tags,

@@ -32,8 +32,8 @@ import pulumi_azure_native.privatedns as privatedns
 import pulumi_azure_native.storage as storage
 import pulumi_azure_native.storagecache as storagecache
 
-from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud
-from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.stackconfig.clouds import PUBLIC_CLOUD, StorageCloud
+from ndfleet.stackconfig.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 
 LOCK_NAME = "ndfleet-data-cannot-delete"
 
@@ -83,7 +83,7 @@ class StorageArgs:
     blob_data_principal_id: pulumi.Input[str] | None = None
     # For the role definition id; default: the subscription Pulumi deploys to.
     subscription_id: pulumi.Input[str] | None = None
-    cloud: StorageCloud = PUBLIC_CLOUD  # the private DNS zone name differs per Azure cloud (ndfleet.clouds)
+    cloud: StorageCloud = PUBLIC_CLOUD  # the private DNS zone name differs per Azure cloud (ndfleet.stackconfig.clouds)
     lustre: LustreArgs | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
 

@@ -1,7 +1,8 @@
 """The `ndfleet` command: what Pulumi does not do (offline plan, plan diffs, bootstraps, policies, preflight).
 
-Each subcommand lives in its own module, which exposes `register(subparsers)`; the registered handler
-returns the process exit code. Errors the user can fix are printed as one clear message, never a traceback.
+Each subcommand lives in its own module under ndfleet/commands/, which exposes `register(subparsers)`;
+the registered handler returns the process exit code. Errors the user can fix are printed as one clear message,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -12,16 +13,30 @@ import os
 import sys
 from collections.abc import Sequence
 
-# Module per subcommand, in the order `ndfleet --help` lists them.
+# Module per subcommand, in the order `ndfleet --help` lists them. Each imports only the standard library at
+# module level (Pulumi, the Azure SDK, pydantic and Jinja2 load inside its handler): building the parser for
+# `ndfleet --help` stays fast (tests/test_cli_startup.py holds it to that).
 COMMAND_MODULES = (
-    "ndfleet.plan",
-    "ndfleet.diff_cmd",
-    "ndfleet.policy_cmd",
-    "ndfleet.render_cmd",
-    "ndfleet.preflight",
-    "ndfleet.monitoring_cmd",
-    "ndfleet.impact_cmd",
+    "ndfleet.commands.plan",
+    "ndfleet.commands.diff",
+    "ndfleet.commands.policy",
+    "ndfleet.commands.render",
+    "ndfleet.commands.preflight",
+    "ndfleet.commands.monitoring",
+    "ndfleet.commands.impact",
+    "ndfleet.commands.cost",
+    "ndfleet.commands.status",
 )
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's `version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ndfleet")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Offline plans, plan diffs, node bootstraps, policies and Azure preflight for ND H100 v5 / "
         "ND H200 v5 training clusters. Deploy with `pulumi up`.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

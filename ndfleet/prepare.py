@@ -21,15 +21,23 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ndfleet.bootstrap import (
+from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
     BootstrapTooLarge,
     RenderedBootstrap,
     render_bootstrap,
     validation_budget_s,
 )
-from ndfleet.clouds import PUBLIC_CLOUD, StorageCloud, UnknownCloud, cloud_from_config, public_cloud_only_problems
-from ndfleet.spec.config import NAMESPACE, ClusterSpec, IslandSpec, load_spec
+from ndfleet.stackconfig.clouds import (
+    PUBLIC_CLOUD,
+    StorageCloud,
+    UnknownCloud,
+    cloud_from_config,
+    public_cloud_only_problems,
+)
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.settings import NAMESPACE
 
 # The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
 # Health extension with Virtual Machine Scale Sets", extension schema: gracePeriod).
@@ -123,7 +131,7 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             f"{default_probe_grace_period_s(budget)} s"
         )
     grace = explicit if explicit is not None else default_probe_grace_period_s(budget)
-    # Monitoring, Slurm and impact reporting hold Azure public's host names (ndfleet/clouds.py).
+    # Monitoring, Slurm and impact reporting hold Azure public's host names (ndfleet/stackconfig/clouds.py).
     problems.extend(public_cloud_only_problems(spec, cloud, NAMESPACE))
 
     islands: list[PreparedIsland] = []

@@ -13,7 +13,8 @@ import pulumi
 
 from ndfleet.components.cluster import Cluster, ClusterArgs
 from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
-from ndfleet.spec.config import ClusterSpec, load_spec, read_pulumi_config
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec, read_pulumi_config
 
 
 class ProgramError(Exception):
@@ -35,7 +36,8 @@ def prepare_from_stack() -> PreparedCluster:
 
 
 def deploy(prepared: PreparedCluster) -> Cluster:
-    for warning in prepared.spec.warnings:
+    # Under the mocks `ndfleet plan` prints the warnings itself (in the table, or on stderr beside JSON): once.
+    for warning in () if under_mocks() else prepared.spec.warnings:
         pulumi.log.warn(warning)
     cluster = Cluster(prepared.spec.name_prefix, ClusterArgs(prepared=prepared))
     for key, value in cluster.outputs.items():
@@ -66,7 +68,7 @@ def run_preflight_if_enabled(spec: ClusterSpec) -> None:
 def refuse_example_key(spec: ClusterSpec) -> None:
     """`pulumi up` with the example key of stacks/*.yaml would make a cluster nobody can log into; the offline
     plan (mock runtime) only warns (spec.warnings)."""
-    from ndfleet.spec.sshkeys import is_example_key
+    from ndfleet.stackconfig.sshkeys import is_example_key
 
     if is_example_key(spec.ssh_public_key) and not under_mocks():
         raise ProgramError(
@@ -85,7 +87,7 @@ def main() -> None:
 
     `__main__.py` calls this under `pulumi up`; `ndfleet plan` calls it under the mock runtime.
     """
-    from ndfleet.spec.config import SpecError
+    from ndfleet.stackconfig.problems import SpecError
 
     try:
         prepared = prepare_from_stack()

@@ -1,4 +1,4 @@
-"""ndfleet's CrossGuard policy pack: every rule of ndfleet/policy_rules.py as a ResourceValidationPolicy.
+"""ndfleet's CrossGuard policy pack: every rule of ndfleet/plans/policy_rules.py as a ResourceValidationPolicy.
 
 Run it with `pulumi preview --policy-pack policy` from the repository root. The rules are plain functions over
 (resource type, camelCase inputs): the same ones `ndfleet policy PLAN.json` and `ndfleet plan --policies` run.
@@ -21,7 +21,7 @@ from pulumi_policy import (  # noqa: E402
     ResourceValidationPolicy,
 )
 
-from ndfleet.policy_rules import MANDATORY, RULES, Rule  # noqa: E402
+from ndfleet.plans.policy_rules import MANDATORY, RULES, Rule  # noqa: E402
 
 PACK_NAME = "ndfleet"
 

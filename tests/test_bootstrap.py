@@ -6,8 +6,6 @@ import base64
 import gzip
 import hashlib
 import json
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +15,8 @@ import jinja2
 import pytest
 import yaml
 
-from ndfleet import bootstrap, nodebundle
-from ndfleet.bootstrap import (
+from ndfleet.nodefiles import bootstrap, nodebundle
+from ndfleet.nodefiles.bootstrap import (
     CUSTOM_DATA_MAX_BYTES,
     SHELL_FILES,
     USER_DATA_MAX_BYTES,
@@ -30,10 +28,12 @@ from ndfleet.bootstrap import (
     validation_budget_s,
 )
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import ClusterSpec, load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
+from tests.conftest import EXAMPLE_STACKS
+from tests.system_tools import find_tool
 
-EXAMPLE_STACKS = ("dev", "prod", "h200")
 ONE_STACK_PER_VM_SIZE = ("dev", "h200")  # ND H100 v5, ND H200 v5
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")
 # The Application Health extension's gracePeriod is at most 14,400 s (virtual-machine-scale-sets-health-extension.md).
@@ -144,17 +144,6 @@ def test_user_data_headroom(stack_render):
     assert len(r.bundle) <= USER_DATA_MAX_BYTES * 4 // 5, "less than a fifth of Azure's userData limit left"
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def test_the_readme_bound_on_custom_data_holds_for_every_example_stack(stack_render):
-    """README states customData's size as a bound; it must hold for what the code renders (base64, as sent)."""
-    found = re.search(r"it carries only a boot step, under (\d+) KB of Azure's 64 KB limit for every\s+example stack",
-                      README.read_text())  # fmt: skip
-    assert found, "README no longer states the customData bound this test keeps true"
-    assert len(stack_render[2].custom_data) < int(found.group(1)) * 1024
-
-
 def test_oversized_bootstrap_names_stack_island_size_and_limit(monkeypatch):
     spec = spec_of("dev")
     monkeypatch.setattr(bootstrap, "CUSTOM_DATA_MAX_BYTES", 1000)
@@ -175,12 +164,6 @@ def test_oversized_bundle_names_stack_island_size_and_the_user_data_limit(monkey
     assert "customData" not in msg
 
 
-def _cloud_init() -> str:
-    found = shutil.which("cloud-init")
-    assert found, "cloud-init is not installed: apt-get install -y --no-install-recommends cloud-init"
-    return found
-
-
 @pytest.fixture(scope="module")
 def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
     """cloud-init schema and shellcheck over the rendered files, all started at once (they take seconds each).
@@ -188,7 +171,8 @@ def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
     Keys: ("schema", stack), ("shellcheck", stack/script), ("schema", "bad"); values (exit status, output).
     """
     folder = tmp_path_factory.mktemp("external")
-    cloud_init = _cloud_init()
+    # Without cloud-init the schema tests skip (they need the tool; see tests/system_tools.py); shellcheck still runs.
+    cloud_init = find_tool("cloud-init")
     jobs: dict[tuple[str, str], subprocess.Popen[str]] = {}
 
     def start(key: tuple[str, str], argv: list[str]) -> None:
@@ -199,7 +183,8 @@ def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
         r = full_render(spec)
         user_data = folder / f"{stack}.user-data"
         user_data.write_text(r.user_data)
-        start(("schema", stack), [cloud_init, "schema", "--config-file", str(user_data)])
+        if cloud_init:
+            start(("schema", stack), [cloud_init, "schema", "--config-file", str(user_data)])
         if stack not in ONE_STACK_PER_VM_SIZE:
             continue
         for script in SHELL_FILES:
@@ -214,7 +199,8 @@ def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
             start(("shellcheck", f"{stack}/{unit}"), [str(SHELLCHECK), str(sh)])
     bad = folder / "bad.user-data"
     bad.write_text("#cloud-config\nwrite_files: 5\nruncmd: {a: 1}\n")
-    start(("schema", "bad"), [cloud_init, "schema", "--config-file", str(bad)])
+    if cloud_init:
+        start(("schema", "bad"), [cloud_init, "schema", "--config-file", str(bad)])
     results = {}
     for key, proc in jobs.items():
         out, _ = proc.communicate(timeout=60)
@@ -222,12 +208,14 @@ def external_checks(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
     return results
 
 
+@pytest.mark.needs_tool("cloud-init")
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
 def test_user_data_passes_cloud_init_schema(stack, external_checks):
     rc, out = external_checks[("schema", stack)]
     assert rc == 0, out
 
 
+@pytest.mark.needs_tool("cloud-init")
 def test_cloud_init_schema_check_rejects_a_bad_config(external_checks):
     rc, out = external_checks[("schema", "bad")]
     assert rc != 0, out

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import gzip
 
-from ndfleet import bootstrap
-from ndfleet.bootstrap import render_output_files
 from ndfleet.cli import main
+from ndfleet.nodefiles import bootstrap
+from ndfleet.nodefiles.bootstrap import render_output_files
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 
 SCRIPTS = ("validate-node", "ndfleet-node")
 UNITS = ("ndfleet-setup.service", "ndfleet-validate.service", "ndfleet-validated.target", "ndfleet-health.service")
@@ -28,13 +28,14 @@ def feature_file_names(stack: str) -> set[str]:
 
 def test_single_island_stack_writes_every_file(tmp_path):
     assert main(["render", "--stack", "dev", "--out", str(tmp_path)]) == 0
-    names = {p.name for p in tmp_path.iterdir()}
+    names = {p.name for p in (tmp_path / "compute").iterdir()}
     bundle = {"vm-user-data.b64", "nccl.conf", "node.json", *SCRIPTS, *UNITS, *feature_file_names("dev")}
     assert names == {*BOOT_STEP, *bundle}
 
 
 def test_a_drop_in_is_written_under_its_unit_and_name(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
     r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
     dropin = "/etc/systemd/system/slurmd.service.d/ndfleet.conf"
@@ -43,6 +44,7 @@ def test_a_drop_in_is_written_under_its_unit_and_name(tmp_path):
 
 def test_user_data_file_is_what_the_scale_set_receives(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
     r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
     assert (tmp_path / "vm-user-data.b64").read_text() == r.vm_user_data + "\n"
@@ -50,6 +52,7 @@ def test_user_data_file_is_what_the_scale_set_receives(tmp_path):
 
 def test_written_files_are_the_rendered_ones(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
     rendered = render_output_files(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
     assert {n: (tmp_path / n).read_bytes() for n in rendered} == {n: data for n, (data, _) in rendered.items()}
@@ -57,26 +60,44 @@ def test_written_files_are_the_rendered_ones(tmp_path):
 
 def test_custom_data_file_decodes_to_the_user_data(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
     decoded = gzip.decompress(base64.b64decode((tmp_path / "custom-data.b64").read_text())).decode()
     assert decoded == (tmp_path / "user-data").read_text()
 
 
 def test_scripts_are_executable(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
     assert all((tmp_path / s).stat().st_mode & 0o111 for s in SCRIPTS)
 
 
 def test_islands_that_differ_get_their_own_folder(tmp_path):
     assert main(["render", "--stack", "prod", "--out", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ib00", "ib01", "ib02"]
-    assert (tmp_path / "ib02" / "validate-node").exists()
+    assert sorted(p.name for p in (tmp_path / "compute").iterdir()) == ["ib00", "ib01", "ib02"]
+    assert (tmp_path / "compute" / "ib02" / "validate-node").exists()
+
+
+def test_each_machine_kind_gets_its_folder(tmp_path):
+    assert main(["render", "--stack", "prod", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compute", "slurm-controller", "slurm-login"]
+
+
+def test_a_stack_without_slurm_has_only_compute_nodes(tmp_path):
+    assert main(["render", "--stack", "h200", "--out", str(tmp_path)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["compute"]
+
+
+def test_slurm_machine_scripts_keep_their_modes(tmp_path):
+    main(["render", "--stack", "dev", "--out", str(tmp_path)])
+    assert (tmp_path / "slurm-controller" / "ndfleet-slurm-setup").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "slurm-controller" / "slurm.conf").stat().st_mode & 0o777 == 0o644
 
 
 def test_output_says_what_was_written(tmp_path, capsys):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    written = len(list(tmp_path.iterdir()))
-    assert f"island ib00: {written} files in {tmp_path}/" in out
+    written = len(list((tmp_path / "compute").iterdir()))
+    assert f"compute, island ib00: {written} files in {tmp_path / 'compute'}/" in out
     assert "customData" in out and "userData" in out and "validate-node" in out
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from ndfleet import bootstrap, nodebundle
+from ndfleet.nodefiles import bootstrap, nodebundle
 from ndfleet.prepare import bootstrap_extensions
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.test_health_endpoint import loopback_up
 
 UNPACK = bootstrap.UNPACK_SOURCE

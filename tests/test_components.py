@@ -10,8 +10,8 @@ import base64
 import gzip
 import ipaddress
 
-from ndfleet.plan import Plan
-from ndfleet.spec.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.plans.build import Plan
+from ndfleet.stackconfig.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 from tests.conftest import (
     ACCOUNT,
     BASTION,
@@ -348,7 +348,7 @@ def test_slurm_topology_selects_each_island_by_feature_not_by_host_names(zonal_l
 
 
 def test_health_grace_period_outlasts_setup_and_full_validation(dev_plan: Plan) -> None:
-    from ndfleet.bootstrap import validation_budget_s
+    from ndfleet.nodefiles.bootstrap import validation_budget_s
 
     extension = dig(one(dev_plan, VMSS).inputs, "virtualMachineProfile.extensionProfile.extensions.0")
     assert extension["settings"]["gracePeriod"] >= validation_budget_s(dev_plan.spec)
@@ -358,7 +358,7 @@ def test_grace_period_shorter_than_validation_is_refused_before_any_resource() -
     import pulumi
     import pytest
 
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
     from tests.conftest import stack_from
 
     stack = stack_from(base_config(health={"dcgmLevel": 3, "probeGracePeriodSeconds": 600}))

@@ -49,8 +49,8 @@ def test_every_link_of_the_sources_page_is_a_public_url_or_a_repository_file() -
 
 
 def _budget(level: str, dcgm: int) -> int:
-    from ndfleet.bootstrap import validation_budget_s
-    from ndfleet.spec.config import load_spec
+    from ndfleet.nodefiles.bootstrap import validation_budget_s
+    from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
 
     config = base_config()

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from ndfleet_node.health import health_state
 
-from ndfleet.bootstrap import HEALTH_PATH, render_bootstrap
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.nodefiles.bootstrap import HEALTH_PATH, render_bootstrap
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 
 START_TIMEOUT_S = 20
 PROBE_TIMEOUT_S = 5  # generous for a loaded 2-core machine; latencies are printed, not asserted

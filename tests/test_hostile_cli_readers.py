@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from ndfleet import cli, plandoc
-from ndfleet.spec.stackfile import StackFileError, load_stack, read_yaml
+from ndfleet import cli
+from ndfleet.plans import plandoc
+from ndfleet.stackconfig.stackfile import StackFileError, load_stack, read_yaml
 from tests.test_plandiff import load
 from tests.test_plandiff import resource as plan_resource
 

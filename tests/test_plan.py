@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from ndfleet.cli import main
-from ndfleet.plan import SCHEMA_VERSION, execute_program, run_plan
-from ndfleet.spec.config import StackConfig
-from ndfleet.spec.stackfile import load_stack, project_defaults
+from ndfleet.plans.build import SCHEMA_VERSION, execute_program, run_plan
+from ndfleet.stackconfig.settings import StackConfig
+from ndfleet.stackconfig.stackfile import load_stack, project_defaults
 from tests.conftest import EXAMPLE_STACKS, REPO, VMSS, base_config, of_type, stack_from
 
 PROJECT_FILE = REPO / "Pulumi.yaml"
@@ -46,7 +46,7 @@ def test_dev_table_shows_resources_and_summary(capsys: pytest.CaptureFixture[str
 def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
     main(["plan", "--stack", "dev", "--format", "json"])
     plan = json.loads(capsys.readouterr().out)
-    assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary"}
+    assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary", "cost"}
     assert plan["schemaVersion"] == SCHEMA_VERSION
     assert all(set(r) == {"type", "name", "parent", "protect", "dependsOn", "inputs"} for r in plan["resources"])
     keys = [(r["type"], r["name"]) for r in plan["resources"]]
@@ -152,7 +152,7 @@ def test_preflight_setting_never_calls_azure_under_the_mock_runtime(monkeypatch:
 def test_preflight_runs_first_outside_the_mock_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     import ndfleet.preflight as preflight
     import ndfleet.program as program
-    from ndfleet.spec.config import load_spec
+    from ndfleet.stackconfig.config import load_spec
 
     def refuse(spec: object) -> None:
         raise preflight.PreflightFailed("quota: 192 vCPUs missing", 1)

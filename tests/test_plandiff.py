@@ -1,4 +1,4 @@
-"""ndfleet/plandiff.py over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
+"""ndfleet/plans/plandiff/ over a small hand-made plan (tests/data/plans/dev-small.json) and edits of it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ndfleet import plandiff
+from ndfleet.plans import plandiff
 
 PLANS = Path(__file__).parent / "data" / "plans"
 VMSS = plandiff.VMSS_TYPE

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet import cli, plandiff
+from ndfleet import cli
+from ndfleet.plans import plandiff
 from tests.test_plandiff import encode_bootstrap, load, vmss_inputs
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ndfleet import plandiff
+from ndfleet.plans import plandiff
 
 PLANS = Path(__file__).parent / "data" / "plans"
 ACCOUNT_ID = (

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet import cli, plandiff, policy_rules
-from ndfleet.plan import run_plan
-from ndfleet.spec.profiles import PROFILES
-from ndfleet.spec.stackfile import load_stack
-from tests.conftest import STACKS_DIR
+from ndfleet import cli
+from ndfleet.plans import plandiff, policy_rules
+from ndfleet.plans.build import run_plan
+from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.stackfile import load_stack
+from tests.conftest import EXAMPLE_STACKS, STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 H100, H200 = "Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5"
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet import cli, plandiff, plandoc
+from ndfleet import cli
+from ndfleet.plans import plandiff, plandoc
 from tests.test_plandiff import load, resource, vmss_inputs
 
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

@@ -1,4 +1,4 @@
-"""ndfleet/policy_rules.py: every rule fails on a resource that breaks it and passes on one that keeps it,
+"""ndfleet/plans/policy_rules.py: every rule fails on a resource that breaks it and passes on one that keeps it,
 through direct calls and through `ndfleet policy` on a plan file."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from ndfleet import cli, policy_rules
-from ndfleet.policy_rules import (
+from ndfleet import cli
+from ndfleet.plans import policy_rules
+from ndfleet.plans.policy_rules import (
     KEY_VAULT_TYPE,
     MYSQL_SERVER_TYPE,
     NIC_TYPE,

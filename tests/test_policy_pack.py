@@ -16,7 +16,7 @@ from pulumi.runtime.proto import analyzer_pb2
 from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
-from ndfleet import policy_rules
+from ndfleet.plans import policy_rules
 
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "policy"

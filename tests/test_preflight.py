@@ -29,7 +29,7 @@ from azure.core.utils import case_insensitive_dict
 
 from ndfleet import preflight
 from ndfleet.cli import build_parser
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.stackconfig.stackfile import load_stack
 
 ARM = Path(__file__).parent / "data" / "arm"
 SUB = "8f3c2a1e-5b7d-4c9e-a2f1-6d0b9e4c7a31"
@@ -100,8 +100,9 @@ class _Recorded(HttpResponseImpl):
 class ReplayTransport(HttpTransport):
     """Answers requests from recordings, route by route; the last reply of a route repeats."""
 
-    def __init__(self, routes: list[tuple[str, list[Reply]]]):
+    def __init__(self, routes: list[tuple[str, list[Reply]]], root: Path = ARM):
         self._routes = [(re.compile(pattern), list(replies)) for pattern, replies in routes]
+        self._root = root  # where the reply files are
         self._lock = threading.Lock()
         self.requests: list[Any] = []
         self.sleeps: list[float] = []
@@ -134,7 +135,7 @@ class ReplayTransport(HttpTransport):
         parts = urlsplit(request.url)
         # Resource Manager writes nextLink on its own host: keep recordings cloud-neutral.
         body = (
-            (ARM / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
+            (self._root / reply.file).read_text().replace("https://management.azure.com", f"{parts.scheme}://{parts.netloc}")
         )
         headers = {
             "Content-Type": "application/json; charset=utf-8",
@@ -890,3 +891,58 @@ def test_impact_checks_are_absent_without_impact_reporting(tmp_path: Path, capsy
     ids = {c["id"] for c in run.json()["checks"]}
     assert not ids & {"impact-provider", "impact-reporter-permission"}
     assert not run.transport.calls("/providers/Microsoft.Impact")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The Slurm machines count too: their own family's quota, and the regional total
+
+
+def slurm_stack(tmp_path: Path, **config: Any) -> Path:
+    return stack_file(tmp_path, scheduler="slurm", **config)
+
+
+def test_slurm_machines_get_a_check_for_their_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, slurm_stack(tmp_path), arm())
+    # Controller and one login node, Standard_D8s_v5 each (8 vCPUs): 16 of standardDSv5Family (24 of 100 in use).
+    check = run.check("quota-family-standardDSv5Family")
+    assert (check["status"], check["figures"]["needed"], check["figures"]["available"]) == ("pass", 16, 76)
+
+
+def test_regional_total_counts_the_slurm_machines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, slurm_stack(tmp_path), arm())
+    assert run.check("quota-regional")["figures"]["needed"] == 2 * 96 + 16
+
+
+def test_slurm_machines_can_break_the_regional_total(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # cores: limit 200, 96 in use, 104 free; one GPU node (96) fits alone, not with the two Slurm VMs (16).
+    path = slurm_stack(tmp_path, nodes=1)
+    run = preflight_run(capsys, path, arm(usages=ok("usages-eastus-regional-short.json")))
+    check = run.check("quota-regional")
+    assert (run.code, check["status"], check["figures"]["missing"]) == (1, "fail", 8)
+
+
+def test_slurm_family_shortfall_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Ten login nodes (80) and the controller (8) need 88 of standardDSv5Family; 76 are free.
+    run = preflight_run(capsys, slurm_stack(tmp_path, slurm={"loginCount": 10}), arm())
+    check = run.check("quota-family-standardDSv5Family")
+    assert (run.code, check["status"], check["figures"]["missing"]) == (1, "fail", 12)
+
+
+def test_slurm_size_vcpus_come_from_azure_sku(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Standard_D16s_v5's SKU entry (16 vCPUs, standardDSv5Family) plus a D8s_v5 login node.
+    run = preflight_run(capsys, slurm_stack(tmp_path, slurm={"controllerVmSize": "Standard_D16s_v5"}), arm())
+    assert run.check("quota-family-standardDSv5Family")["figures"]["needed"] == 24
+
+
+def test_slurm_size_unknown_everywhere_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, slurm_stack(tmp_path, slurm={"controllerVmSize": "Standard_F8s_v2"}), arm())
+    check = run.check("quota-family-Standard_F8s_v2")
+    assert (run.code, check["status"]) == (1, "fail")
+    assert "not offered there" in check["detail"]
+
+
+def test_spot_gpu_nodes_leave_the_slurm_machines_on_cores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, slurm_stack(tmp_path, priority="Spot"), arm())
+    spot, dedicated = run.check("quota-regional"), run.check("quota-regional-cores")
+    assert (spot["figures"]["quotaName"], spot["figures"]["needed"]) == ("lowPriorityCores", 192)
+    assert (dedicated["figures"]["quotaName"], dedicated["figures"]["needed"]) == ("cores", 16)

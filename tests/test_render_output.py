@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ndfleet import render_cmd
 from ndfleet.cli import main
+from ndfleet.commands import render as render_cmd
 from tests.conftest import base_config
 
 
@@ -31,19 +31,20 @@ def test_a_symlink_at_a_file_name_is_replaced_not_followed(tmp_path: Path) -> No
     victim = outside / "victim"
     victim.write_text("precious\n")
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "validate-node").symlink_to(victim)
+    (out / "compute").mkdir(parents=True)
+    (out / "compute" / "validate-node").symlink_to(victim)
     assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 0
     assert victim.read_text() == "precious\n"
-    assert not (out / "validate-node").is_symlink() and (out / "validate-node").read_text().startswith("#!")
+    written = out / "compute" / "validate-node"
+    assert not written.is_symlink() and written.read_text().startswith("#!")
 
 
 def test_a_symlinked_island_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "ib00").symlink_to(outside, target_is_directory=True)
+    (out / "compute").mkdir(parents=True)
+    (out / "compute" / "ib00").symlink_to(outside, target_is_directory=True)
     # 150 nodes: two islands that render differently, so each gets its own folder.
     assert main(["render", "--stack-file", str(stack_file(tmp_path, nodes=150)), "--out", str(out)]) == 1
     assert list(outside.iterdir()) == []
@@ -75,7 +76,17 @@ def test_a_full_disk_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.
     err = capsys.readouterr().err
     assert "No space left on device; nothing was written" in err and "Traceback" not in err
     assert snapshot(out) == before  # old files intact, no temporary or half-written file left
-    assert sorted(os.listdir(out)) == sorted(before)
+
+
+def test_a_symlinked_machine_kind_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "compute").symlink_to(outside, target_is_directory=True)
+    assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 1
+    assert list(outside.iterdir()) == []
+    assert "compute is a symbolic link or not a folder" in capsys.readouterr().err
 
 
 def test_a_full_disk_on_a_fresh_folder_leaves_it_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,8 +102,8 @@ def test_a_full_disk_on_a_fresh_folder_leaves_it_empty(tmp_path: Path, monkeypat
 def test_written_files_have_their_modes(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 0
-    assert (out / "validate-node").stat().st_mode & 0o777 == 0o755
-    assert (out / "user-data").stat().st_mode & 0o777 == 0o644
+    assert (out / "compute" / "validate-node").stat().st_mode & 0o777 == 0o755
+    assert (out / "compute" / "user-data").stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.parametrize("file_name", ["Pulumi.a\nb.yaml", "Pulumi.x;rm -rf y.yaml", "Pulumi.a b.yaml"])

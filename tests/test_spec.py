@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 
-from ndfleet.spec.config import (
-    AZURE_MAX_PRIVATE_IPS_PER_VNET,
-    EXAMPLE_KEY_WARNING,
-    MAX_NODES,
-    SpecError,
-    load_spec,
-    node_headroom,
-    split_islands,
-)
-from ndfleet.spec.sshkeys import is_example_key
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING, split_islands
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, node_headroom
+from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 
@@ -233,7 +229,7 @@ def test_bad_configuration_stops_the_program_before_any_resource(overrides: dict
     """The real program (`__main__.py`, as `pulumi up` runs it) fails with the message and registers nothing."""
     from pulumi.runtime.settings import get_monitor
 
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     with pytest.raises(pulumi.RunError) as info:
         execute_program(stack_from(base_config(**overrides)))
@@ -337,7 +333,7 @@ def test_probe_grace_period_is_none_unless_set() -> None:
 
 def test_dcgm_level_3_with_the_default_grace_period_is_accepted_by_the_program() -> None:
     """The default grace period follows the node's budget: only an explicit, too short value is an error."""
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     run = execute_program(stack_from(base_config(health={"dcgmLevel": 3})))
     assert run.monitor.order
@@ -353,7 +349,7 @@ def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) ->
     from pulumi.runtime.settings import get_monitor
 
     import ndfleet.program
-    from ndfleet.plan import execute_program
+    from ndfleet.plans.build import execute_program
 
     monkeypatch.setattr(ndfleet.program, "under_mocks", lambda: False)
     with pytest.raises(pulumi.RunError, match="example key of ndfleet's stacks"):
@@ -361,16 +357,48 @@ def test_example_key_is_refused_by_pulumi_up(monkeypatch: pytest.MonkeyPatch) ->
     assert get_monitor().order == []  # type: ignore[attr-defined]
 
 
+def example_keys_problems(stacks_dir: Path) -> list[str]:
+    """The example stacks in `stacks_dir` that do not carry the one known example key (user stacks are not read)."""
+    import yaml
+
+    from tests.conftest import example_stack_files
+
+    return [str(path) for path in example_stack_files(stacks_dir)
+            if not is_example_key(yaml.safe_load(path.read_text())["config"]["ndfleet:sshPublicKey"])]  # fmt: skip
+
+
 def test_every_example_stack_carries_the_one_known_example_key() -> None:
-    """The fingerprint in ndfleet/spec/sshkeys.py is the only place that knows the example key."""
+    """The fingerprint in ndfleet/stackconfig/sshkeys.py is the only place that knows the example key."""
+    from tests.conftest import STACKS_DIR
+
+    assert example_keys_problems(STACKS_DIR) == []
+    assert not is_example_key(load_spec(base_config(), "t").ssh_public_key.replace("P9P4", "P9P5"))
+
+
+def test_a_users_own_stack_beside_the_examples_is_not_held_to_example_rules(tmp_path: Path) -> None:
+    """README: `cp stacks/Pulumi.dev.yaml stacks/Pulumi.mine.yaml`, then set your own key: the examples still pass."""
+    import shutil
+
     import yaml
 
     from tests.conftest import STACKS_DIR
 
-    for path in STACKS_DIR.glob("Pulumi.*.yaml"):
-        key = yaml.safe_load(path.read_text())["config"]["ndfleet:sshPublicKey"]
-        assert is_example_key(key), path
-    assert not is_example_key(load_spec(base_config(), "t").ssh_public_key.replace("P9P4", "P9P5"))
+    stacks = tmp_path / "stacks"
+    shutil.copytree(STACKS_DIR, stacks)
+    doc = yaml.safe_load((stacks / "Pulumi.dev.yaml").read_text())
+    doc["config"]["ndfleet:sshPublicKey"] = base_config()["sshPublicKey"].replace("P9P4", "P9P5")
+    (stacks / "Pulumi.mine.yaml").write_text(yaml.safe_dump(doc))
+    assert example_keys_problems(stacks) == []
+    # ... and an example that lost the key is still caught.
+    (stacks / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc))
+    assert example_keys_problems(stacks) == [str(stacks / "Pulumi.dev.yaml")]
+
+
+def test_every_listed_example_stack_is_in_stacks() -> None:
+    from tests.conftest import example_stack_files
+
+    assert [p.name for p in example_stack_files() if p.is_file()] == [
+        "Pulumi.dev.yaml", "Pulumi.h200.yaml", "Pulumi.prod.yaml"]
 
 
 @pytest.mark.parametrize("name", ["a\nb", "x y", "../etc", "", "n" * 101, "é"])

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_output_files
-from ndfleet.spec.config import ClusterSpec, load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_output_files
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.fakes.node import Run, run_validator, write_bundle
 
 HUNG_TOOL_TIMEOUT_S = 1

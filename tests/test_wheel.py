@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.spec.stackfile import find_project_file
+from ndfleet.stackconfig.stackfile import find_project_file
 from tests.conftest import REPO, STACKS_DIR
 
 TIMEOUT_S = 600  # a loaded 2-core machine: generous
@@ -70,7 +70,7 @@ def test_wheel_holds_the_package_components_templates_and_node_program(installed
     components = {f"ndfleet/components/{p.name}" for p in (REPO / "components").glob("*.py")}
     node = {f"ndfleet_node/{p.name}" for p in (REPO / "node" / "ndfleet_node").glob("*.py")}
     assert templates and components and node
-    assert templates | components | node | {"ndfleet/py.typed", "ndfleet/cli.py"} <= names
+    assert templates | components | node | {"ndfleet/py.typed", "ndfleet/cli.py", "ndfleet/status/schema.json"} <= names
     assert not any(n.startswith(("components/", "templates/", "tests/")) for n in names)
 
 
@@ -99,8 +99,8 @@ def test_installed_commands_work_outside_the_checkout(installed: tuple[Path, Pat
 
     render = run([ndfleet, "render", "--stack-file", "Pulumi.dev.yaml", "--out", "out"], elsewhere, env)
     assert render.returncode == 0, render.stderr
-    assert (elsewhere / "out" / "validate-node").read_text().startswith("#!")
-    assert (elsewhere / "out" / "custom-data.b64").stat().st_size > 0
+    assert (elsewhere / "out" / "compute" / "validate-node").read_text().startswith("#!")
+    assert (elsewhere / "out" / "compute" / "custom-data.b64").stat().st_size > 0
 
     diff = run([ndfleet, "diff", "plan.json", "plan.json"], elsewhere, env)
     assert diff.returncode == 0, diff.stderr
@@ -108,6 +108,17 @@ def test_installed_commands_work_outside_the_checkout(installed: tuple[Path, Pat
 
     policy = run([ndfleet, "policy", "plan.json"], elsewhere, env)
     assert policy.returncode == 0, policy.stdout + policy.stderr
+
+
+def test_wheel_installs_the_node_program_command(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """`ndfleet-node` (project.scripts) comes with the wheel and runs the node program's parser."""
+    _, venv = installed
+    command = venv / "bin" / "ndfleet-node"
+    assert command.is_file(), "the wheel installed no ndfleet-node command"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    shown = run([str(command), "--help"], tmp_path, env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: ndfleet-node") and "validate" in shown.stdout
 
 
 def test_uv_lock_matches_pyproject(tmp_path: Path) -> None:

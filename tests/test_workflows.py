@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet import cli, plandiff
+from ndfleet import cli
+from ndfleet.plans import plandiff
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"

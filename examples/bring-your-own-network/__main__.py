@@ -15,14 +15,16 @@ from __future__ import annotations
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
-from ndfleet.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_STORAGE_ACCOUNT
-from ndfleet.clouds import UnknownCloud, storage_cloud
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs
 from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.storage import Storage, StorageArgs, storage_account_name
+from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_STORAGE_ACCOUNT
 from ndfleet.prepare import PrepareError, prepare
 from ndfleet.program import ProgramError, refuse_example_key
-from ndfleet.spec.config import DEFAULT_VM_SIZE, SpecError, load_spec
+from ndfleet.stackconfig.clouds import UnknownCloud, storage_cloud
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
 
 def main() -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import jinja2
 
-from ndfleet.bootstrap import NODE_APP_PATH
 from ndfleet.monitoring import exporters as ex
-from ndfleet.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
-from ndfleet.spec.config import ClusterSpec, IslandSpec
-from ndfleet.templating import environment
+from ndfleet.nodefiles.bootstrap import NODE_APP_PATH
+from ndfleet.nodefiles.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
+from ndfleet.nodefiles.templating import environment
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 
@@ -45,6 +45,12 @@ METRICS_REFRESH_S = 60
 # The set-up re-reads the scale set's tags this often: a replaced data collection rule (new immutable id) reaches
 # running nodes within this time, without a reimage.
 SETUP_REFRESH_MIN = 15
+# The Slurm controller's agent: its external label `role` (it has no island), and slurm-export's timer: every
+# minute, each scontrol call bounded, the whole run bounded below the period.
+CONTROLLER_ROLE_LABEL = "slurm-controller"
+SLURM_EXPORT_EVERY_S = 60
+SLURM_EXPORT_CALL_TIMEOUT_S = 30
+SLURM_EXPORT_TIMEOUT_S = 50
 SETUP_TIMEOUT_S = 900
 TOOL_TIMEOUT_S = 20
 
@@ -93,8 +99,31 @@ _FILES = (
     ),
     ("ndfleet-metrics.service.j2", "ndfleet-metrics.service", "/etc/systemd/system/ndfleet-metrics.service", "0644"),
     ("ndfleet-metrics.timer.j2", "ndfleet-metrics.timer", "/etc/systemd/system/ndfleet-metrics.timer", "0644"),
+    (
+        "ndfleet-slurm-export.service.j2",
+        "ndfleet-slurm-export.service",
+        "/etc/systemd/system/ndfleet-slurm-export.service",
+        "0644",
+    ),
+    (
+        "ndfleet-slurm-export.timer.j2",
+        "ndfleet-slurm-export.timer",
+        "/etc/systemd/system/ndfleet-slurm-export.timer",
+        "0644",
+    ),
 )
 BASH_FILES = ("ndfleet-monitoring-setup",)
+# What a compute node gets, and what the Slurm controller gets in its customData (its prometheus.yml.in comes in
+# userData: controller_config).
+_NODE_FILES = (
+    "prometheus.yml.in", "dcgm-counters.csv", "ndfleet-monitoring-setup", "ndfleet-monitoring-setup.service",
+    "ndfleet-prometheus.service", "ndfleet-dcgm-exporter.service", "ndfleet-monitoring-setup.timer",
+    "ndfleet-metrics.service", "ndfleet-metrics.timer",
+)  # fmt: skip
+_CONTROLLER_FILES = (
+    "ndfleet-monitoring-setup", "ndfleet-monitoring-setup.service", "ndfleet-monitoring-setup.timer",
+    "ndfleet-prometheus.service", "ndfleet-slurm-export.service", "ndfleet-slurm-export.timer",
+)  # fmt: skip
 
 
 def _keep_regex(names: tuple[str, ...] | list[str]) -> str:
@@ -110,10 +139,10 @@ def node_exporter_args() -> str:
 
 
 def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
+    """What a compute node's monitoring templates are rendered with."""
     interval = spec.monitoring.scrape_interval_seconds
     return {
         "stack": spec.stack,
-        "island": island.name,
         "vcpus": spec.profile.vcpus,
         "scrape_interval_s": interval,
         "scrape_timeout_s": min(10, interval),
@@ -123,6 +152,11 @@ def build_context(spec: ClusterSpec, island: IslandSpec) -> dict[str, Any]:
         "prometheus_address": ex.PROMETHEUS_AGENT_ADDRESS,
         "dcgm_keep_regex": _keep_regex([c.field for c in ex.DCGM_COUNTERS]),
         "node_keep_regex": _keep_regex([*ex.node_exporter_metric_names(), *ex.VALIDATION_METRICS]),
+        "gpu": True,
+        "machine_label": ("island", island.name),
+        "setup_after": "ndfleet-setup.service",
+        "start_units": "ndfleet-dcgm-exporter.service ndfleet-metrics.timer",
+        "off_without_tags": False,
         "prometheus_version": ex.PROMETHEUS_VERSION,
         "prometheus_url": ex.PROMETHEUS_URL,
         "prometheus_sha256sums_url": ex.PROMETHEUS_SHA256SUMS_URL,
@@ -165,9 +199,55 @@ def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:
     ctx = build_context(spec, island)
     out = []
     for template, name, path, mode in _FILES:
+        if name not in _NODE_FILES:
+            continue
         content = ex.dcgm_counters_csv() if template is None else _environment().get_template(template).render(ctx)
         out.append(MonitoringFile(name, path, mode, content))
     return out
+
+
+def controller_context(spec: ClusterSpec, lib_dir: str) -> dict[str, Any]:
+    """The compute nodes' context, changed where the Slurm controller differs: no GPU (node_exporter only), the
+    label `role` instead of `island`, the Slurm states instead of the validation metrics, the Slurm set-up first.
+    `lib_dir` is where the controller keeps the node-program modules it runs (ndfleet/slurm/machines.py)."""
+    return {
+        **build_context(spec, spec.islands[0]),
+        "gpu": False,
+        "machine_label": ("role", CONTROLLER_ROLE_LABEL),
+        "node_keep_regex": _keep_regex([*ex.node_exporter_metric_names(), *ex.SLURM_EXPORT_METRICS]),
+        "setup_after": "ndfleet-slurm-setup.service",
+        "start_units": "ndfleet-slurm-export.timer",
+        "off_without_tags": True,
+        "lib_dir": lib_dir,
+        "slurm_textfile_path": f"{ex.TEXTFILE_DIR}/{ex.SLURM_TEXTFILE_NAME}",
+        "slurm_export_every_s": SLURM_EXPORT_EVERY_S,
+        "slurm_export_call_timeout_s": SLURM_EXPORT_CALL_TIMEOUT_S,
+        "slurm_export_timeout_s": SLURM_EXPORT_TIMEOUT_S,
+    }
+
+
+def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MonitoringFile]:
+    """The Slurm controller's agent, in its customData whether or not the stack has monitoring on.
+
+    Monitoring on or off (or a new scrape interval) must not rebuild the controller, so what depends on it travels
+    elsewhere: the agent's configuration in userData (`controller_config`, updated in place) and the ingestion
+    endpoint in the VM's tags. Without those tags the set-up stops the agent and says monitoring is off.
+    """
+    ctx = controller_context(spec, lib_dir)
+    env = _environment()
+    return [
+        MonitoringFile(name, path, mode, env.get_template(template).render(ctx))
+        for template, name, path, mode in _FILES
+        if name in _CONTROLLER_FILES and template is not None
+    ]
+
+
+def controller_config(spec: ClusterSpec, lib_dir: str) -> dict[str, str]:
+    """{path: content} of the controller's agent configuration for its userData; empty when monitoring is off."""
+    if not spec.monitoring.enabled:
+        return {}
+    ctx = controller_context(spec, lib_dir)
+    return {PROMETHEUS_CONFIG_TEMPLATE: _environment().get_template("prometheus.yml.j2").render(ctx)}
 
 
 def bootstrap_files(spec: ClusterSpec, island: IslandSpec) -> list[dict[str, str]]:

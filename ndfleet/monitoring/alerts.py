@@ -8,12 +8,13 @@ physical_host) and says what to do. The same table becomes a Prometheus rule fil
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor alert severities (0 = Critical ... 4 = Verbose) for our three levels.
 AZURE_SEVERITY = {"critical": 0, "warning": 2, "info": 3}
@@ -176,19 +177,26 @@ def alerts(spec: ClusterSpec) -> list[Alert]:
         ),
     ]
     for island in spec.islands:
-        floor = island.nodes * spec.monitoring.island_capacity_alert_fraction
+        floor = island_capacity_floor(island.nodes, spec.monitoring.island_capacity_alert_fraction)
         out.append(
             Alert(
                 "IslandCapacityLow", "fleet",
-                f'(sum(ndfleet_node_healthy{{island="{island.name}"}}) or vector(0)) < {floor:g}',
+                f'(sum(ndfleet_node_healthy{{island="{island.name}"}}) or vector(0)) < {floor}',
                 m.island_capacity_for_minutes, "critical",
-                f"island {island.name}: fewer than {floor:g} of {island.nodes} nodes healthy",
+                f"island {island.name}: fewer than {floor} of {island.nodes} nodes healthy",
                 "Look at the fleet dashboard for the island's unhealthy nodes and pending repairs; jobs sized for "
                 "the whole island will not start. Check quota and capacity in the region if repairs fail.",
                 labels=(("island", island.name), ("stack", spec.stack)),
             )
         )
     return out
+
+
+def island_capacity_floor(nodes: int, fraction: float) -> int:
+    """The fewest healthy nodes that do not raise IslandCapacityLow: `fraction` of `nodes`, rounded up to a whole
+    node (healthy nodes are counted in whole nodes: fewer than 57.6 of 64 is fewer than 58). The product is rounded
+    to 9 places first, so 0.7 x 10 (7.000000000000001 in floating point) stays 7."""
+    return math.ceil(round(nodes * fraction, 9))
 
 
 def rule_groups(table: list[Alert]) -> list[tuple[str, list[Alert]]]:

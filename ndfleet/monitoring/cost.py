@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ndfleet.bootstrap import PERF_CHECKS, QUICK_CHECKS
 from ndfleet.monitoring import exporters
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor pricing page (azure.microsoft.com/pricing/details/monitor), Metrics tab, meter "Metrics ingestion
 # Metric samples": USD 0.16 per 10 million samples ingested, pay-as-you-go, East US, the price published since

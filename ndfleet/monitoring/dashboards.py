@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 SCHEMA_VERSION = 39
 DS = {"type": "prometheus", "uid": "${datasource}"}

@@ -48,6 +48,8 @@ DCGM_EXPORTER_ADDRESS = "127.0.0.1:9400"
 PROMETHEUS_AGENT_ADDRESS = "127.0.0.1:9090"
 TEXTFILE_DIR = "/var/lib/ndfleet/textfile"
 TEXTFILE_NAME = "ndfleet_validation.prom"
+# On the Slurm controller: what `ndfleet_node.slurm_export` writes (its DEFAULT_OUT, a test keeps the two equal).
+SLURM_TEXTFILE_NAME = "ndfleet_slurm.prom"
 
 # --- what dcgm-exporter exports ----------------------------------------------------------------------------
 
@@ -142,6 +144,14 @@ VALIDATION_METRICS: tuple[str, ...] = (
     "ndfleet_validation_last_run_timestamp_seconds",
 )
 
+# --- what `ndfleet_node.slurm_export` writes on the Slurm controller (a test keeps the two equal) --------------
+
+SLURM_EXPORT_METRICS: tuple[str, ...] = (
+    "ndfleet_slurm_node_state",
+    "ndfleet_slurm_export_success",
+    "ndfleet_slurm_export_last_run_timestamp_seconds",
+)
+
 # Series the Prometheus agent writes for every scrape target itself.
 AGENT_METRICS: tuple[str, ...] = ("up",)
 
@@ -156,7 +166,13 @@ def node_exporter_metric_names() -> tuple[str, ...]:
 def exported_metric_names() -> frozenset[str]:
     """Every metric name a node sends to Azure Monitor: what dashboards and alerts may query."""
     return frozenset(
-        (*(c.field for c in DCGM_COUNTERS), *node_exporter_metric_names(), *VALIDATION_METRICS, *AGENT_METRICS)
+        (
+            *(c.field for c in DCGM_COUNTERS),
+            *node_exporter_metric_names(),
+            *VALIDATION_METRICS,
+            *SLURM_EXPORT_METRICS,
+            *AGENT_METRICS,
+        )
     )
 
 
@@ -168,5 +184,7 @@ def exported_markdown() -> str:
     for collector, names in NODE_EXPORTER_COLLECTORS.items():
         lines.append(f"- node_exporter `{collector}`: " + ", ".join(f"`{n}`" for n in names))
     lines.append("- `ndfleet-node metrics` (textfile): " + ", ".join(f"`{n}`" for n in VALIDATION_METRICS))
+    slurm = ", ".join(f"`{n}`" for n in SLURM_EXPORT_METRICS)
+    lines.append(f"- `ndfleet_node.slurm_export` (textfile, Slurm controller only): {slurm}")
     lines.append("- the agent, per scrape target (`job` dcgm / node): " + ", ".join(f"`{n}`" for n in AGENT_METRICS))
     return "\n".join(lines)

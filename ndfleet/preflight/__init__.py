@@ -17,9 +17,10 @@ Resource Manager with the Azure SDK (its pipeline, retry and error handling) and
 
 Modules, one job each: `clouds` (which cloud and subscription), `auth` (credentials), `arm` (the Resource
 Manager pipeline and its errors), `facts` (what is read, as plain data), `read` (reading it in parallel),
-`checks` / `permissions` / `features` (pure check functions), `report` (table and JSON), `command` (the CLI and
-the Pulumi hook `enforce_preflight`). Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
-2 it could not check. Every fact it relies on, with its source: docs/sources.md.
+`checks` / `permissions` / `features` (pure check functions), `report` (table and JSON), `command` (what
+`ndfleet preflight` runs, and the Pulumi hook `enforce_preflight`), `impact_reports` (reading the impacts filed
+for a stack's nodes). Exit codes: 0 every check passed (warnings allowed), 1 a check failed, 2 it could not check.
+Every fact it relies on, with its source: docs/sources.md.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from ndfleet.preflight.arm import RetrySettings
 from ndfleet.preflight.auth import build_credential, managed_identity_wanted
 from ndfleet.preflight.checks import run_checks
 from ndfleet.preflight.clouds import CLOUDS, CloudSettings, resolve_cloud, resolve_subscription
-from ndfleet.preflight.command import enforce_preflight, register, run_cli, run_preflight
+from ndfleet.preflight.command import enforce_preflight, load_stack_spec, run_cli, run_preflight
 from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.facts import Facts
 from ndfleet.preflight.outcome import Check
 from ndfleet.preflight.report import EXIT_CANNOT_CHECK, EXIT_FAILED, EXIT_OK, Report, render_json, render_table
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 
 __all__ = [
     "CLOUDS",
@@ -50,8 +51,8 @@ __all__ = [
     "build_credential",
     "enforce_preflight",
     "load_spec",
+    "load_stack_spec",
     "managed_identity_wanted",
-    "register",
     "render_json",
     "render_table",
     "resolve_cloud",

@@ -24,7 +24,9 @@ class RetrySettings:
     read_timeout_s: int = 60
 
 
-def client_kwargs(cloud: CloudSettings, retry: RetrySettings, transport: Any) -> dict[str, Any]:
+def client_kwargs(
+    cloud: CloudSettings, retry: RetrySettings, transport: Any, user_agent: str = "ndfleet-preflight"
+) -> dict[str, Any]:
     from azure.core.pipeline.policies import RetryPolicy
 
     kwargs: dict[str, Any] = {
@@ -41,15 +43,18 @@ def client_kwargs(cloud: CloudSettings, retry: RetrySettings, transport: Any) ->
         ),
         "connection_timeout": retry.connection_timeout_s,
         "read_timeout": retry.read_timeout_s,
-        "user_agent": "ndfleet-preflight",
+        "user_agent": user_agent,
     }
     if transport is not None:
         kwargs["transport"] = transport
     return kwargs
 
 
-def describe_error(exc: Exception, what: str, cloud: CloudSettings, retry: RetrySettings) -> str:
-    """One clear line for an SDK error: which kind (permission, throttling, network...) and what to do."""
+def describe_error(
+    exc: Exception, what: str, cloud: CloudSettings, retry: RetrySettings, command: str = "preflight"
+) -> str:
+    """One clear line for an SDK error: which kind (permission, throttling, network...) and what to do.
+    `command`: the ndfleet command to run again after throttling."""
     from azure.core.exceptions import (
         ClientAuthenticationError,
         HttpResponseError,
@@ -76,7 +81,7 @@ def describe_error(exc: Exception, what: str, cloud: CloudSettings, retry: Retry
         if status == 429:
             return (
                 f"throttled: Resource Manager still answered 429 for {what} after {attempts} attempts "
-                f"(the SDK waited as Retry-After asked); wait a minute and run preflight again"
+                f"(the SDK waited as Retry-After asked); wait a minute and run {command} again"
             )
         if status >= 500:
             return (

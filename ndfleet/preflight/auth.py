@@ -66,14 +66,14 @@ def first_lines(text: str, limit: int = 12) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def _no_credentials_message(cloud: CloudSettings, detail: str) -> str:
+def _no_credentials_message(cloud: CloudSettings) -> str:
+    """One line with the fix; what azure-identity said goes to CannotCheck.details (--verbose)."""
+    cloud_first = "" if cloud.name == "AzureCloud" else f" (after `az cloud set --name {cloud.name}`)"
     return (
-        f"could not check: no usable Azure credentials for {cloud.name} ({cloud.resource_manager}).\n"
-        "  Sign in with `az login` (for a sovereign cloud first `az cloud set --name AzureUSGovernment` or "
-        "AzureChinaCloud),\n"
-        "  or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET (service principal) or workload identity;\n"
-        f"  on an Azure VM with a managed identity set {ENV_MANAGED_IDENTITY}=true.\n"
-        "  azure-identity said:\n" + first_lines(detail)
+        f"could not check: no usable Azure credentials for {cloud.name} ({cloud.resource_manager}): sign in with "
+        f"`az login`{cloud_first}, or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET (service "
+        f"principal) or workload identity, or on an Azure VM with a managed identity set {ENV_MANAGED_IDENTITY}=true;"
+        " --verbose shows what each credential said"
     )
 
 
@@ -88,7 +88,8 @@ def first_token(credential: SharedTokenCredential, cloud: CloudSettings) -> None
     try:
         credential.get_token(cloud.credential_scope)
     except ClientAuthenticationError as exc:
-        raise CannotCheck(_no_credentials_message(cloud, exc.message or str(exc))) from None
+        raise CannotCheck(_no_credentials_message(cloud), "azure-identity said:\n" +
+                          first_lines(exc.message or str(exc), limit=40)) from None
     except ValueError as exc:  # e.g. an authority host azure-identity refuses
         raise CannotCheck(f"could not check: the credential settings are invalid: {exc}") from None
     finally:

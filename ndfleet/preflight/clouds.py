@@ -7,9 +7,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ndfleet.clouds import canonical_cloud_name
 from ndfleet.preflight.errors import CannotCheck
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clouds import canonical_cloud_name
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 @dataclass(frozen=True)

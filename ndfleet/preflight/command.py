@@ -1,4 +1,7 @@
-"""`ndfleet preflight` and the Pulumi hook: load the stack, run every check, print or raise the result."""
+"""Preflight as a command and as the Pulumi hook: load the stack, run every check, print or raise the result.
+
+`ndfleet preflight` (ndfleet/commands/preflight.py) calls `run_cli`; `ndfleet impact` loads its stack with
+`load_stack_spec`."""
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ from ndfleet.preflight.permissions import Mode
 from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
 from ndfleet.prepare import PrepareError, prepare_config
-from ndfleet.spec.config import ClusterSpec, SpecError
-from ndfleet.spec.stackfile import StackFileError, add_stack_arguments, load_stack
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
 
 def run_preflight(
@@ -51,6 +55,7 @@ def run_preflight(
         report.checks = run_checks(spec, facts, cloud, subscription_id, mode)
     except CannotCheck as exc:
         report.error = str(exc)
+        report.error_details = exc.details
     finally:
         if owned is not None:
             owned.close()
@@ -109,9 +114,13 @@ def _placeholder_ssh_key() -> str:
     blob = struct.pack(">I", len(kind)) + kind + struct.pack(">I", 32) + bytes(32)
     return "ssh-ed25519 " + base64.b64encode(blob).decode() + " ndfleet-preflight-placeholder"
 
-def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
+def load_stack_spec(
+    stack_name: str | None, stack_file: str | None, name_override: str | None = None
+) -> tuple[ClusterSpec, dict[str, str]]:
+    """The stack's validated spec (through the prepare step every command runs) and its `azure-native:`
+    provider settings. Raises CannotCheck with the reason when the stack cannot be read or is refused."""
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack(name=stack_name, path=stack_file, stack_name=name_override)
     except StackFileError as exc:
         raise CannotCheck(f"could not check: {exc}") from None
     raw = stack.ndfleet_config
@@ -126,31 +135,6 @@ def _load(args: argparse.Namespace) -> tuple[ClusterSpec, dict[str, str]]:
     provider = {k[len(prefix) :]: v for k, v in stack.engine_config.items() if k.startswith(prefix)}
     return spec, provider
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "preflight",
-        help="check quota, VM size, zone availability and permissions in Azure before anything is created",
-        description="Ask Azure Resource Manager whether the stack can be deployed: location, VM size in the region "
-        "and zone, subscription restrictions, family and regional vCPU quota, Managed Lustre SKU, the caller's "
-        "permissions on the deployment scope, and the Trusted Launch default feature. "
-        "Exit 0: all passed; 1: a check failed; 2: could not check. Details: docs/preflight.md.",
-    )
-    add_stack_arguments(p)
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument(
-        "--for",
-        dest="mode",
-        choices=("up", "preview"),
-        default="up",
-        help="the Pulumi operation to check permissions for: up (default; writes, role assignments and locks) "
-        "or preview (reads only; what up would lack is a warning)",
-    )
-    p.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    return run_cli(args)
-
 def run_cli(
     args: argparse.Namespace,
     *,
@@ -161,7 +145,7 @@ def run_cli(
 ) -> int:
     """The command; tests call it with a fake credential and a recorded transport."""
     try:
-        spec, provider = _load(args)
+        spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
     except CannotCheck as exc:
         report = Report(
             stack=args.stack or str(args.stack_file), subscription_id=None, cloud=None, spec=None, checks=[]
@@ -178,13 +162,15 @@ def run_cli(
         retry=retry,
         mode=getattr(args, "mode", "up"),
     )
-    _emit(report, args.format)
+    _emit(report, args.format, verbose=getattr(args, "verbose", False))
     return report.exit_code
 
-def _emit(report: Report, fmt: str) -> None:
+def _emit(report: Report, fmt: str, verbose: bool = False) -> None:
     if fmt == "json":
         print(render_json(report))
     elif report.error is not None:
         print(report.error, file=sys.stderr)
     else:
         print(render_table(report))
+    if verbose and report.error_details:
+        print(report.error_details, file=sys.stderr)

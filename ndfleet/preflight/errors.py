@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class CannotCheck(Exception):
-    """Preflight could not ask Azure at all (exit 2). str() is the message for the user."""
+    """Preflight could not ask Azure at all (exit 2). str() is the message for the user; `details` what the library
+    said (shown with --verbose)."""
+
+    def __init__(self, message: str, details: str = ""):
+        self.details = details
+        super().__init__(message)
 
 
 class PreflightFailed(Exception):

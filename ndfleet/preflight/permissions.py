@@ -29,7 +29,7 @@ from typing import Literal
 
 from ndfleet.preflight.facts import RolePermission, Unavailable
 from ndfleet.preflight.outcome import Check, unavailable_check
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 PERMISSIONS_API = "2022-04-01"
 

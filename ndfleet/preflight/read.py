@@ -24,7 +24,7 @@ from ndfleet.preflight.facts import (
 from ndfleet.preflight.features import FEATURES_API, TRUSTED_LAUNCH_DEFAULT_FEATURE
 from ndfleet.preflight.impact import IMPACT_NAMESPACE, PROVIDERS_API, subscription_scope
 from ndfleet.preflight.permissions import PERMISSIONS_API, deployment_scope
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 
 def gather_facts(

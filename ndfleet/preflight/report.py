@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.outcome import Check
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -23,6 +23,7 @@ class Report:
     spec: ClusterSpec | None
     checks: list[Check]
     error: str | None = None  # set when preflight could not check at all
+    error_details: str = ""  # what the library behind `error` said: printed with --verbose
     elapsed_s: float = 0.0
 
     @property

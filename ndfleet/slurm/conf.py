@@ -23,9 +23,9 @@ from typing import Any
 import jinja2
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
-from ndfleet.bootstrap import TEMPLATES_DIR
-from ndfleet.spec.config import ClusterSpec
-from ndfleet.templating import environment
+from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
+from ndfleet.nodefiles.templating import environment
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ndfleet.slurm.conf import CONTROLLER_STATE_MOUNT
-from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 ELASTIC_CONFIG = "/etc/ndfleet/elastic.json"
 ELASTIC_STATE_DIR = f"{CONTROLLER_STATE_MOUNT}/elastic"

@@ -1,8 +1,8 @@
 """What each Slurm machine boots with: the files of the controller, the login node(s) and the compute nodes.
 
 Controller and login VMs get their own cloud-config (customData); compute nodes get extra files in their island's
-bootstrap (`slurm_node_files`, called by ndfleet/bootstrap.py). Nothing here holds a secret: the munge key and the
-database password are fetched from Key Vault at boot (ndfleet-slurm-setup), and the values Azure computes at
+bootstrap (`slurm_node_files`, called by ndfleet/nodefiles/bootstrap.py). Nothing here holds a secret: the munge key
+and the database password are fetched from Key Vault at boot (ndfleet-slurm-setup), and the values Azure computes at
 deployment (vault name, NFS account, database host) come from the machine's tags.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
-from ndfleet.bootstrap import (
+from ndfleet.monitoring.agent import controller_config, controller_files
+from ndfleet.nodefiles.bootstrap import (
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
     IMDS_TAGS_URL,
@@ -30,8 +31,8 @@ from ndfleet.bootstrap import (
     BootstrapTooLarge,
     RenderedBootstrap,
 )
-from ndfleet.nodeapp import strip
-from ndfleet.nodeconfig import node_config, to_json
+from ndfleet.nodefiles.nodeapp import strip
+from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
@@ -46,7 +47,7 @@ from ndfleet.slurm.conf import (
     slurmd_options,
 )
 from ndfleet.slurm.elastic import ELASTIC_CONFIG, ELASTIC_STATE_DIR, RECONCILE_EVERY_S, elastic_config
-from ndfleet.spec.config import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
 # (the packages Azure CycleCloud Workspace for Slurm installs, Azure/cyclecloud-slurm azure-slurm-install/ubuntu.sh).
@@ -132,6 +133,9 @@ ELASTIC_PROGRAMS = (
     (RECONCILE_PROGRAM, "reconcile", "reconcile timer"),
 )
 ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
+# ...and the Slurm state exporter (`python3 -m ndfleet_node.slurm_export`, every minute, for the controller's
+# metrics agent: ndfleet/monitoring/agent.py controller_files).
+EXPORT_MODULES = ("metrics", "slurm_health", "slurm_export")
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
@@ -283,6 +287,8 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         ctx = _setup_context(spec, site, role, None)
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
         files[ELASTIC_CONFIG] = elastic_config(spec)
+        # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
+        files.update(controller_config(spec, LIB_DIR))
     doc = {"version": spec.slurm.version, "files": files}
     return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
 
@@ -309,7 +315,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             _unit("ndfleet-slurm-reap.service", site, ctx),
             _unit("ndfleet-slurm-reap.timer", site, ctx),
             *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
-              for m in (*REAP_MODULES, *BURNIN_MODULES, *ELASTIC_MODULES)),
+              for m in dict.fromkeys((*REAP_MODULES, *BURNIN_MODULES, *ELASTIC_MODULES, *EXPORT_MODULES))),
             *(NodeFile(path.rsplit("/", 1)[1], path, "0755",
                        _render("slurm/ndfleet-elastic.sh.j2", site, {**ctx, "program": program, "slurm_setting": what}))
               for path, program, what in ELASTIC_PROGRAMS),
@@ -320,6 +326,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
                      _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),
+            *(NodeFile(f.name, f.path, f.mode, f.content) for f in controller_files(spec, LIB_DIR)),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",
@@ -330,6 +337,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         user_data=user_data,
         files={"user-data": user_data, **{f.name: f.content for f in files}},
         node_paths={f.name: f.path for f in files},
+        modes={f.name: f.mode for f in files},
     )
     if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
         raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")

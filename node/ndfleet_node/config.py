@@ -1,5 +1,6 @@
 """The node's per-stack figures: one JSON file, /etc/ndfleet/node.json, rendered by `ndfleet` from the VM-size
-profile and the stack (ndfleet/nodeconfig.py). The program is the same for every stack; only this file differs.
+profile and the stack (ndfleet/nodefiles/nodeconfig.py). The program is the same for every stack; only this file
+differs.
 
 `load(path)` returns a `NodeConfig`. Sections this program knows are read through its properties; every other
 top-level section (added by other features: `slurm`, `monitoring`, `impact`, `burnin`, ...) stays available as

@@ -38,7 +38,7 @@ DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_validation.prom"
 _CHECK_ID = re.compile(r"^[a-z0-9_.-]{1,64}$")
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
     """A label value in the text format: backslash, double quote and newline escaped."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -83,7 +83,7 @@ def render(report: dict[str, Any] | None, report_mtime: float | None, drained: b
         if not _CHECK_ID.match(check_id) or status not in CHECK_STATUSES or check_id in seen:
             continue  # a malformed entry must not break the whole file
         seen.add(check_id)
-        lines.append(f'ndfleet_validation_check_status{{check="{_escape(check_id)}",status="{status}"}} 1')
+        lines.append(f'ndfleet_validation_check_status{{check="{escape_label(check_id)}",status="{status}"}} 1')
     if report_mtime is not None:
         lines += [
             "# HELP ndfleet_validation_last_run_timestamp_seconds When the last validation report was written.",

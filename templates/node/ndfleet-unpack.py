@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """ndfleet boot step: fetch the node bundle from this VM's userData, check it, unpack it, activate it.
 
-Shipped verbatim in customData (ndfleet/bootstrap.py) as /usr/local/sbin/ndfleet-unpack; Python 3.10 standard
+Shipped verbatim in customData (ndfleet/nodefiles/bootstrap.py) as /usr/local/sbin/ndfleet-unpack; Python 3.10 standard
 library only. Run by ndfleet-bundle.service:
 
   ndfleet-unpack --manifest /etc/ndfleet/bundle.json                    fetch, check, unpack, activate (once)

@@ -9,7 +9,7 @@ prints a markdown table (the one in docs/burnin.md). Not part of the test run.
 Fleet model: a test fails when it includes a bad host; a bad host is a bad HCA (slow with any partner) or, in the
 `hang` rows, one host that hangs every test it is in (the test costs its timeout).
 
-Time model, from the profile (`ndfleet.spec.profiles.H100_V5.burnin`): one test takes
+Time model, from the profile (`ndfleet.stackconfig.profiles.H100_V5.burnin`): one test takes
 `model_test_overhead_s + model_test_overhead_per_node_s x VMs + (warmup + iters) x message / algbw`, with
 algbw = busbw x r / (2 (r - 1)) for r ranks (nccl-tests doc/PERFORMANCE.md) at the healthy busbw below; a hung
 test takes its timeout, derived as the node derives it (`ndfleet_node.burnin.runner.timeout_for`: the test's
@@ -45,8 +45,8 @@ from ndfleet_node.burnin.planner import Planner, TestResult, TestSpec  # noqa: E
 from ndfleet_node.burnin.runner import timeout_for  # noqa: E402
 from ndfleet_node.burnin.settings import settings_from_section  # noqa: E402
 
-from ndfleet.burnin_node_config import burnin_node_section  # noqa: E402
-from ndfleet.spec.profiles import H100_V5  # noqa: E402
+from ndfleet.nodefiles.burnin_node_config import burnin_node_section  # noqa: E402
+from ndfleet.stackconfig.profiles import H100_V5  # noqa: E402
 
 B = H100_V5.burnin
 GPUS = H100_V5.gpus_per_vm

@@ -7,8 +7,8 @@ from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.runner import ProcessRun, judge, mpirun_command, timeout_for
 from ndfleet_node.burnin.settings import settings_from_section
 
-from ndfleet.burnin_node_config import burnin_node_section
-from ndfleet.spec.profiles import H100_V5, H200_V5, VmSizeProfile
+from ndfleet.nodefiles.burnin_node_config import burnin_node_section
+from ndfleet.stackconfig.profiles import H100_V5, H200_V5, VmSizeProfile
 
 PAIR = TestSpec("r1-a+b", 1, "pairwise", ("nd-a", "nd-b"), 340.0)
 ISLAND = TestSpec("r3-island", 3, "island", ("nd-a", "nd-b", "nd-c"), 340.0)

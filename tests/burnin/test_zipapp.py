@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ndfleet import nodeapp
+from ndfleet.nodefiles import nodeapp
 from tests.fakes.fleet import FakeFleet, host_names
 
 

@@ -64,7 +64,7 @@ def test_island_args_defaults_are_an_h100_island() -> None:
 def test_health_args_default_grace_is_what_prepare_derives_for_the_default_stack() -> None:
     from ndfleet.components.ib_island import HealthArgs
     from ndfleet.prepare import prepare
-    from ndfleet.spec.config import load_spec
+    from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
 
     prepared = prepare(load_spec(base_config(), "t"))

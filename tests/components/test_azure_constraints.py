@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from ndfleet.clouds import STORAGE_CLOUDS, storage_cloud
 from ndfleet.components.ib_island import fault_domain_count
-from ndfleet.nodebundle import unpack
-from ndfleet.plan import Plan
-from ndfleet.policy_rules import RULES_BY_ID, evaluate_plan, has_mandatory
+from ndfleet.nodefiles.nodebundle import unpack
+from ndfleet.plans.build import Plan
+from ndfleet.plans.policy_rules import RULES_BY_ID, evaluate_plan, has_mandatory
+from ndfleet.stackconfig.clouds import STORAGE_CLOUDS, storage_cloud
 from tests.conftest import BASTION, PIP, VMSS, base_config, dig, of_type, one, plan_of
 
 PRIVATE_ZONE = "azure-native:privatedns:PrivateZone"

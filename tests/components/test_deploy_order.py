@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ndfleet.plan import Plan, PlannedResource
+from ndfleet.plans.build import Plan, PlannedResource
 from tests.conftest import (
     ACCOUNT,
     BLOB_SERVICE,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import ndfleet.plan
+import ndfleet.plans.build
 from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
-from ndfleet.plan import Plan, run_plan
+from ndfleet.plans.build import Plan, run_plan
 from tests.conftest import ROLE, VMSS, base_config, of_type, one, plan_of, stack_from
 
 ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
@@ -57,14 +57,14 @@ def test_a_stack_without_elastic_islands_has_no_scaling_role() -> None:
 
 def test_pulumi_leaves_an_elastic_scale_sets_capacity_to_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     ignored: dict[str, list[str]] = {}
-    register = ndfleet.plan.RecordingMonitor.RegisterResource
+    register = ndfleet.plans.build.RecordingMonitor.RegisterResource
 
     def recording(self: Any, request: Any) -> Any:
         if request.type == VMSS:
             ignored[request.name] = list(request.ignoreChanges)
         return register(self, request)
 
-    monkeypatch.setattr(ndfleet.plan.RecordingMonitor, "RegisterResource", recording)
+    monkeypatch.setattr(ndfleet.plans.build.RecordingMonitor, "RegisterResource", recording)
     run_plan(stack_from(CONFIG))
     assert {name: changes for name, changes in ignored.items()} == {
         "test-burst-vmss": ["sku.capacity"],

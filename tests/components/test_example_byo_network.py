@@ -11,8 +11,8 @@ import pulumi
 import pytest
 import yaml
 
-from ndfleet.plan import PlannedResource, execute_program
-from ndfleet.spec.stackfile import StackFile
+from ndfleet.plans.build import PlannedResource, execute_program
+from ndfleet.stackconfig.stackfile import StackFile
 from tests.conftest import (
     ACCOUNT,
     BLOB_SERVICE,
@@ -60,7 +60,7 @@ def _one(typ: str) -> PlannedResource:
 def test_example_project_file_is_a_python_program() -> None:
     project = yaml.safe_load((EXAMPLE / "Pulumi.yaml").read_text())
     assert project["runtime"]["name"] == "python"
-    assert "ndfleet" in (EXAMPLE / "requirements.txt").read_text().split()
+    assert "../.." in (EXAMPLE / "requirements.txt").read_text().split()  # this checkout: tests/test_example_readme
 
 
 @pytest.mark.parametrize("typ", [VNET, SUBNET, NSG, NAT, PIP, BASTION, RESOURCE_GROUP])

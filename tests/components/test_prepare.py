@@ -13,10 +13,10 @@ import pulumi
 import pytest
 import yaml
 
-from ndfleet.bootstrap import validation_budget_s
 from ndfleet.cli import main
-from ndfleet.nodebundle import MANIFEST_PATH
-from ndfleet.plan import execute_program
+from ndfleet.nodefiles.bootstrap import validation_budget_s
+from ndfleet.nodefiles.nodebundle import MANIFEST_PATH
+from ndfleet.plans.build import execute_program
 from ndfleet.prepare import (
     MAX_PROBE_GRACE_PERIOD_S,
     PrepareError,
@@ -24,7 +24,7 @@ from ndfleet.prepare import (
     prepare,
     prepare_config,
 )
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import VMSS, base_config, dig, one, plan_of, stack_from
 
 
@@ -128,7 +128,7 @@ def test_every_island_gets_its_own_rendered_bootstrap() -> None:
 
 
 def test_too_large_bootstrap_is_a_prepare_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ndfleet.bootstrap as bootstrap
+    import ndfleet.nodefiles.bootstrap as bootstrap
 
     monkeypatch.setattr(bootstrap, "CUSTOM_DATA_MAX_BYTES", 100)
     with pytest.raises(PrepareError) as error:
@@ -142,7 +142,7 @@ def test_unknown_cloud_is_refused_naming_the_setting() -> None:
         prepare_config(base_config(), "t", {"azure-native:environment": "mars"}, env={})
 
 
-# Features that hold Azure public host names are refused on the other clouds (ndfleet/clouds.py), issue 17.
+# Features that hold Azure public host names are refused on the other clouds (ndfleet/stackconfig/clouds.py), issue 17.
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -154,7 +154,7 @@ def test_unknown_cloud_is_refused_naming_the_setting() -> None:
 def test_public_only_features_are_refused_on_a_sovereign_cloud(
     overrides: dict[str, Any], message: str, cloud_name: str
 ) -> None:
-    from ndfleet.clouds import STORAGE_CLOUDS
+    from ndfleet.stackconfig.clouds import STORAGE_CLOUDS
 
     with pytest.raises(PrepareError) as err:
         prepare(load_spec(base_config(**overrides), "test"), STORAGE_CLOUDS[cloud_name])
@@ -166,7 +166,7 @@ def test_public_only_features_are_refused_on_a_sovereign_cloud(
 
 @pytest.mark.parametrize("overrides", [{"scheduler": "slurm"}, {"health": {"impactReporting": True}}])
 def test_public_only_features_are_accepted_on_azure_public(overrides: dict[str, Any]) -> None:
-    from ndfleet.clouds import PUBLIC_CLOUD
+    from ndfleet.stackconfig.clouds import PUBLIC_CLOUD
 
     assert prepare(load_spec(base_config(**overrides), "test"), PUBLIC_CLOUD).cloud == PUBLIC_CLOUD
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ndfleet.components.slurm_vault import VAULT_SUFFIX_LENGTH, vault_name
-from ndfleet.plan import Plan
+from ndfleet.plans.build import Plan
 from tests.conftest import base_config, one, plan_of
 
 VAULT = "azure-native:keyvault:Vault"

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ndfleet.bootstrap import render_bootstrap
-from ndfleet.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
-from ndfleet.spec.config import load_spec
+from ndfleet.nodefiles.bootstrap import render_bootstrap
+from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ndfleet.spec.config import SpecError, load_spec
-from ndfleet.spec.profiles import IMPACT_REPORTER_ROLE_ID, STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID, STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 from tests.conftest import IDENTITY, ROLE, base_config, of_type, plan_of
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet import impact_cmd
 from ndfleet.cli import build_parser
+from ndfleet.commands import impact as impact_cmd
 from ndfleet.preflight import RetrySettings
 from tests.test_preflight import SUB, FakeCredential, ReplayTransport, Reply, stack_file
 

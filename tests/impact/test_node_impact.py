@@ -251,8 +251,8 @@ def test_unreachable_metadata_service_exits_2(tmp_path: Path, capsys: pytest.Cap
 def test_node_json_impact_section_drives_the_node(enabled: bool, tmp_path: Path) -> None:
     from ndfleet_node.impact import load_impact_settings
 
-    from ndfleet.burnin_node_config import impact_node_section
-    from ndfleet.spec.config import load_spec
+    from ndfleet.nodefiles.burnin_node_config import impact_node_section
+    from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
 
     spec = load_spec(base_config(health={"impactReporting": enabled}), "sec")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
@@ -14,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
+from tests.system_tools import require_tool
 
 # Generous: promtool starts in well under a second, but CI machines are small and busy.
 PROMTOOL_TIMEOUT_S = 120
@@ -37,10 +38,7 @@ def mon_spec() -> ClusterSpec:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    found = shutil.which("promtool")
-    # Not a skip: CI installs Debian's prometheus package (.ci/run), so a missing promtool is a broken set-up.
-    assert found, "promtool not found: apt-get install prometheus (Debian's package provides promtool)"
-    return found
+    return require_tool("promtool")
 
 
 def run_promtool(promtool: str, *args: str, cwd: Path | None = None, stdin: str | None = None) -> tuple[int, str]:

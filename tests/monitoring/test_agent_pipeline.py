@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import threading
 import time
 import urllib.parse
@@ -21,10 +20,11 @@ import pytest
 import yaml
 
 from ndfleet.monitoring import agent, exporters
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from tests.monitoring.conftest import free_port, http_get, running
 from tests.monitoring.test_node_agent import boot_config
 from tests.monitoring.test_node_exporter import node_exporter_running
+from tests.system_tools import require_tool
 
 ARRIVAL_TIMEOUT_S = 90
 GPUS = 8
@@ -61,10 +61,7 @@ class _Dcgm(http.server.BaseHTTPRequestHandler):
 
 
 def prometheus() -> str:
-    found = shutil.which("prometheus")
-    # Not a skip: .ci/run installs Debian's prometheus package (promtool and prometheus).
-    assert found, "prometheus not found: apt-get install prometheus"
-    return found
+    return require_tool("prometheus")
 
 
 def agent_config(spec: ClusterSpec, node_port: int, dcgm_port: int, receiver_port: int) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet.monitoring.alerts import alerts, rule_file_yaml
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.monitoring.alerts import alerts, island_capacity_floor, rule_file_yaml
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.monitoring.conftest import monitoring_config, run_promtool
 
 NODE = {"stack": "test", "island": "a", "node": "test-a-000001", "physical_host": "HOST01"}
@@ -227,3 +228,19 @@ def test_island_capacity_follows_the_stack_setting() -> None:
         '(sum(ndfleet_node_healthy{island="a"}) or vector(0)) < 2',
         '(sum(ndfleet_node_healthy{island="b"}) or vector(0)) < 1',
     ]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "fraction", "floor"), [(64, 0.9, 58), (100, 0.9, 90), (10, 0.7, 7), (4, 0.5, 2), (3, 0.01, 1)]
+)
+def test_island_capacity_floor_is_a_whole_number_of_nodes(nodes: int, fraction: float, floor: int) -> None:
+    assert island_capacity_floor(nodes, fraction) == floor
+
+
+def test_island_capacity_alert_says_what_its_expression_tests() -> None:
+    config = {**monitoring_config(islandCapacityAlertFraction=0.9), "islands": [{"name": "big", "nodes": 64}]}
+    spec = load_spec(config, "test")
+    (alert,) = [a for a in alerts(spec) if a.name == "IslandCapacityLow"]
+    # healthy < 57.6 fires at 57 healthy and not at 58: the summary and the expression both say 58.
+    assert alert.expr.endswith(") < 58")
+    assert alert.summary == "island big: fewer than 58 of 64 nodes healthy"

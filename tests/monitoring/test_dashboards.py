@@ -15,7 +15,7 @@ from ndfleet_node import metrics as node_metrics
 from ndfleet.monitoring import exporters
 from ndfleet.monitoring.alerts import alerts
 from ndfleet.monitoring.dashboards import dashboard_files, dashboards, queries
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from tests.monitoring.conftest import run_promtool
 
 # PromQL words that are not metric names.

@@ -12,7 +12,8 @@ from ndfleet.monitoring.alerts import alerts_table_markdown
 from ndfleet.monitoring.cost import cost_markdown
 from ndfleet.monitoring.dashboards import panels_markdown
 from ndfleet.monitoring.exporters import exported_markdown
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.monitoring.test_monitoring_plan import prod_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"

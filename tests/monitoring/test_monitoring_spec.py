@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet.spec.config import SpecError, load_spec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
 from tests.conftest import base_config
 from tests.monitoring.conftest import monitoring_config
 
@@ -74,8 +75,8 @@ def test_an_encrypted_webhook_plans_offline_as_a_secret() -> None:
 
 
 def test_monitoring_outside_azure_public_is_refused_before_anything_exists() -> None:
-    from ndfleet.clouds import STORAGE_CLOUDS
     from ndfleet.prepare import PrepareError, prepare
+    from ndfleet.stackconfig.clouds import STORAGE_CLOUDS
 
     spec = load_spec(monitoring_config(), "test")
     prepare(spec, STORAGE_CLOUDS["AzureCloud"])

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from ndfleet import bootstrap
 from ndfleet.monitoring import agent, exporters
-from ndfleet.spec.config import ClusterSpec, load_spec
+from ndfleet.nodefiles import bootstrap
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 from tests.monitoring.conftest import monitoring_config, run_promtool
 
@@ -171,7 +172,7 @@ def test_bootstrap_has_no_monitoring_when_off() -> None:
 
 @pytest.mark.parametrize("fraction", [0.0, 1.5])
 def test_bad_capacity_fraction_names_the_setting(fraction: float) -> None:
-    from ndfleet.spec.config import SpecError
+    from ndfleet.stackconfig.problems import SpecError
 
     with pytest.raises(SpecError) as err:
         load_spec(monitoring_config(islandCapacityAlertFraction=fraction), "test")

@@ -9,7 +9,6 @@ names are the same in both (node_exporter collector/infiniband_linux.go, meminfo
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from ndfleet_node import metrics as node_metrics
 
 from ndfleet.monitoring import agent, exporters
 from tests.monitoring.conftest import free_port, http_get, running
+from tests.system_tools import require_tool
 from tests.test_health_endpoint import loopback_up
 
 START_TIMEOUT_S = 30
@@ -70,9 +70,7 @@ def fake_procfs(root: Path) -> Path:
 @contextmanager
 def node_exporter_running(folder: Path) -> Iterator[int]:
     """The real node_exporter with the agent's collector flags over a fake node; yields its loopback port."""
-    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    # Not a skip: .ci/run installs Debian's prometheus-node-exporter.
-    assert binary, "node_exporter not found: apt-get install prometheus-node-exporter"
+    binary = require_tool("prometheus-node-exporter")
     loopback_up()
     sysfs = fake_sysfs(folder / "sys")
     procfs = fake_procfs(folder / "proc")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ndfleet.monitoring.alerts import MAX_RULES_PER_GROUP, alerts, rule_file
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config, of_type, plan_of
 
 RULE_GROUP = "azure-native:alertsmanagement:PrometheusRuleGroup"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ndfleet.monitoring import agent, exporters
-from ndfleet.spec.config import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 TIMEOUT_S = 60
 KVP_KEY, KVP_VALUE = 512, 2048

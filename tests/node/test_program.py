@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet import nodeapp
+from ndfleet.nodefiles import nodeapp
 
 NODE_FILES = nodeapp.source_files()
 SHELLCHECK = Path(sys.executable).with_name("shellcheck")

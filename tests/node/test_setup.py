@@ -16,9 +16,9 @@ import pytest
 from ndfleet_node.config import parse
 from ndfleet_node.setup.storage import blobfuse2_config
 
-from ndfleet.bootstrap import render_output_files
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.nodefiles.bootstrap import render_output_files
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.fakes.node import (
     build_sysroot,
     calls,
@@ -257,7 +257,7 @@ def test_mount_retries_end_before_the_set_up_unit_is_killed(bundle):
 
 
 def test_the_retry_window_fits_the_set_up_budget_of_every_vm_size():
-    from ndfleet.spec.profiles import PROFILES
+    from ndfleet.stackconfig.profiles import PROFILES
 
     for profile in PROFILES.values():
         t = profile.thresholds

@@ -15,9 +15,9 @@ from ndfleet_node.config import ConfigError, parse
 from ndfleet_node.health import health_state
 from ndfleet_node.report import write_atomic
 
-from ndfleet.bootstrap import render_output_files, validation_budget_s
-from ndfleet.spec.config import load_spec
-from ndfleet.spec.stackfile import load_stack
+from ndfleet.nodefiles.bootstrap import render_output_files, validation_budget_s
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.fakes.node import hermetic_path, run_validator, write_bundle
 
 DEV_MOUNTS = ["/mnt/resource_nvme", "/mnt/blob/datasets", "/mnt/blob/checkpoints"]

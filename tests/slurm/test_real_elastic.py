@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from ndfleet.slurm.conf import slurm_site
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
-from tests.slurm.sandbox import SlurmSandbox, tools_missing, wait_for
+from tests.slurm.sandbox import SANDBOX_TOOLS, SlurmSandbox, wait_for
+from tests.system_tools import require_tools
 
 ISLAND = "gpu"
 # What the recorder does, as ndfleet's resume program does it: drain awaiting burn-in (22.05 requeues a job allocated
@@ -44,12 +45,7 @@ touch "$out/done"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
-    missing = tools_missing()
-    if missing:
-        message = f"the real-scheduler test needs {missing}: apt-get install slurmctld slurmd slurm-client munge"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools(*SANDBOX_TOOLS)  # skipped with the summary line when missing; a failure under CI
     spec = load_spec(
         base_config(scheduler="slurm", nodes=None, islands=[
             {"name": "ib00", "nodes": 1},

@@ -19,9 +19,10 @@ from ndfleet_node.health import health_state
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.slurm.conf import slurm_site
-from ndfleet.spec.config import load_spec
+from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
-from tests.slurm.sandbox import REPO, SlurmSandbox, tools_missing, wait_for
+from tests.slurm.sandbox import REPO, SANDBOX_TOOLS, SlurmSandbox, wait_for
+from tests.system_tools import require_tools
 
 REFUSALS = ("Requested node configuration is not available", "More processors requested than permitted",
             "Node count specification invalid")
@@ -34,12 +35,7 @@ HELD: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
-    missing = tools_missing()
-    if missing:
-        message = f"the real-scheduler test needs {missing}: apt-get install slurmctld slurmd slurm-client munge"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools(*SANDBOX_TOOLS)  # skipped with the summary line when missing; a failure under CI
     spec = load_spec(
         base_config(scheduler="slurm", nodes=None,
                     islands=[{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 1}]),

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from ndfleet import plandiff
-from ndfleet.plan import MOCK_SECRET_PREFIX, Plan
-from ndfleet.policy_rules import evaluate_plan, has_mandatory
+from ndfleet.plans import plandiff
+from ndfleet.plans.build import MOCK_SECRET_PREFIX, Plan
+from ndfleet.plans.policy_rules import evaluate_plan, has_mandatory
 from ndfleet.slurm.machines import TAG_NFS_ACCOUNT, TAG_VAULT
 from tests.conftest import IDENTITY, LOCK, PRIVATE_ENDPOINT, ROLE, VMSS, base_config, dig, of_type, one, plan_of
 

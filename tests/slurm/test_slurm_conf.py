@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -31,7 +30,9 @@ from ndfleet.slurm.machines import (
     slurm_bootstrap_extensions,
     slurm_node_files,
 )
-from ndfleet.spec.config import ClusterSpec, SpecError, load_spec
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
 from tests.conftest import base_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,7 +238,7 @@ def test_key_vault_403_and_404_are_retried_within_the_units_limit(prod: ClusterS
 
 
 def test_the_default_slurm_version_is_a_plausible_package_version() -> None:
-    from ndfleet.spec.config import SlurmConfig
+    from ndfleet.stackconfig.settings import SlurmConfig
 
     assert SlurmConfig().version == "25.11.5-1"
 
@@ -269,7 +270,7 @@ def test_scaling_changes_the_controllers_user_data_not_its_custom_data() -> None
     assert machine_user_data(small, "controller") != machine_user_data(large, "controller")
 
 
-@pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init is installed by .ci/run")
+@pytest.mark.needs_tool("cloud-init")
 def test_machine_cloud_config_passes_the_schema(prod: ClusterSpec, tmp_path: Path) -> None:
     for role in ("controller", "login"):
         path = tmp_path / f"{role}.yaml"
@@ -321,7 +322,7 @@ def test_bad_slurm_settings_are_named(overrides: dict[str, object], message: str
 
 
 def test_docs_list_every_slurm_setting() -> None:
-    from ndfleet.spec.config import SlurmConfig
+    from ndfleet.stackconfig.settings import SlurmConfig
 
     doc = (REPO / "docs" / "slurm.md").read_text()
     for name, field in SlurmConfig.model_fields.items():

@@ -81,7 +81,7 @@ def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> N
     # On the controller (no node program there) slurm_reap runs as `python3 -m ndfleet_node.slurm_reap` from
     # /usr/local/lib/ndfleet, holding only the modules machines.py ships.
     from ndfleet.slurm.machines import LIB_DIR, machine_bootstrap
-    from ndfleet.spec.config import load_spec
+    from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
 
     rendered = machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller")

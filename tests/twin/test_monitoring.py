@@ -41,3 +41,20 @@ def test_a_metrics_pipeline_that_cannot_start_holds_up_neither_validation_nor_jo
     for tm in healthy_nodes(twin):
         assert tm.unit_state("ndfleet-validated.target") == "active"
         assert tm.name in nodes and "DYNAMIC" in nodes[tm.name]["State"]
+
+
+def test_controller_publishes_every_compute_nodes_slurm_state(twin: Twin) -> None:
+    """The controller's agent (docs/monitoring.md, "The Slurm controller"): its set-up ran, and node_exporter's
+    textfile collector serves `ndfleet_slurm_node_state{slurm_node=...}` for every node in Slurm, which the agent
+    would send (Debian's Prometheus refuses the azuread block here, as on the nodes: no remote write to count)."""
+    ctl = controller(twin)
+    ctl.wait_for("the controller's monitoring set-up ran", lambda: ctl.unit_state(SETUP) in ("active", "failed"), 900)
+    assert "Checking /etc/ndfleet/prometheus.yml.new" in ctl.journal(SETUP, 200)
+    names = [tm.name for tm in healthy_nodes(twin)]  # the faulty node never reaches Slurm (test_boot.py)
+
+    def published() -> bool:
+        text = ctl.run("curl -s --max-time 10 http://127.0.0.1:9100/metrics", check=False).stdout
+        return "ndfleet_slurm_export_success 1" in text and all(f'slurm_node="{n}"' in text for n in names)
+
+    ctl.wait_for("every compute node's Slurm state on node_exporter", published, 600,
+                 ("ndfleet-slurm-export.service", "prometheus-node-exporter.service"))

@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-# An island holds at most 300 VMs (ndfleet.spec.profiles.HARD_MAX_NODES_PER_ISLAND); a hostfile may list a few
+# An island holds at most 300 VMs (ndfleet.stackconfig.profiles.HARD_MAX_NODES_PER_ISLAND); a hostfile may list a few
 # islands with comments. 64 Ki lines of up to 64 bytes each is far above that and still reads in milliseconds.
 MAX_HOSTFILE_LINES = 65_536
 MAX_HOSTFILE_BYTES = 4 * 1024 * 1024

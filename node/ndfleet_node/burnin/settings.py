@@ -1,6 +1,6 @@
 """The burn-in's figures and tool locations: the `burnin` section of the node JSON (/etc/ndfleet/node.json).
 
-The tool renders the section from the VM-size profile (`ndfleet.burnin_node_config.burnin_node_section`), so
+The tool renders the section from the VM-size profile (`ndfleet.nodefiles.burnin_node_config.burnin_node_section`), so
 every floor, timeout and NCCL setting has one source; the node program only reads it. Keys are snake_case as
 written in the JSON. A missing or malformed key is reported with its name, the value and what is valid.
 """

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ndfleet.nodeconfig import node_config
-from ndfleet.spec.config import load_spec
+from ndfleet.nodefiles.nodeconfig import node_config
+from ndfleet.stackconfig.config import load_spec
 
 FLEET_BIN = Path(__file__).resolve().parent / "bin"
 # HPC-X as the Azure HPC image lays it out (hpcx-init.sh + hpcx_load), stood in: its mpirun is the fake fleet's.

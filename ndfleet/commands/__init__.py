@@ -1,0 +1,1 @@
+"""One module per `ndfleet` subcommand, each exposing `register(subparsers)`."""

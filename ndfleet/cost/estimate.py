@@ -1,0 +1,156 @@
+"""What the stack's VMs cost per hour and per month: every VM the stack creates x its list price.
+
+The VMs are almost all of the bill; what else Azure charges for (disks, storage, Managed Lustre, NAT gateway,
+Bastion, the accounting database, data transfer) is named, not priced. A Spot VM's price moves with demand and is not
+in the table: its figure is the ceiling Azure may charge, the on-demand list price or `spotMaxPrice` when set lower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ndfleet.cost.prices import ListPrice, table_price
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.vms import VmGroup, stack_vms
+
+# Azure's pricing calculator counts a month as 730 hours (8,760 hours a year / 12).
+HOURS_PER_MONTH = 730
+NOT_PRICED = "disks, storage, Managed Lustre, NAT gateway, Bastion, Slurm database and shares, monitoring, traffic"
+PriceLookup = Callable[[str, str], ListPrice | None]
+
+
+@dataclass(frozen=True)
+class LineItem:
+    group: VmGroup
+    price: ListPrice | None
+    spot_max_price: float  # -1: up to the on-demand price (only read for Spot VMs)
+
+    @property
+    def basis(self) -> str:
+        if not self.group.spot:
+            return "list price"
+        capped = self.spot_max_price > 0 and (self.price is None or self.spot_max_price < self.price.usd_per_hour)
+        return "Spot ceiling: spotMaxPrice" if capped else "Spot ceiling: on-demand list price"
+
+    @property
+    def usd_per_vm_hour(self) -> float | None:
+        if self.basis == "Spot ceiling: spotMaxPrice":
+            return self.spot_max_price
+        return self.price.usd_per_hour if self.price else None
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        each = self.usd_per_vm_hour
+        return None if each is None else each * self.group.count
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "role": self.group.role,
+            "vmSize": self.group.vm_size,
+            "count": self.group.count,
+            "spot": self.group.spot,
+            "basis": self.basis,
+            "usdPerVmHour": self.usd_per_vm_hour,
+            "usdPerHour": None if self.usd_per_hour is None else round(self.usd_per_hour, 4),
+            "priceObserved": self.price.observed if self.price else None,
+            "priceSource": self.price.source if self.price else None,
+        }
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    region: str
+    items: tuple[LineItem, ...]
+
+    @property
+    def usd_per_hour(self) -> float:
+        """The priced VMs' total; see `missing` for what it leaves out."""
+        return sum(i.usd_per_hour or 0.0 for i in self.items)
+
+    @property
+    def usd_per_month(self) -> float:
+        return self.usd_per_hour * HOURS_PER_MONTH
+
+    @property
+    def missing(self) -> list[str]:
+        """One message per size without a figure in this region, in the order the VMs are listed."""
+        sizes = dict.fromkeys(i.group.vm_size for i in self.items if i.usd_per_vm_hour is None)
+        return [f"no list price for {size} in {self.region} (run `ndfleet cost --refresh`)" for size in sizes]
+
+    @property
+    def has_spot(self) -> bool:
+        return any(i.group.spot for i in self.items)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "currency": "USD",
+            "region": self.region,
+            "hoursPerMonth": HOURS_PER_MONTH,
+            "items": [i.as_json() for i in self.items],
+            "usdPerHour": round(self.usd_per_hour, 2),
+            "usdPerMonth": round(self.usd_per_month, 2),
+            "complete": not self.missing,
+            "missing": self.missing,
+            "notIncluded": NOT_PRICED,
+        }
+
+
+def estimate_cost(spec: ClusterSpec, price_of: PriceLookup = table_price) -> CostEstimate:
+    items = tuple(
+        LineItem(group, price_of(group.vm_size, spec.location), spec.spot_max_price) for group in stack_vms(spec)
+    )
+    return CostEstimate(region=spec.location, items=items)
+
+
+def _usd(value: float) -> str:
+    return f"US${value:,.2f}" if value >= 1 else f"US${value:,.3f}"
+
+
+def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[str]:
+    """The cost block of `ndfleet plan` and `ndfleet cost`: one line per VM group, the total, the caveats."""
+    lines = [f"{title}, Linux pay-as-you-go list price in {estimate.region}, USD):"]
+    rows = []
+    for item in estimate.items:
+        each = item.usd_per_vm_hour
+        price = f"{_usd(each)}/h each" if each is not None else "no list price"
+        total = f"{_usd(item.usd_per_hour or 0)}/h" if each is not None else "-"
+        when = f"{item.price.observed}" if item.price else ("spotMaxPrice" if each is not None else "")
+        spot = ", Spot ceiling" if item.group.spot else ""
+        rows.append((item.group.role, f"{item.group.count:,} x {item.group.vm_size}", price, total, when + spot))
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    for row in rows:
+        cells = [row[c].ljust(widths[c]) if c != 3 else row[c].rjust(widths[c]) for c in range(4)]
+        lines.append(f"  {'  '.join(cells)}  {row[4]}".rstrip())
+    priced = sum(i.group.count for i in estimate.items if i.usd_per_vm_hour is not None)
+    if priced:
+        qualifier = "the priced " if estimate.missing else ""
+        lines.append(
+            f"  total ({qualifier}{priced:,} VMs): {_usd(estimate.usd_per_hour)} per hour, "
+            f"{_usd(estimate.usd_per_month)} per {HOURS_PER_MONTH}-hour month"
+        )
+    else:
+        lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
+    lines += [f"  {m}" for m in estimate.missing]
+    if estimate.has_spot:
+        lines.append(
+            "  Spot: the GPU nodes' figure is the most Azure may charge (on-demand list price, or spotMaxPrice when "
+            "lower); the Spot price itself moves with demand"
+        )
+    sources = sorted({f"{i.price.source}, observed {i.price.observed}" for i in estimate.items if i.price})
+    lines += [f"  prices: {s}" for s in sources]
+    lines.append(f"  not included: {NOT_PRICED}")
+    lines.append("  prices change: `ndfleet cost --refresh` reads today's from Azure's Retail Prices API")
+    return lines
+
+
+def plan_cost_lines(spec: ClusterSpec) -> list[str]:
+    """The block `ndfleet plan` prints under its summary: the VMs' cost and, with monitoring on, its ingestion."""
+    lines = ["", *render_cost(estimate_cost(spec))]
+    if spec.monitoring.enabled:
+        from ndfleet.monitoring.cost import estimate as monitoring_estimate
+
+        monthly = monitoring_estimate(spec).usd_per_month
+        lines.append(f"  monitoring ingestion: about {_usd(monthly)} per 30-day month on top (docs/monitoring.md)")
+    return lines

@@ -1,0 +1,237 @@
+"""Today's list price of a VM size from the Azure Retail Prices API: public, no credentials, bounded.
+
+The API (Microsoft Learn, "Azure Retail Prices overview"): `GET https://prices.azure.com/api/retail/prices` with an
+OData `$filter`; the answer is `{"BillingCurrency", "CustomerEntityId", "CustomerEntityType", "Items": [...],
+"NextPageLink": url or null, "Count": n}`, at most 100 items a page, every item a meter with `currencyCode`,
+`retailPrice`, `unitPrice`, `armRegionName`, `armSkuName`, `meterName`, `productName`, `skuName`, `serviceName`,
+`priceType`, `type`, `unitOfMeasure`, `effectiveStartDate`, `isPrimaryMeterRegion`. Filter values are
+case-sensitive from API version 2023-01-01-preview on. One VM size in one region has several `Consumption` meters:
+Linux pay-as-you-go, Spot (`skuName` ends "Spot"), Low Priority, and Windows (`productName` ends "Windows");
+ndfleet takes the Linux pay-as-you-go one.
+
+Every request has a timeout, the whole refresh a deadline; pages, body size and 429 retries are bounded; a
+NextPageLink must stay on the endpoint's own host. Failures raise RetailPriceError with one line to print.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_ENDPOINT = "https://prices.azure.com/api/retail/prices"
+# Test-only: where `ndfleet cost --refresh` sends its requests instead (a local recording server).
+ENDPOINT_ENV = "NDFLEET_RETAIL_PRICES_URL"
+API_NAME = "the Azure Retail Prices API"
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class Limits:
+    request_timeout_s: float = 20.0
+    deadline_s: float = 90.0  # all sizes, pages and retries together
+    max_pages: int = 10  # per size: a filtered VM query is one page (a few meters) in practice
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_retries: int = 3  # on 429
+    max_retry_after_s: float = 30.0
+
+
+class RetailPriceError(Exception):
+    """A refresh that failed: the message is the one line the command prints."""
+
+
+@dataclass(frozen=True)
+class Meter:
+    vm_size: str
+    region: str
+    usd_per_hour: float
+    meter_name: str
+    product_name: str
+    effective_start: str
+
+
+def price_filter(vm_size: str, region: str) -> str:
+    return (
+        f"serviceName eq 'Virtual Machines' and armRegionName eq '{region}' and armSkuName eq '{vm_size}' "
+        "and priceType eq 'Consumption'"
+    )
+
+
+def query_url(endpoint: str, vm_size: str, region: str) -> str:
+    return f"{endpoint}?{urllib.parse.urlencode({'$filter': price_filter(vm_size, region)})}"
+
+
+def is_linux_pay_as_you_go(item: dict[str, Any], vm_size: str, region: str) -> bool:
+    names = f"{item.get('skuName', '')} {item.get('meterName', '')}"
+    return (
+        item.get("armSkuName") == vm_size
+        and str(item.get("armRegionName", "")).lower() == region.lower()
+        and item.get("serviceName") == "Virtual Machines"
+        and item.get("type") == "Consumption"
+        and item.get("currencyCode") == "USD"
+        and item.get("unitOfMeasure", "1 Hour") == "1 Hour"
+        and "Spot" not in names
+        and "Low Priority" not in names
+        and not str(item.get("productName", "")).endswith("Windows")
+    )
+
+
+class _Clock:
+    def __init__(self, limits: Limits, now: Callable[[], float]):
+        self.limits = limits
+        self.now = now
+        self.end = now() + limits.deadline_s
+
+    def remaining(self) -> float:
+        return self.end - self.now()
+
+    def timeout(self) -> float:
+        left = self.remaining()
+        if left <= 0:
+            raise RetailPriceError(f"{API_NAME} did not finish within {self.limits.deadline_s:g} s")
+        return min(self.limits.request_timeout_s, left)
+
+
+def _read_bounded(response: Any, clock: _Clock, what: str) -> bytes:
+    body = bytearray()
+    while True:
+        chunk = response.read(_CHUNK)
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > clock.limits.max_body_bytes:
+            raise RetailPriceError(
+                f"{API_NAME} answered more than {clock.limits.max_body_bytes:,} bytes for one page ({what}): refused"
+            )
+        clock.timeout()  # the deadline also cuts off a body that drips
+
+
+def _get_json(url: str, clock: _Clock, sleep: Callable[[float], None], what: str) -> dict[str, Any]:
+    for attempt in range(clock.limits.max_retries + 1):
+        request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "ndfleet"})
+        try:
+            with urllib.request.urlopen(request, timeout=clock.timeout()) as response:
+                body = _read_bounded(response, clock, what)
+            break
+        except urllib.error.HTTPError as error:
+            if error.code != 429 or attempt == clock.limits.max_retries:
+                raise RetailPriceError(f"{API_NAME} answered HTTP {error.code} {error.reason} ({what})") from None
+            wait = _retry_after(error.headers.get("Retry-After"), clock)
+            sleep(wait)
+        except (TimeoutError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            if isinstance(reason, TimeoutError) or isinstance(error, TimeoutError):
+                raise RetailPriceError(
+                    f"{API_NAME} did not answer within {clock.limits.request_timeout_s:g} s ({what})"
+                ) from None
+            host = urllib.parse.urlsplit(url).netloc
+            raise RetailPriceError(f"cannot reach {API_NAME} at {host}: {reason} ({what})") from None
+    else:  # pragma: no cover - the loop always breaks or raises
+        raise AssertionError
+    try:
+        doc = json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        raise RetailPriceError(f"{API_NAME} answered something that is not JSON ({what})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("Items"), list):
+        raise RetailPriceError(f"{API_NAME} answered JSON without an 'Items' list ({what})")
+    return doc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a price")
+
+
+def _retry_after(header: str | None, clock: _Clock) -> float:
+    """Seconds to wait after a 429: the Retry-After header's, bounded; refused if it runs past the deadline."""
+    try:
+        wait = float(header) if header is not None else 1.0
+    except ValueError:
+        wait = 1.0
+    if not math.isfinite(wait) or wait < 0:
+        wait = 1.0
+    wait = min(wait, clock.limits.max_retry_after_s)
+    if wait >= clock.remaining():
+        raise RetailPriceError(f"{API_NAME} asked to wait {wait:g} s (HTTP 429), past the refresh's deadline")
+    return wait
+
+
+def _next_page(link: Any, endpoint: str) -> str | None:
+    if link in (None, ""):
+        return None
+    if not isinstance(link, str):
+        raise RetailPriceError(f"{API_NAME} answered a NextPageLink that is not a URL: {link!r}")
+    ours, theirs = urllib.parse.urlsplit(endpoint), urllib.parse.urlsplit(link)
+    if (theirs.scheme, theirs.netloc) != (ours.scheme, ours.netloc):
+        raise RetailPriceError(f"{API_NAME} answered a NextPageLink to another host ({theirs.netloc}): not followed")
+    return link
+
+
+def _price(item: dict[str, Any], what: str) -> float:
+    value = item.get("retailPrice")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise RetailPriceError(f"{API_NAME} answered a retailPrice that is not a price: {value!r} ({what})")
+    return float(value)
+
+
+def fetch_meter(
+    vm_size: str,
+    region: str,
+    endpoint: str = DEFAULT_ENDPOINT,
+    limits: Limits = Limits(),
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+    clock: _Clock | None = None,
+) -> Meter:
+    """The Linux pay-as-you-go meter of `vm_size` in `region`, following NextPageLink up to `limits.max_pages`."""
+    clock = clock or _Clock(limits, now)
+    url: str | None = query_url(endpoint, vm_size, region)
+    found: list[Meter] = []
+    pages = 0
+    while url is not None:
+        if pages == clock.limits.max_pages:
+            raise RetailPriceError(f"{API_NAME} still had pages after {clock.limits.max_pages} for {vm_size}")
+        doc = _get_json(url, clock, sleep, f"{vm_size} in {region}")
+        pages += 1
+        for item in doc["Items"]:
+            if isinstance(item, dict) and is_linux_pay_as_you_go(item, vm_size, region):
+                found.append(
+                    Meter(
+                        vm_size, region, _price(item, f"{vm_size} in {region}"), str(item.get("meterName", "")),
+                        str(item.get("productName", "")), str(item.get("effectiveStartDate", "")),
+                    )
+                )  # fmt: skip
+        url = _next_page(doc.get("NextPageLink"), endpoint)
+    if not found:
+        raise RetailPriceError(
+            f"no Linux pay-as-you-go meter for {vm_size} in {region} in {API_NAME} (is the size offered there?)"
+        )
+    # A price change adds a meter with a later effectiveStartDate (ISO 8601, so text order is time order).
+    return max(found, key=lambda m: m.effective_start)
+
+
+def fetch_meters(
+    sizes: list[str],
+    region: str,
+    endpoint: str = DEFAULT_ENDPOINT,
+    limits: Limits = Limits(),
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+) -> tuple[dict[str, Meter], list[str]]:
+    """Every size's meter under one deadline; the errors of all sizes, one line each (never only the first)."""
+    clock = _Clock(limits, now)
+    meters: dict[str, Meter] = {}
+    errors: list[str] = []
+    for size in dict.fromkeys(sizes):
+        try:
+            meters[size] = fetch_meter(size, region, endpoint, limits, sleep=sleep, now=now, clock=clock)
+        except RetailPriceError as error:
+            errors.append(str(error))
+    return meters, errors

@@ -1,0 +1,416 @@
+"""Render each node's bootstrap (cloud-init user data) from the cluster spec.
+
+Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable):
+
+  render_bootstrap(spec, island, extensions=None) -> RenderedBootstrap
+      One island's boot data: `.custom_data` (base64 of deterministic gzip of the cloud-config) and `.vm_user_data`
+      (base64 of the node bundle, ndfleet/nodefiles/nodebundle.py) are what the scale set receives,
+      `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
+  custom_data(spec, island, extensions=None) -> str
+      Shorthand for render_bootstrap(...).custom_data: the scale set's customData for one island.
+  render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
+      The files `ndfleet render` writes for one island (user-data, custom-data.b64, vm-user-data.b64, every file
+      the node receives in either), with their permissions.
+  validation_budget_s(spec) -> int
+      Worst-case set-up plus validation, from the same timeout table the node program's runner uses (the
+      `timeouts` section of the node JSON) and each check's declared tool calls.
+
+Where it travels: customData (fixed for a node's life, 64 KB) carries only the boot step: `ndfleet-unpack`, its
+manifest `/etc/ndfleet/bundle.json` (the bundle's size and sha256) and the units `ndfleet-bundle.service` and
+`ndfleet-bundle-failed.service`. Everything below travels in the node bundle, the scale set's VM userData, which
+the boot step fetches from the instance metadata service at first boot (docs/bootstrap.md, "Where the files travel").
+
+What a node receives: the node program as a zipapp (`/opt/ndfleet/bin/ndfleet-node`, the same bytes for every
+stack: node/ndfleet_node, built by ndfleet/nodefiles/nodeapp.py), its per-stack figures in `/etc/ndfleet/node.json`
+(ndfleet/nodefiles/nodeconfig.py), the `validate-node` wrapper, `/etc/ndfleet/nccl.conf` and the systemd units:
+
+  ndfleet-setup.service      `ndfleet-node setup`: NVMe RAID0, /etc/nccl.conf, fabric manager, peermem, mounts
+  ndfleet-validate.service   `validate-node --level quick|full` after set-up, at every boot
+  ndfleet-validated.target   reached only when validation passed: job runners require it
+  ndfleet-health.service     `ndfleet-node health`: the endpoint for Azure's Application Health extension
+
+Other features add content without editing the templates, through `BootstrapExtensions` (every list empty by
+default): `files` ({path, permissions, content} text files, or {path, permissions, content_bytes} binary ones),
+`enable_units` / `start_units` (systemd units to enable at boot / start with --no-block after daemon-reload),
+`runcmd` (extra commands, argv lists or shell strings, run once the files are on disk and before validation
+starts: the boot step runs them where cloud-init's runcmd ran them before), and
+`node_sections` (extra top-level sections of the node JSON, e.g. `slurm`, `monitoring`). The templates under
+templates/ only place values (StrictUndefined); every decision is made here.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import json
+import math
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
+from ndfleet_node.config import NodeConfig
+
+from ndfleet.nodefiles import nodeapp, nodebundle
+from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
+    BLOB_ENDPOINT_SUFFIX,
+    BLOB_MOUNT_ROOT,
+    CONFIG_DIR,
+    FAILED_MARKER,
+    HEALTH_PATH,
+    IMDS_TAGS_URL,
+    LUSTRE_MOUNT,
+    NODE_CONFIG_PATH,
+    NVME_MOUNT,
+    REPORT_PATH,
+    STATE_DIR,
+    TAG_IDENTITY_CLIENT_ID,
+    TAG_LUSTRE_MGS,
+    TAG_STORAGE_ACCOUNT,
+    node_config,
+)
+from ndfleet.nodefiles.nodeconfig import to_json as node_config_json
+from ndfleet.nodefiles.templating import TEMPLATES_DIR, environment
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
+
+__all__ = [
+    "BLOB_MOUNT_ROOT",
+    "IMDS_TAGS_URL",
+    "LUSTRE_MOUNT",
+    "NVME_MOUNT",
+    "TAG_IDENTITY_CLIENT_ID",
+    "TAG_LUSTRE_MGS",
+    "TAG_STORAGE_ACCOUNT",
+    "BootstrapExtensions",
+    "BootstrapTooLarge",
+    "CUSTOM_DATA_MAX_BYTES",
+    "USER_DATA_MAX_BYTES",
+    "HEALTH_PATH",
+    "PERF_CHECKS",
+    "QUICK_CHECKS",
+    "RenderedBootstrap",
+    "build_context",
+    "custom_data",
+    "render_bootstrap",
+    "render_output_files",
+    "validation_budget_s",
+]
+
+# Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
+# binary array is 65535 bytes").
+CUSTOM_DATA_MAX_BYTES = 65_535
+USER_DATA_MAX_BYTES = nodebundle.USER_DATA_MAX_BYTES
+
+QUICK_CHECKS = QUICK_IDS
+PERF_CHECKS = PERF_IDS
+
+NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
+VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"
+# Tools the Azure HPC images keep off the default PATH (nccl-tests, CUDA, DCGM, perftest, nvbandwidth).
+NODE_TOOL_DIRS = (
+    "/opt/nccl-tests/build",
+    "/usr/local/cuda/bin",
+    "/opt/nvbandwidth",
+    "/opt/azurehpc/test/nvbandwidth",
+)
+NODE_PATH = ":".join((*NODE_TOOL_DIRS, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"))
+# The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
+HEALTH_NOFILE = 8192
+# Text files the user data carries: (template, name, path on the node, mode).
+_NODE_FILES = (
+    ("node/validate-node.j2", "validate-node", VALIDATE_NODE_PATH, "0755"),
+    ("node/nccl.conf.j2", "nccl.conf", f"{CONFIG_DIR}/nccl.conf", "0644"),
+    ("systemd/ndfleet-setup.service.j2", "ndfleet-setup.service", "/etc/systemd/system/ndfleet-setup.service", "0644"),
+    ("systemd/ndfleet-validate.service.j2", "ndfleet-validate.service",
+     "/etc/systemd/system/ndfleet-validate.service", "0644"),
+    ("systemd/ndfleet-validated.target.j2", "ndfleet-validated.target",
+     "/etc/systemd/system/ndfleet-validated.target", "0644"),
+    ("systemd/ndfleet-health.service.j2", "ndfleet-health.service",
+     "/etc/systemd/system/ndfleet-health.service", "0644"),
+)  # fmt: skip
+# The boot step customData carries: the units (template, name, path on the node, mode), then the script itself
+# (Python, shipped as it is) and its manifest.
+BUNDLE_UNIT = "ndfleet-bundle.service"
+_BOOT_UNITS = (
+    ("systemd/ndfleet-bundle.service.j2", BUNDLE_UNIT, f"/etc/systemd/system/{BUNDLE_UNIT}", "0644"),
+    ("systemd/ndfleet-bundle-failed.service.j2", "ndfleet-bundle-failed.service",
+     "/etc/systemd/system/ndfleet-bundle-failed.service", "0644"),
+)  # fmt: skip
+UNPACK_SOURCE = TEMPLATES_DIR / "node" / "ndfleet-unpack.py"
+UNPACK_NAME = "ndfleet-unpack"
+MANIFEST_NAME = "bundle.json"
+# Shell the bootstrap ships, for shellcheck (tests/test_bootstrap.py).
+SHELL_FILES = ("validate-node",)
+
+
+class BootstrapTooLarge(Exception):
+    """The compressed cloud-config is over Azure's customData limit, or the node bundle over its userData limit."""
+
+
+@dataclass(frozen=True)
+class BootstrapExtensions:
+    """What other features add to a node's bootstrap without editing the templates (all empty by default)."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    enable_units: list[str] = field(default_factory=list)
+    start_units: list[str] = field(default_factory=list)
+    runcmd: list[Any] = field(default_factory=list)
+    node_sections: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RenderedBootstrap:
+    user_data: str  # the cloud-config: what customData decodes to
+    files: dict[str, str] = field(default_factory=dict)  # text files by name, "user-data" included
+    binary_files: dict[str, bytes] = field(default_factory=dict)  # the zipapp
+    node_paths: dict[str, str] = field(default_factory=dict)  # name -> path on the node (not user-data)
+    modes: dict[str, str] = field(default_factory=dict)  # name -> permissions on the node
+    # The node bundle (ndfleet/nodefiles/nodebundle.py): what VM userData decodes to; empty: no userData.
+    bundle: bytes = b""
+    custom_data_names: tuple[str, ...] = ()  # files the cloud-config carries; the others travel in the bundle
+    activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
+
+    @property
+    def vm_user_data(self) -> str:
+        """The scale set's userData (base64 of the node bundle); empty when there is no bundle."""
+        return base64.b64encode(self.bundle).decode()
+
+    @property
+    def user_data_headroom_bytes(self) -> int:
+        return USER_DATA_MAX_BYTES - len(self.bundle)
+
+    def node_files(self) -> dict[str, bytes]:
+        """Every file the node receives, from customData and from the bundle alike: path on the node -> bytes."""
+        contents = {**{n: t.encode() for n, t in self.files.items()}, **self.binary_files}
+        return {path: contents[name] for name, path in self.node_paths.items()}
+
+    @functools.cached_property
+    def custom_data_bytes(self) -> bytes:
+        # mtime=0 keeps the output byte-identical between runs, so plans and diffs are deterministic.
+        return gzip.compress(self.user_data.encode(), compresslevel=9, mtime=0)
+
+    @functools.cached_property
+    def custom_data(self) -> str:
+        return base64.b64encode(self.custom_data_bytes).decode()
+
+    @property
+    def headroom_bytes(self) -> int:
+        return CUSTOM_DATA_MAX_BYTES - len(self.custom_data_bytes)
+
+    def output_files(self) -> dict[str, tuple[bytes, int]]:
+        """What `ndfleet render` writes: name -> (bytes, mode); executables 0755, the rest 0644."""
+        out: dict[str, tuple[bytes, int]] = {}
+        for name, text in self.files.items():
+            out[name] = (text.encode(), int(self.modes.get(name, "0644"), 8) & 0o755)
+        for name, data in self.binary_files.items():
+            out[name] = (data, int(self.modes.get(name, "0755"), 8) & 0o755)
+        out["custom-data.b64"] = ((self.custom_data + "\n").encode(), 0o644)
+        if self.bundle:
+            out["vm-user-data.b64"] = ((self.vm_user_data + "\n").encode(), 0o644)
+        return out
+
+
+def _node_config_for(
+    spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None, *, blob_endpoint_suffix: str
+) -> str:
+    sections = (extensions or BootstrapExtensions()).node_sections
+    return node_config_json(node_config(spec, island, sections, blob_endpoint_suffix=blob_endpoint_suffix))
+
+
+def _validate_budget_s(spec: ClusterSpec) -> int:
+    cfg = NodeConfig(node_config(spec, spec.islands[0]))
+    return math.ceil(budget_s(cfg, spec.health.validation_level))
+
+
+def validation_budget_s(spec: ClusterSpec) -> int:
+    """Longest a node's set-up plus validation can take, every tool call at its timeout (seconds).
+
+    The scale set's Application Health grace period must be longer than this, so a node that is still
+    validating is not judged; the validate unit's TimeoutStartSec uses the validation part.
+    """
+    return spec.profile.thresholds.setup_timeout_s + _validate_budget_s(spec)
+
+
+def build_context(
+    spec: ClusterSpec,
+    island: IslandSpec,
+    extensions: BootstrapExtensions | None = None,
+    *,
+    blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
+) -> dict[str, Any]:
+    """The plain template context: every value the templates place, derived here and nowhere else.
+
+    `blob_endpoint_suffix` is the cloud's (ndfleet.stackconfig.clouds); the node reads it from its node JSON."""
+    ext = extensions or BootstrapExtensions()
+    cfg = node_config(spec, island, ext.node_sections, blob_endpoint_suffix=blob_endpoint_suffix)
+    p = spec.profile
+    nccl_conf = cfg["nccl"]["conf"]
+    return {
+        "stack": spec.stack,
+        "island": island.name,
+        "vm_size": p.name,
+        "state_dir": STATE_DIR,
+        "report_path": REPORT_PATH,
+        "failed_marker": FAILED_MARKER,
+        "config_path": NODE_CONFIG_PATH,
+        "node_app": NODE_APP_PATH,
+        "validate_node": VALIDATE_NODE_PATH,
+        "node_path": NODE_PATH,
+        "nccl_conf_lines": [f"{k}={v}" for k, v in nccl_conf.items()],
+        "setup_timeout_s": p.thresholds.setup_timeout_s,
+        "validation_level": spec.health.validation_level,
+        "validate_timeout_s": _validate_budget_s(spec),
+        "expected_mounts": cfg["mounts"]["expected"],
+        "health_port": spec.health.probe_port,
+        "health_path": HEALTH_PATH,
+        "health_nofile": HEALTH_NOFILE,
+        "impact_timeout_s": IMPACT_UNIT_TIMEOUT_S,
+        # generic lists other features fill (BootstrapExtensions); empty by default
+        "extra_files": [dict(f) for f in ext.files],
+        "enable_units": list(ext.enable_units),
+        "start_units": list(ext.start_units),
+        "extra_runcmd": list(ext.runcmd),
+        "bundle_unit": BUNDLE_UNIT,
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return environment(TEMPLATES_DIR)
+
+
+@functools.cache
+def _template(name: str) -> jinja2.Template:
+    return _environment().get_template(name)
+
+
+def _file_name(path: str) -> str:
+    """The name `ndfleet render` writes a node file under: its base name, or `<folder>-<name>` for a systemd
+    drop-in (`slurmd.service.d/ndfleet.conf` -> `slurmd.service.d-ndfleet.conf`)."""
+    folder, name = posixpath.split(path)
+    parent = posixpath.basename(folder)
+    return f"{parent}-{name}" if parent.endswith(".d") else name
+
+
+def _argv(command: Any) -> list[str]:
+    """A runcmd entry as cloud-init reads it: a list is an argv, a string a shell command."""
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    return [str(a) for a in command]
+
+
+def activation(ext: BootstrapExtensions) -> list[list[str]]:
+    """What the boot step runs once the bundle's files are on disk (cloud-init's runcmd before the bundle): load
+    the units, enable what starts at every boot, run the features' commands, then start the health endpoint and
+    validation without waiting for them (a unit ordered after the boot step would wait for it otherwise)."""
+    return [
+        ["systemctl", "daemon-reload"],
+        *(["systemctl", "enable", unit] for unit in ext.enable_units),
+        *(_argv(command) for command in ext.runcmd),
+        ["systemctl", "enable", "ndfleet-health.service"],
+        ["systemctl", "start", "--no-block", "ndfleet-health.service"],
+        ["systemctl", "enable", "ndfleet-validated.target"],
+        *(["systemctl", "start", "--no-block", unit] for unit in ext.start_units),
+        ["systemctl", "start", "--no-block", "ndfleet-validated.target"],
+    ]
+
+
+def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
+    """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
+    part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
+    return (
+        f"stack {spec.stack!r} island {island.name!r}: the node {part} is {size:,} bytes {codec}-compressed "
+        f"({encoded:,} base64), over Azure's {what} limit of {limit:,} bytes; shrink the node program or the "
+        "templates, or move content to an image"
+    )
+
+
+def render_bootstrap(
+    spec: ClusterSpec,
+    island: IslandSpec,
+    extensions: BootstrapExtensions | None = None,
+    *,
+    blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
+) -> RenderedBootstrap:
+    """The island's customData (the boot step), its node bundle (userData) and every file they carry; raises
+    BootstrapTooLarge over either limit."""
+    ext = extensions or BootstrapExtensions()
+    ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+    files = {name: _template(tpl).render(ctx) for tpl, name, _, _ in _NODE_FILES}
+    files["node.json"] = _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+    app = nodeapp.build()
+    binary_files = {"ndfleet-node": app}
+    paths = {name: path for _, name, path, _ in _NODE_FILES}
+    modes = {name: mode for _, name, _, mode in _NODE_FILES}
+    paths["node.json"], modes["node.json"] = NODE_CONFIG_PATH, "0644"
+    paths["ndfleet-node"], modes["ndfleet-node"] = NODE_APP_PATH, "0755"
+    for f in ext.files:
+        name = _file_name(f["path"])
+        if name in paths or name in ("user-data", UNPACK_NAME, MANIFEST_NAME, *(n for _, n, _, _ in _BOOT_UNITS)):
+            raise ValueError(f"bootstrap file {f['path']!r}: its name {name!r} is taken by {paths.get(name, name)!r}")
+        paths[name], modes[name] = f["path"], f.get("permissions", "0644")
+        if f.get("content_bytes") is not None:
+            binary_files[name] = f["content_bytes"]
+        else:
+            files[name] = f.get("content") or ""
+    contents = {**{n: t.encode() for n, t in files.items()}, **binary_files}
+    commands = activation(ext)
+    bundle = nodebundle.pack(
+        [nodebundle.BundleFile(paths[name], modes[name], contents[name]) for name in paths], commands
+    )
+
+    # The boot step: all customData carries.
+    manifest = nodebundle.manifest(bundle, spec.health.probe_port)
+    boot_ctx = {
+        **ctx,
+        "unpack_path": nodebundle.UNPACK_PATH,
+        "manifest_path": nodebundle.MANIFEST_PATH,
+        "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+        "bundle_unit": BUNDLE_UNIT,
+    }
+    boot = {name: _template(tpl).render(boot_ctx) for tpl, name, _, _ in _BOOT_UNITS}
+    boot[UNPACK_NAME] = UNPACK_SOURCE.read_text(encoding="utf-8")
+    boot[MANIFEST_NAME] = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    boot_paths = {name: path for _, name, path, _ in _BOOT_UNITS}
+    boot_paths[UNPACK_NAME], boot_paths[MANIFEST_NAME] = nodebundle.UNPACK_PATH, nodebundle.MANIFEST_PATH
+    boot_modes = {name: mode for _, name, _, mode in _BOOT_UNITS}
+    boot_modes[UNPACK_NAME], boot_modes[MANIFEST_NAME] = "0755", "0644"
+    order = (UNPACK_NAME, MANIFEST_NAME, *(name for _, name, _, _ in _BOOT_UNITS))
+    write = [{"path": boot_paths[n], "mode": boot_modes[n], "content": boot[n]} for n in order]
+    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": write})
+    rendered = RenderedBootstrap(
+        user_data=user_data,
+        files={"user-data": user_data, **boot, **files},
+        binary_files=binary_files,
+        node_paths={**boot_paths, **paths},
+        modes={**boot_modes, **modes},
+        bundle=bundle,
+        custom_data_names=order,
+        activate=tuple(tuple(c) for c in commands),
+    )
+    problems = []
+    size = len(rendered.custom_data_bytes)
+    if size > CUSTOM_DATA_MAX_BYTES:
+        problems.append(_too_large(spec, island, "customData", size, len(rendered.custom_data), CUSTOM_DATA_MAX_BYTES))
+    if len(bundle) > USER_DATA_MAX_BYTES:
+        problems.append(
+            _too_large(spec, island, "userData", len(bundle), len(rendered.vm_user_data), USER_DATA_MAX_BYTES)
+        )
+    if problems:
+        raise BootstrapTooLarge("; ".join(problems))
+    return rendered
+
+
+def custom_data(spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None) -> str:
+    """The island's customData (base64 of the gzip-compressed user data); raises BootstrapTooLarge."""
+    return render_bootstrap(spec, island, extensions).custom_data
+
+
+def render_output_files(
+    spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None
+) -> dict[str, tuple[bytes, int]]:
+    """The files `ndfleet render` writes for one island: name -> (bytes, mode)."""
+    return render_bootstrap(spec, island, extensions).output_files()

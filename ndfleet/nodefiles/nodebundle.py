@@ -1,0 +1,148 @@
+"""The node bundle: what a compute node receives in its scale set's VM userData rather than in customData.
+
+customData is fixed for a node's life and limited to 64 KB; it carries only the boot step (docs/bootstrap.md,
+"Where the files travel"). Everything else a node receives (the node program, its figures, the units, the Slurm and
+monitoring files) travels as one bundle in `virtualMachineProfile.userData`, which the node reads from the instance
+metadata service at first boot:
+
+  userData = base64( xz( JSON {"format": 1, "files": [{"path", "mode", "data"}, ...], "activate": [[argv], ...]} ) )
+
+`data` is the file's bytes, each byte written as the character of the same number (latin-1), so text and the zipapp
+travel alike and the JSON stays ASCII; `activate` are the commands the boot step runs once the files are on disk
+(what cloud-init's runcmd ran before). xz compresses the prod bundle to 43.2 KB where gzip gives 50.9 KB; Python's
+`lzma` module is part of the standard library of the Ubuntu and Debian python3 packages.
+
+customData carries the bundle's size and sha256 (`manifest`), so a node refuses a userData that is not the one
+rendered with its customData (a userData from another deployment). The node-side step is
+templates/node/ndfleet-unpack.py; `unpack` here is its reference reading, for tests and tools.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import lzma
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
+
+FORMAT = 1
+# Azure's limit on userData: "The size can't exceed 64 KB" (Microsoft Learn, "User data for Azure Virtual Machine");
+# the API answers "UserData must be in Base64 encoding and with a maximum length of 87384 characters"
+# (Azure/azure-powershell#16597), i.e. 65,538 bytes decoded. Counted like customData: decoded bytes, at most 65,535.
+USER_DATA_MAX_BYTES = 65_535
+# IMDS serves the VM's userData (the base64 text as given to Azure) at this address (Microsoft Learn, "User data for
+# Azure Virtual Machine": api-version 2021-01-01, format=text; the Metadata: true header is required).
+IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"
+UNPACK_PATH = "/usr/local/sbin/ndfleet-unpack"
+MANIFEST_PATH = f"{CONFIG_DIR}/bundle.json"
+# Persistent (the OS disk): the sha256 of the bundle last unpacked and activated here. A reboot finds it and does
+# nothing; a reimage (a fresh OS disk) does not, and unpacks again.
+STAMP_PATH = "/var/lib/ndfleet/bundle.sha256"
+# Fetching: attempts, each bounded by a timeout, with doubling pauses (1, 2, 4, ... s) up to the cap between them.
+FETCH_ATTEMPTS = 8
+FETCH_TIMEOUT_S = 10
+FETCH_BACKOFF_MAX_S = 20
+# Each activation command (systemctl daemon-reload, enable, start --no-block) is bounded by this.
+COMMAND_TIMEOUT_S = 60
+# The decompressed bundle is about 200 KB; anything past this is refused before it is parsed.
+MAX_UNPACKED_BYTES = 4 << 20
+XZ_FILTERS: list[dict[str, Any]] = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
+
+
+class BundleError(ValueError):
+    """A userData value that is not a node bundle this renderer could have written."""
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    path: str
+    mode: str  # octal, e.g. "0644"
+    data: bytes
+
+
+def fetch_budget_s(attempts: int = FETCH_ATTEMPTS) -> int:
+    """Longest the boot step can spend fetching: every attempt at its timeout plus every pause between them."""
+    pauses = sum(min(2**i, FETCH_BACKOFF_MAX_S) for i in range(attempts - 1))
+    return attempts * FETCH_TIMEOUT_S + pauses
+
+
+def unit_timeout_s(activate: Sequence[Sequence[str]]) -> int:
+    """The boot step unit's TimeoutStartSec: fetching plus every activation command at its timeout."""
+    return fetch_budget_s() + COMMAND_TIMEOUT_S * max(1, len(activate))
+
+
+def pack(files: Iterable[BundleFile], activate: Sequence[Sequence[str]]) -> bytes:
+    """The bundle's bytes (what userData decodes to): deterministic, so plans and diffs are."""
+    doc = {
+        "format": FORMAT,
+        "files": [{"path": f.path, "mode": f.mode, "data": f.data.decode("latin-1")} for f in files],
+        "activate": [list(argv) for argv in activate],
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("ascii")
+    return lzma.compress(text, format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
+
+
+def manifest(bundle: bytes, health_port: int) -> dict[str, Any]:
+    """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept and where."""
+    return {
+        "sha256": hashlib.sha256(bundle).hexdigest(),
+        "size": len(bundle),
+        "url": IMDS_USER_DATA_URL,
+        "stamp": STAMP_PATH,
+        "failed_marker": FAILED_MARKER,
+        "attempts": FETCH_ATTEMPTS,
+        "timeout_s": FETCH_TIMEOUT_S,
+        "backoff_max_s": FETCH_BACKOFF_MAX_S,
+        "command_timeout_s": COMMAND_TIMEOUT_S,
+        "max_unpacked_bytes": MAX_UNPACKED_BYTES,
+        "health_port": health_port,
+        "health_path": HEALTH_PATH,
+    }
+
+
+def unpack(user_data: str | bytes) -> tuple[list[BundleFile], list[list[str]]]:
+    """A userData value (base64 text) or the bundle's bytes -> (files, activation commands). Raises BundleError."""
+    raw = user_data
+    if isinstance(user_data, str):
+        try:
+            raw = base64.b64decode(user_data, validate=True)
+        except ValueError:
+            raise BundleError("userData is not base64") from None
+    assert isinstance(raw, bytes)
+    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    try:
+        text = decompressor.decompress(raw, MAX_UNPACKED_BYTES + 1)
+    except lzma.LZMAError as e:
+        raise BundleError(f"userData is not an xz stream: {e}") from None
+    if len(text) > MAX_UNPACKED_BYTES or not decompressor.eof:
+        raise BundleError(f"userData decompresses to more than {MAX_UNPACKED_BYTES:,} bytes or is truncated")
+    try:
+        doc = json.loads(text)
+        files = [BundleFile(f["path"], f["mode"], f["data"].encode("latin-1")) for f in doc["files"]]
+        activate = [[str(a) for a in argv] for argv in doc["activate"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BundleError(f"userData is not a node bundle: {e}") from None
+    if doc.get("format") != FORMAT:
+        raise BundleError(f"userData bundle format {doc.get('format')!r}, expected {FORMAT}")
+    return files, activate
+
+
+__all__ = [
+    "BundleError",
+    "BundleFile",
+    "FORMAT",
+    "IMDS_USER_DATA_URL",
+    "MANIFEST_PATH",
+    "STAMP_PATH",
+    "UNPACK_PATH",
+    "USER_DATA_MAX_BYTES",
+    "fetch_budget_s",
+    "manifest",
+    "pack",
+    "unit_timeout_s",
+    "unpack",
+]

@@ -1,0 +1,179 @@
+"""The node JSON (/etc/ndfleet/node.json): every per-stack figure the node program reads.
+
+`node_config(spec, island)` turns the spec and its VM-size profile (thresholds included) into plain JSON data;
+`node_config_json(...)` is its canonical text (sorted keys, so it is byte-identical between runs). The node
+program (`node/ndfleet_node`) is the same for every stack: changing a threshold changes only this file.
+
+Sections: stack/island/vm_size, `paths`, `validation` (level, the check ids of each level, DCGM level),
+`timeouts` (seconds; the runner's table, also the source of the time budget), `hardware`, `thresholds`,
+`nccl` (nccl.conf and the all-reduce test's environment), `mounts` (expected mount points, NVMe RAID, blob
+containers, Lustre), `imds` (tag names), `setup`, `health`. Other features add their own top-level sections.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ndfleet_node.checks import PERF_IDS, QUICK_IDS
+
+from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
+
+SCHEMA = 1
+HEALTH_PATH = "/health"
+STATE_DIR = "/run/ndfleet"  # tmpfs: every boot starts Initializing and validates again
+REPORT_PATH = f"{STATE_DIR}/report.json"
+FAILED_MARKER = f"{STATE_DIR}/failed"
+CONFIG_DIR = "/etc/ndfleet"
+NODE_CONFIG_PATH = f"{CONFIG_DIR}/node.json"
+NVME_MOUNT = "/mnt/resource_nvme"  # where the Azure HPC images put the NVMe RAID0 (azhpc-images setup_nvme.sh)
+NVME_MD_NAME = "ndfleet-nvme"
+BLOB_MOUNT_ROOT = "/mnt/blob"
+LUSTRE_MOUNT = "/mnt/lustre"
+LUSTRE_FS_NAME = "lustrefs"  # Azure Managed Lustre always serves the file system "lustrefs"
+# Public Azure's; the prepare step passes the stack's cloud's suffix (ndfleet.stackconfig.clouds).
+BLOB_ENDPOINT_SUFFIX = "blob.core.windows.net"
+
+# Values the node learns at boot from its scale set's tags (IMDS compute/tagsList), because Azure computes them
+# after the plan. Keeping them out of customData keeps customData deterministic.
+TAG_STORAGE_ACCOUNT = "ndfleet:storage-account"
+TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
+TAG_LUSTRE_MGS = "ndfleet:lustre-mgs"
+IMDS_TAGS_URL = "http://169.254.169.254/metadata/instance/compute/tagsList?api-version=2021-02-01"
+
+# PCIe signalling rate per generation as lspci prints it (PCI-SIG; not a VM figure).
+PCIE_GT_PER_GEN = {3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
+# ib_write_bw loopback: one TCP port per HCA for the test's out-of-band exchange, from here upwards.
+IB_WRITE_BW_BASE_PORT = 18510
+# NCCL environment of the single-node all-reduce (azurehpc-health-checks azure_nccl_allreduce.nhc).
+NCCL_TEST_ENV = {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_SOCKET_IFNAME": "eth0"}
+# The health endpoint: connections it serves at once (the oldest idle one is dropped beyond this), how long a
+# connection may take to send its request, and the listen backlog.
+HEALTH_MAX_CONNECTIONS = 256
+HEALTH_IDLE_TIMEOUT_S = 5
+HEALTH_BACKLOG = 1024
+
+
+def node_config(
+    spec: ClusterSpec,
+    island: IslandSpec,
+    extra: dict[str, Any] | None = None,
+    *,
+    blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
+) -> dict[str, Any]:
+    """The node JSON as data. `extra`: further top-level sections (other features), kept as given.
+    `blob_endpoint_suffix`: the cloud's (ndfleet.stackconfig.clouds), for BlobFuse2's https://<account>.<suffix>."""
+    p = spec.profile
+    t = p.thresholds
+    blob = [
+        {
+            "container": c,
+            "mountpoint": f"{BLOB_MOUNT_ROOT}/{c}",
+            "config": f"{CONFIG_DIR}/blobfuse2-{c}.yaml",
+            "cache_dir": f"{NVME_MOUNT}/blobfuse2/{c}",
+        }
+        for c in spec.storage.containers
+    ]
+    lustre = {"mount": LUSTRE_MOUNT, "fs_name": LUSTRE_FS_NAME} if spec.storage.lustre is not None else None
+    expected = [NVME_MOUNT, *(b["mountpoint"] for b in blob), *([LUSTRE_MOUNT] if lustre else [])]
+    nccl_conf = {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_IGNORE_CPU_AFFINITY": "1"}
+    if p.nccl_topo_file:
+        nccl_conf["NCCL_TOPO_FILE"] = p.nccl_topo_file
+    # An empty NCCL_TOPO_FILE lets NCCL detect the topology (it fixed a spurious result on H200).
+    test_env = {**NCCL_TEST_ENV, "NCCL_TOPO_FILE": p.nccl_topo_file}
+    level = spec.health.dcgm_level
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "stack": spec.stack,
+        "island": island.name,
+        "vm_size": p.name,
+        "paths": {
+            "state_dir": STATE_DIR,
+            "report": REPORT_PATH,
+            "failed_marker": FAILED_MARKER,
+            "config_dir": CONFIG_DIR,
+        },
+        "validation": {
+            "level": spec.health.validation_level,
+            "levels": {"quick": list(QUICK_IDS), "full": [*QUICK_IDS, *PERF_IDS]},
+            "dcgm_level": level,
+        },
+        "timeouts": {
+            "tool": t.tool_timeout_s,
+            "nccl_allreduce": t.nccl_allreduce_timeout_s,
+            "ib_write_bw": t.ib_write_bw_timeout_s,
+            "nvbandwidth": t.nvbandwidth_timeout_s,
+            "dcgm_diag": t.dcgm_diag_timeout_s[level - 1] if level else 0,
+            "setup": t.setup_timeout_s,
+            "fabricmanager_wait": t.fabricmanager_wait_s,
+            "mount_retry": t.mount_retry_s,
+            "setup_step": t.setup_step_timeout_s,
+        },
+        "hardware": {
+            "gpu_count": p.gpus_per_vm,
+            "gpu_model": p.gpu_model,
+            "nvlinks_per_gpu": p.nvlinks_per_gpu,
+            "gpu_pcie_gen": p.gpu_pcie_gen,
+            "gpu_pcie_width": p.gpu_pcie_width,
+            "ib_devices": list(p.ib_devices),
+            "ib_port": p.ib_port,
+            "ib_rate_gbps": p.ib_rate_gbps,
+            "ib_link_layer": p.ib_link_layer,
+            "hca_pcie_speed": PCIE_GT_PER_GEN[p.hca_pcie_gen],
+            "hca_pcie_width": p.hca_pcie_width,
+            "nvme_count": p.nvme_count,
+            "memory_min_gib": p.memory_min_gib,
+            "vcpus": p.vcpus,
+        },
+        "thresholds": {
+            "ecc_sram_uncorrectable_max": t.ecc_sram_uncorrectable_max,
+            "ecc_sram_correctable_max": t.ecc_sram_correctable_max,
+            "ecc_dram_uncorrectable_max": t.ecc_dram_uncorrectable_max,
+            "ecc_dram_correctable_max": t.ecc_dram_correctable_max,
+            "xid_fail_codes": list(t.xid_fail_codes),
+            "ib_link_down_max": t.ib_link_down_max,
+            "ib_flap_window_hours": t.ib_flap_window_hours,
+            "nccl_busbw_gbps": t.nccl_allreduce_busbw_gbps,
+            "nccl_bytes": t.nccl_allreduce_bytes,
+            "ib_write_bw_gbps": t.ib_write_bw_gbps,
+            "ib_write_bw_bytes": t.ib_write_bw_message_bytes,
+            "ib_write_bw_base_port": IB_WRITE_BW_BASE_PORT,
+            "nvbw_host_device_gbps": t.nvbandwidth_host_device_gbps,
+            "nvbw_device_device_gbps": t.nvbandwidth_device_device_gbps,
+        },
+        "nccl": {"conf": nccl_conf, "test_env": test_env},
+        "mounts": {
+            "expected": expected,
+            "nvme": {"mount": NVME_MOUNT, "md_name": NVME_MD_NAME, "count": p.nvme_count},
+            "blob": blob,
+            "lustre": lustre,
+            "blob_endpoint_suffix": blob_endpoint_suffix,
+        },
+        "imds": {
+            "tags_url": IMDS_TAGS_URL,
+            "tag_storage_account": TAG_STORAGE_ACCOUNT,
+            "tag_identity_client_id": TAG_IDENTITY_CLIENT_ID,
+            "tag_lustre_mgs": TAG_LUSTRE_MGS,
+        },
+        "health": {
+            "port": spec.health.probe_port,
+            "path": HEALTH_PATH,
+            "max_connections": HEALTH_MAX_CONNECTIONS,
+            "idle_timeout_s": HEALTH_IDLE_TIMEOUT_S,
+            "backlog": HEALTH_BACKLOG,
+        },
+    }
+    # Burn-in figures and impact reporting (issue 11): every node can start a burn-in and report its own host.
+    data["burnin"] = burnin_node_section(p)
+    data["impact"] = impact_node_section(spec)
+    for name, section in (extra or {}).items():
+        if name in data:
+            raise ValueError(f"node JSON section {name!r} already exists")
+        data[name] = section
+    return data
+
+
+def to_json(data: dict[str, Any]) -> str:
+    """Canonical text: sorted keys, two-space indent, trailing newline (deterministic customData)."""
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"

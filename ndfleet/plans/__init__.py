@@ -1,0 +1,1 @@
+"""Building the plan under Pulumi mocks, the plan document, the plan diff and the policy rules."""

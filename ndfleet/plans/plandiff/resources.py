@@ -1,0 +1,151 @@
+"""What a plan diff is made of: the resource types it knows, and the result (changes, consequences, capacity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
+LONG_VALUE_CHARS = 200
+HASH_PREFIX_CHARS = 12
+# A GitHub comment holds at most 65,536 characters; past this the details are left out of the markdown.
+MARKDOWN_MAX_CHARS = 60_000
+# The hidden first line of the pull-request comment; the workflow finds (and updates) its comment by it.
+MARKDOWN_MARKER = "<!-- ndfleet-plan-diff -->"
+
+VMSS_TYPE = "azure-native:compute:VirtualMachineScaleSet"
+VM_TYPE = "azure-native:compute:VirtualMachine"
+STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
+BLOB_CONTAINER_TYPE = "azure-native:storage:BlobContainer"
+AML_FILESYSTEM_TYPE = "azure-native:storagecache:AmlFilesystem"
+VNET_TYPE = "azure-native:network:VirtualNetwork"
+SUBNET_TYPE = "azure-native:network:Subnet"
+PRIVATE_ENDPOINT_TYPE = "azure-native:network:PrivateEndpoint"
+ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
+# The Slurm cluster's data stores (components/slurm_*.py) and its controller.
+MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
+MYSQL_DATABASE_TYPE = "azure-native:dbformysql:Database"
+KEY_VAULT_TYPE = "azure-native:keyvault:Vault"
+FILE_SHARE_TYPE = "azure-native:storage:FileShare"
+DISK_TYPE = "azure-native:compute:Disk"
+# Resources whose deletion or replacement loses data.
+# The Azure Monitor workspace holds the fleet's metrics history (18 months): deleting it loses that history.
+MONITOR_WORKSPACE_TYPE = "azure-native:monitor:AzureMonitorWorkspace"
+DATA_HOLDING_TYPES = (
+    STORAGE_ACCOUNT_TYPE,
+    BLOB_CONTAINER_TYPE,
+    AML_FILESYSTEM_TYPE,
+    MYSQL_SERVER_TYPE,
+    MYSQL_DATABASE_TYPE,
+    KEY_VAULT_TYPE,
+    FILE_SHARE_TYPE,
+    DISK_TYPE,
+    MONITOR_WORKSPACE_TYPE,
+)
+# Management locks (CanNotDelete on what holds data): removing one is worth a warning.
+LOCK_TYPES = (
+    "azure-native:authorization:ManagementLockByScope",
+    "azure-native:authorization:ManagementLockAtResourceGroupLevel",
+    "azure-native:authorization:ManagementLockAtResourceLevel",
+)
+# Resources that cannot be deleted (so not replaced either) while a CanNotDelete or ReadOnly lock covers them: the
+# lock is inherited by everything below its scope, containers and role assignments at the account included, and
+# deleting a private endpoint deletes its connection on the locked account (docs/sources.md, "Locks").
+LOCK_BLOCKED_TYPES = (
+    PRIVATE_ENDPOINT_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    BLOB_CONTAINER_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    AML_FILESYSTEM_TYPE,
+)
+ISLAND_TAG = "ndfleet:island"
+CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
+
+SEVERITIES = ("danger", "warning", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+class _Missing:
+    """The value of a property that one side does not have."""
+
+    _instance: _Missing | None = None
+
+    def __new__(cls) -> _Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+MISSING: Any = _Missing()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass(frozen=True)
+class PropertyChange:
+    path: str
+    old: Any  # MISSING when the base has no such property
+    new: Any  # MISSING when the head has no such property
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    type: str
+    name: str
+    op: str  # "create" | "delete" | "update"
+    properties: tuple[PropertyChange, ...] = ()
+    old_protect: bool = False
+    new_protect: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.type, self.name)
+
+
+@dataclass(frozen=True)
+class Consequence:
+    rule: str  # a ConsequenceRule id, or one of the built-in ids (island-*, data-*, protect-removed)
+    severity: str  # "danger" | "warning" | "info"
+    resource_type: str
+    resource_name: str
+    message: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class IslandCapacity:
+    island: str
+    resource: str
+    old_nodes: int
+    new_nodes: int
+    old_gpus: int
+    new_gpus: int
+
+    @property
+    def changed(self) -> bool:
+        return self.old_nodes != self.new_nodes or self.old_gpus != self.new_gpus
+
+
+@dataclass(frozen=True)
+class StackDiff:
+    stack: str
+    changes: tuple[ResourceChange, ...]
+    consequences: tuple[Consequence, ...]
+    capacity: tuple[IslandCapacity, ...]
+    outputs: tuple[PropertyChange, ...] = ()
+    in_base: bool = True
+    in_head: bool = True
+
+    def count(self, op: str) -> int:
+        return sum(1 for c in self.changes if c.op == op)
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes and not self.outputs
+
+

@@ -1,0 +1,133 @@
+"""The validated, derived cluster spec (`ClusterSpec`): everything the components need, decided once.
+
+derive.py builds it from the settings (settings.py); load_spec (config.py) is the way in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ndfleet.stackconfig.profiles import LustreSku, VmSizeProfile
+from ndfleet.stackconfig.settings import FrozenModel, HealthConfig, MonitoringConfig, SlurmConfig
+
+
+class ElasticSpec(FrozenModel):
+    min_nodes: int
+    idle_minutes: int
+    resume_timeout_minutes: int
+
+
+class IslandSpec(FrozenModel):
+    """One InfiniBand island: one scale set, one placement group, one IB fabric. An elastic island's `nodes` is its
+    maximum (what subnet, quota and Slurm's node names are sized for); Slurm decides how many run (docs/elastic.md)."""
+
+    name: str
+    index: int
+    nodes: int
+    elastic: ElasticSpec | None = None
+
+
+class SubnetSpec(FrozenModel):
+    name: str
+    cidr: str
+
+
+class NetworkSpec(FrozenModel):
+    address_space: str
+    compute: SubnetSpec
+    # How many nodes the compute subnet holds (with the headroom for repairs and the Slurm machines) before it,
+    # and with it every other subnet, has to be re-ranged.
+    compute_node_capacity: int
+    storage: SubnetSpec
+    lustre: SubnetSpec | None
+    bastion: SubnetSpec | None
+
+
+class ImageSpec(FrozenModel):
+    publisher: str
+    offer: str
+    sku: str
+    version: str
+
+
+class LustreSpec(FrozenModel):
+    sku: LustreSku
+    capacity_tib: int
+
+    @property
+    def throughput_mbps(self) -> int:
+        return self.sku.mbps_per_tib * self.capacity_tib
+
+
+class StorageSpec(FrozenModel):
+    account_sku: str
+    soft_delete_days: int
+    containers: tuple[str, ...] = ("datasets", "checkpoints")
+    lustre: LustreSpec | None
+
+
+class ClusterSpec(FrozenModel):
+    """Everything the components need, validated and derived. Components make no decisions of their own."""
+
+    stack: str
+    name_prefix: str
+    location: str
+    zone: str | None
+    profile: VmSizeProfile
+    islands: tuple[IslandSpec, ...]
+    max_nodes_per_island: int
+    image: ImageSpec
+    admin_username: str
+    ssh_public_key: str
+    resource_group_name: str | None
+    network: NetworkSpec
+    storage: StorageSpec
+    health: HealthConfig
+    monitoring: MonitoringConfig = MonitoringConfig()
+    priority: str
+    spot_max_price: float
+    proximity_placement_group: bool
+    bastion: bool
+    os_disk_size_gb: int
+    tags: dict[str, str]
+    preflight: bool
+    subscription_id: str | None
+    warnings: tuple[str, ...] = ()
+    # `ndfleet:scheduler`: "slurm" adds the Slurm controller, login node(s), accounting database, vault and NFS
+    # share (components/slurm*.py); `slurm` holds their settings (None when the scheduler is "none").
+    scheduler: str = "none"
+    slurm: SlurmConfig | None = None
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(i.nodes for i in self.islands)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.total_nodes * self.profile.gpus_per_vm
+
+    @property
+    def vcpu_quota(self) -> dict[str, int]:
+        """vCPUs needed per Azure quota family, Slurm machines included; Spot nodes count in the regional Spot
+        quota instead (ndfleet/stackconfig/vms.py, which also gives the regional totals)."""
+        from ndfleet.stackconfig.vms import quota_need
+
+        return quota_need(self).families
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "vmSize": self.profile.name,
+            "location": self.location,
+            "zone": self.zone,
+            "islands": [
+                {"name": i.name, "nodes": i.nodes, "gpus": i.nodes * self.profile.gpus_per_vm} for i in self.islands
+            ],
+            "islandCount": len(self.islands),
+            "nodes": self.total_nodes,
+            "gpus": self.total_gpus,
+            "vcpuQuota": self.vcpu_quota,
+            "warnings": list(self.warnings),
+        }
+
+

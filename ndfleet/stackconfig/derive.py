@@ -1,0 +1,349 @@
+"""The checks across settings and the derived spec: islands, subnets, region, storage, Spot, monitoring.
+
+`build_spec` takes settings that passed their own checks (settings.py) and returns a ClusterSpec or every
+problem found; load_spec (config.py) calls it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+
+from ndfleet.stackconfig.clusterspec import (
+    ClusterSpec,
+    ElasticSpec,
+    ImageSpec,
+    IslandSpec,
+    LustreSpec,
+    NetworkSpec,
+    StorageSpec,
+    SubnetSpec,
+)
+from ndfleet.stackconfig.problems import show_value
+from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES, RDMA_RESERVED_CIDR
+from ndfleet.stackconfig.regions import REGIONS_SOURCE, closest, has_zones
+from ndfleet.stackconfig.settings import (
+    AZURE_RESERVED_ADDRESSES_PER_SUBNET,
+    BASTION_SUBNET_PREFIX,
+    DEFAULT_VNET,
+    LUSTRE_SUBNET_PREFIX,
+    MAX_NODES,
+    MIN_COMPUTE_PREFIX,
+    NAMESPACE,
+    NODES_BOUND,
+    STORAGE_SUBNET_PREFIX,
+    IslandConfig,
+    MonitoringConfig,
+    StackConfig,
+    node_headroom,
+)
+from ndfleet.stackconfig.sshkeys import is_example_key
+
+EXAMPLE_KEY_WARNING = (
+    f"{NAMESPACE}:sshPublicKey is the example key of ndfleet's stacks/*.yaml: nobody has its private key, so "
+    "no one could log in; replace it with your own public key (`pulumi up` refuses it)"
+)
+
+
+def split_islands(nodes: int, max_per_island: int) -> list[int]:
+    """Fill islands to the limit, the remainder last: 250 at 100 -> [100, 100, 50]."""
+    count = math.ceil(nodes / max_per_island)
+    return [max_per_island] * (count - 1) + [nodes - max_per_island * (count - 1)]
+
+
+def compute_subnet_prefix(nodes: int) -> int:
+    needed = nodes + node_headroom(nodes) + AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    return min(MIN_COMPUTE_PREFIX, 32 - math.ceil(math.log2(needed)))
+
+
+def compute_subnet_capacity(prefix: int, other_machines: int) -> int:
+    """The most nodes a compute subnet of `prefix` holds beside `other_machines` (the Slurm VMs), with the
+    headroom and Azure's reserved addresses: the inverse of compute_subnet_prefix."""
+    room = 2 ** (32 - prefix) - AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    machines = room
+    while machines > 0 and machines + node_headroom(machines) > room:
+        machines -= 1
+    return max(0, machines - other_machines)
+
+
+def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dict[str, ipaddress.IPv4Network] | None:
+    """Carve subnets out of the VNet, largest first so every one stays aligned. None if they do not fit."""
+    out: dict[str, ipaddress.IPv4Network] = {}
+    cursor = int(vnet.network_address)
+    end = int(vnet.broadcast_address) + 1
+    for name, prefix in sorted(wanted, key=lambda w: w[1]):
+        if prefix < vnet.prefixlen:
+            return None
+        size = 2 ** (32 - prefix)
+        cursor = (cursor + size - 1) // size * size
+        if cursor + size > end:
+            return None
+        out[name] = ipaddress.IPv4Network((cursor, prefix))
+        cursor += size
+    return out
+
+
+def build_spec(
+    config: StackConfig, stack: str, broken: frozenset[str] = frozenset()
+) -> tuple[ClusterSpec | None, list[str]]:
+    """The checks across settings and the derived spec. `broken`: top-level settings that failed their own
+    check (replaced by defaults in `config`); a check that reads one of them is skipped, so that it neither
+    repeats the problem nor reports one the user did not write. Returns (spec, []) or (None, problems)."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    profile = PROFILES[config.vm_size]
+    limit = config.max_nodes_per_island
+
+    def ok(*keys: str) -> bool:
+        return not broken.intersection(keys)
+
+    # Islands: a total to split, or an explicit list; exactly one of the two.
+    islands: list[IslandSpec] = []
+    if not ok("nodes", "islands", "maxNodesPerIsland"):
+        pass
+    elif (config.nodes is None) == (config.islands is None):
+        problems.append(
+            f"{NAMESPACE}:nodes / {NAMESPACE}:islands: set exactly one: 'nodes' (a total, split into islands "
+            f"of at most maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
+        )
+    elif config.nodes is not None:
+        islands = [
+            IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(split_islands(config.nodes, limit))
+        ]
+    else:
+        assert config.islands is not None
+        if not config.islands:
+            problems.append(f"{NAMESPACE}:islands = []: list at least one island")
+        seen: set[str] = set()
+        for i, island in enumerate(config.islands):
+            if island.name in seen:
+                problems.append(f"{NAMESPACE}:islands[{i}].name = {island.name!r}: island names must be unique")
+            seen.add(island.name)
+            size, elastic, elastic_problems = island_size(island, i, config.scheduler)
+            problems += elastic_problems
+            if size > limit:
+                key = "elastic.maxNodes" if island.elastic is not None else "nodes"
+                problems.append(
+                    f"{NAMESPACE}:islands[{i}].{key} = {size}: an InfiniBand island is one scale set with "
+                    f"singlePlacementGroup, at most maxNodesPerIsland = {limit} nodes; split it into several islands"
+                    + (" or raise maxNodesPerIsland (up to 300 after an Azure support request)" if limit < 300 else "")
+                )
+            islands.append(IslandSpec(name=island.name, index=i, nodes=max(size, 1), elastic=elastic))
+        total = sum(i.nodes for i in islands)
+        if total > MAX_NODES:
+            problems.append(f"{NAMESPACE}:islands: {total:,} nodes in all; {NODES_BOUND}")
+    if limit > DEFAULT_MAX_NODES_PER_ISLAND:
+        warnings.append(
+            f"{NAMESPACE}:maxNodesPerIsland = {limit}: scale sets above {DEFAULT_MAX_NODES_PER_ISLAND} VMs with "
+            "singlePlacementGroup need an Azure support request to raise the placement-group limit (up to 300)"
+        )
+
+    # Network: no overlap with the RDMA range; room for every subnet.
+    vnet = ipaddress.IPv4Network(config.vnet_address_space)
+    rdma = ipaddress.IPv4Network(RDMA_RESERVED_CIDR)
+    network: NetworkSpec | None = None
+    vnet_fits = ok("vnetAddressSpace")
+    if vnet_fits and vnet.overlaps(rdma):
+        vnet_fits = False
+        problems.append(
+            f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: overlaps {RDMA_RESERVED_CIDR}, which the "
+            f"InfiniBand RDMA network of ND-series VMs uses; choose a range outside it, e.g. {DEFAULT_VNET}"
+        )
+    if ok("vnetAddressSpace") and not vnet.is_private:
+        warnings.append(f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range")
+    total_nodes = sum(i.nodes for i in islands)
+    # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
+    slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0
+    sized_for = total_nodes
+    if config.planned_nodes is not None and ok("plannedNodes"):
+        if islands and config.planned_nodes < total_nodes:
+            problems.append(
+                f"{NAMESPACE}:plannedNodes = {config.planned_nodes}: below the stack's {total_nodes} nodes; it sizes "
+                f"the compute subnet for the most nodes the stack will reach: set it to {total_nodes} or more, or "
+                "remove it"
+            )
+        sized_for = max(total_nodes, config.planned_nodes)
+    if islands and vnet_fits and sized_for <= MAX_NODES and ok("storage", "bastion", "plannedNodes"):
+        compute_prefix = compute_subnet_prefix(sized_for + slurm_machines)
+        wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
+        if config.storage.lustre is not None:
+            wanted.append(("lustre", LUSTRE_SUBNET_PREFIX))
+        if config.bastion:
+            wanted.append(("AzureBastionSubnet", BASTION_SUBNET_PREFIX))
+        subnets = _allocate(vnet, wanted)
+        if subnets is None:
+            need = sum(2 ** (32 - p) for _, p in wanted)
+            smallest = 32 - math.ceil(math.log2(need))
+            problems.append(
+                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {sized_for} nodes plus "
+                f"headroom; it needs subnets {', '.join(f'{n} /{p}' for n, p in wanted)} ({need} addresses): "
+                f"use a /{smallest} or larger"
+            )
+        else:
+            network = NetworkSpec(
+                address_space=str(vnet),
+                compute=SubnetSpec(name="compute", cidr=str(subnets["compute"])),
+                compute_node_capacity=compute_subnet_capacity(compute_prefix, slurm_machines),
+                storage=SubnetSpec(name="storage", cidr=str(subnets["storage"])),
+                lustre=SubnetSpec(name="lustre", cidr=str(subnets["lustre"])) if "lustre" in subnets else None,
+                bastion=(
+                    SubnetSpec(name="AzureBastionSubnet", cidr=str(subnets["AzureBastionSubnet"]))
+                    if "AzureBastionSubnet" in subnets
+                    else None
+                ),
+            )
+
+    # Region: known to the table (else a warning: a new region or another cloud).
+    if ok("location") and has_zones(config.location) is None:
+        guess = closest(config.location)
+        warnings.append(
+            f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE})"
+            + (f"; did you mean {guess!r}?" if guess else "; check the name")
+        )
+
+    # Storage: Managed Lustre capacity must be a step of its SKU, and the file system sits in one zone where
+    # the region has zones.
+    lustre: LustreSpec | None = None
+    if config.storage.lustre is not None:
+        sku = LUSTRE_SKUS[config.storage.lustre.sku]
+        cap = config.storage.lustre.capacity_tib
+        if not sku.accepts(cap):
+            problems.append(
+                f"{NAMESPACE}:storage.lustre.capacityTiB = {cap}: {sku.name} takes {sku.min_tib} to {sku.max_tib} TiB "
+                f"in steps of {sku.step_tib}"
+            )
+        else:
+            lustre = LustreSpec(sku=sku, capacity_tib=cap)
+        if ok("location", "zone") and config.zone is None:
+            zonal = has_zones(config.location)
+            if zonal:
+                problems.append(
+                    f"{NAMESPACE}:zone is not set, but {config.location} has availability zones and Azure Managed "
+                    f"Lustre (storage.lustre) is created in one of them: set {NAMESPACE}:zone to '1', '2' or '3' "
+                    "(the islands go to the same zone, next to their file system)"
+                )
+            elif zonal is None:
+                warnings.append(
+                    f"{NAMESPACE}:storage.lustre without {NAMESPACE}:zone: if {config.location} has availability "
+                    "zones, Azure Managed Lustre needs one; set zone"
+                )
+
+    # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
+    if ok("priority", "spotMaxPrice"):
+        if config.priority == "Spot" and not (config.spot_max_price == -1 or config.spot_max_price > 0):
+            problems.append(
+                f"{NAMESPACE}:spotMaxPrice = {config.spot_max_price}: use -1 (up to on-demand) or a price > 0"
+            )
+        if config.priority == "Regular" and "spot_max_price" in config.model_fields_set:
+            problems.append(
+                f"{NAMESPACE}:spotMaxPrice = {show_value(config.spot_max_price)}: applies only to Spot VMs, and "
+                f"{NAMESPACE}:priority is 'Regular'; remove spotMaxPrice or set priority: Spot"
+            )
+    if config.priority == "Spot":
+        warnings.append(f"{NAMESPACE}:priority = 'Spot': nodes can be evicted at any time; checkpoint often")
+    if config.scheduler == "slurm" and not config.bastion:
+        # The login nodes have private addresses only (docs/slurm.md): Bastion is the way in from outside the VNet.
+        warnings.append(
+            f"{NAMESPACE}:scheduler = 'slurm' with {NAMESPACE}:bastion off: the login node has no public address, so "
+            f"it is reachable only from inside the VNet (a peered network or VPN); set {NAMESPACE}:bastion: true to "
+            "reach it through Azure Bastion"
+        )
+    if config.scheduler != "slurm" and "slurm" in config.model_fields_set:
+        problems.append(
+            f"{NAMESPACE}:slurm is set but {NAMESPACE}:scheduler = {config.scheduler!r}: set {NAMESPACE}:scheduler to "
+            "'slurm' to deploy the Slurm cluster, or remove the slurm section"
+        )
+    reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
+    if reserved_tags:
+        problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
+    if ok("sshPublicKey") and is_example_key(config.ssh_public_key):
+        warnings.append(EXAMPLE_KEY_WARNING)
+
+    if ok("monitoring"):
+        problems += monitoring_problems(config.monitoring)
+
+    if problems or network is None:
+        return None, problems
+    publisher, offer, sku_name, version = config.image.split(":")
+    prefix = config.name_prefix or _default_prefix(stack)
+    spec = ClusterSpec(
+        stack=stack,
+        name_prefix=prefix,
+        location=config.location,
+        zone=config.zone,
+        profile=profile,
+        islands=tuple(islands),
+        max_nodes_per_island=limit,
+        image=ImageSpec(publisher=publisher, offer=offer, sku=sku_name, version=version),
+        admin_username=config.admin_username,
+        ssh_public_key=config.ssh_public_key,
+        resource_group_name=config.resource_group_name,
+        network=network,
+        storage=StorageSpec(
+            account_sku=config.storage.account_sku, soft_delete_days=config.storage.soft_delete_days, lustre=lustre
+        ),
+        health=config.health,
+        monitoring=config.monitoring,
+        priority=config.priority,
+        spot_max_price=config.spot_max_price,
+        proximity_placement_group=config.proximity_placement_group,
+        bastion=config.bastion,
+        os_disk_size_gb=config.os_disk_size_gb,
+        tags={**config.tags, "ndfleet:stack": stack},
+        preflight=config.preflight,
+        subscription_id=config.subscription_id,
+        warnings=tuple(warnings),
+        scheduler=config.scheduler,
+        slurm=config.slurm if config.scheduler == "slurm" else None,
+    )
+    return spec, []
+
+
+def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:
+    """An island's size (its maximum when elastic), its elastic settings and the problems with them."""
+    key = f"{NAMESPACE}:islands[{index}]"
+    if island.elastic is None:
+        if island.nodes is None:
+            return 0, None, [f"{key}.nodes: missing; set the island's node count (or elastic.maxNodes when elastic)"]
+        return island.nodes, None, []
+    elastic = island.elastic
+    problems = []
+    if island.nodes is not None:
+        problems.append(
+            f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
+            "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
+        )
+    if elastic.min_nodes > elastic.max_nodes:
+        problems.append(
+            f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "
+            "minNodes must be between 0 and maxNodes"
+        )
+    if scheduler != "slurm":
+        problems.append(
+            f"{key}.elastic: elastic islands are run by Slurm's power saving, and {NAMESPACE}:scheduler = "
+            f"{scheduler!r}; set {NAMESPACE}:scheduler to 'slurm' or remove elastic"
+        )
+    spec = ElasticSpec(
+        min_nodes=elastic.min_nodes,
+        idle_minutes=elastic.idle_minutes,
+        resume_timeout_minutes=elastic.resume_timeout_minutes,
+    )
+    return elastic.max_nodes, spec, problems
+
+
+def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
+    """Cross-field checks of `ndfleet:monitoring` (the field checks are on MonitoringConfig)."""
+    if monitoring.enabled and not monitoring.emails and not monitoring.webhooks:
+        return [
+            f"{NAMESPACE}:monitoring.emails / {NAMESPACE}:monitoring.webhooks: monitoring is enabled but no one "
+            "would be notified; list at least one e-mail address or https:// webhook"
+        ]
+    return []
+
+
+def _default_prefix(stack: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]", "-", stack.lower()).strip("-") or "ndfleet"
+    if not cleaned[0].isalpha():
+        cleaned = "nd" + cleaned
+    return cleaned[:20]

@@ -1,0 +1,325 @@
+"""The stack's settings as the user writes them (`ndfleet:*` keys): one strict pydantic model per block, each
+field checked on its own. The checks across settings, and what is derived from them, are in derive.py."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, HARD_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES
+from ndfleet.stackconfig.regions import REGION_NAME, name_form
+from ndfleet.stackconfig.sshkeys import check_ssh_public_key
+
+NAMESPACE = "ndfleet"
+
+DEFAULT_VM_SIZE = "Standard_ND96isr_H100_v5"
+DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+DEFAULT_VNET = "10.40.0.0/16"
+
+# Linux admin names Azure refuses (Microsoft.Compute osProfile.adminUsername).
+RESERVED_ADMIN_NAMES = frozenset(
+    (
+        "administrator admin user user1 test user2 test1 user3 admin1 1 123 a actuser adm admin2 aspnet backup "
+        "console david guest john owner root server sql support support_388945a0 sys test2 test3 user4 user5"
+    ).split()
+)
+
+# Subnet headroom over the node count: automatic repairs and scale-outs create a VM before the old
+# address is released, and Azure keeps 5 addresses of every subnet.
+AZURE_RESERVED_ADDRESSES_PER_SUBNET = 5
+NODE_HEADROOM_FRACTION = 0.2
+NODE_HEADROOM_MIN = 8
+MIN_COMPUTE_PREFIX = 26
+STORAGE_SUBNET_PREFIX = 27  # private endpoints only
+LUSTRE_SUBNET_PREFIX = 24  # Managed Lustre wants a dedicated subnet; /24 covers every capacity in the SKU table
+BASTION_SUBNET_PREFIX = 26  # AzureBastionSubnet must be /26 or larger
+
+# Azure allows 65,536 private IP addresses per virtual network (Microsoft Learn, "Azure subscription and
+# service limits, quotas, and constraints" > Networking limits). Every node holds one, and so does every node of
+# the headroom (a repair or scale-out creates the new VM before the old address is released): `nodes` is bounded
+# so that nodes + headroom fit, MAX_NODES = 54,613. The bound also keeps every refusal instant.
+AZURE_MAX_PRIVATE_IPS_PER_VNET = 65_536
+
+
+def node_headroom(nodes: int) -> int:
+    return max(NODE_HEADROOM_MIN, math.ceil(nodes * NODE_HEADROOM_FRACTION))
+
+
+def _max_nodes() -> int:
+    n = AZURE_MAX_PRIVATE_IPS_PER_VNET
+    while n + node_headroom(n) > AZURE_MAX_PRIVATE_IPS_PER_VNET:
+        n -= 1
+    return n
+
+
+MAX_NODES = _max_nodes()
+NODES_BOUND = (
+    f"at most {MAX_NODES:,}: Azure allows {AZURE_MAX_PRIVATE_IPS_PER_VNET:,} private IP addresses per virtual "
+    f"network, and every node plus {NODE_HEADROOM_FRACTION:.0%} headroom for repairs and scale-outs takes one"
+)
+
+class FrozenModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SettingsModel(FrozenModel):
+    """A block of settings as the user writes them. Strict: a boolean is never a number (`nodes: true` is an
+    error, not 1 node), a string never a number, a number never a string."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
+
+
+class ElasticConfig(SettingsModel):
+    """`islands[i].elastic`: Slurm adds nodes to the island when jobs wait for them and releases idle ones
+    (docs/elastic.md). Off unless set: ND H100 v5 capacity is scarce, and a released node may not come back soon."""
+
+    min_nodes: int = Field(default=0, ge=0, alias="minNodes")
+    max_nodes: int = Field(ge=1, alias="maxNodes")
+    idle_minutes: int = Field(default=60, ge=1, le=10080, alias="idleMinutes")
+    # From the resume request to slurmd registering: VM allocation, set-up and full validation (whose default budget
+    # is 40 minutes: the health probe's grace period) with room to spare. A node later than this is given up.
+    resume_timeout_minutes: int = Field(default=60, ge=2, le=240, alias="resumeTimeoutMinutes")
+
+
+class IslandConfig(SettingsModel):
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,14}$")
+    # Required unless `elastic` is set: an elastic island's size is elastic.maxNodes.
+    nodes: int | None = Field(default=None, ge=1)
+    elastic: ElasticConfig | None = None
+
+
+class LustreConfig(SettingsModel):
+    sku: str = "AMLFS-Durable-Premium-250"
+    capacity_tib: int = Field(alias="capacityTiB")
+
+    @field_validator("sku")
+    @classmethod
+    def _known_sku(cls, v: str) -> str:
+        if v not in LUSTRE_SKUS:
+            raise ValueError(f"unknown Managed Lustre SKU; valid: {', '.join(LUSTRE_SKUS)}")
+        return v
+
+
+class StorageConfig(SettingsModel):
+    account_sku: Literal["Standard_LRS", "Standard_ZRS", "Standard_GRS", "Standard_GZRS"] = Field(
+        default="Standard_ZRS", alias="accountSku"
+    )
+    soft_delete_days: int = Field(default=14, ge=1, le=365, alias="softDeleteDays")
+    lustre: LustreConfig | None = None
+
+
+class HealthConfig(SettingsModel):
+    validation_level: Literal["quick", "full"] = Field(default="full", alias="validationLevel")
+    dcgm_level: int = Field(default=1, ge=0, le=3, alias="dcgmLevel")
+    probe_port: int = Field(default=18300, ge=1024, le=65535, alias="probePort")
+    repair_action: Literal["Replace", "Reimage", "Restart"] = Field(default="Replace", alias="repairAction")
+    repair_grace_period_minutes: int = Field(default=30, ge=10, le=90, alias="repairGracePeriodMinutes")
+    # The Application Health extension waits this long before a node's health counts. None (the default):
+    # follow the node's worst-case set-up and validation time (computed in the prepare step from the profile);
+    # an explicit value must cover that time. The extension allows at most 14,400 s.
+    probe_grace_period_seconds: int | None = Field(default=None, ge=600, le=14400, alias="probeGracePeriodSeconds")
+    # Guest Health Reporting: a node that finds a hardware fault files an impact report with its managed identity
+    # (Microsoft.Impact/workloadImpacts) so Azure takes the host out of service. Needs the subscription onboarded
+    # (docs/burnin.md); off, the node only logs the report it would have sent.
+    impact_reporting: bool = Field(default=False, alias="impactReporting")
+
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+# Azure Monitor action groups allow at most 1,000 e-mail and 10 webhook receivers (Azure subscription and
+# service limits, "Action groups"); a cluster's alerting needs a handful.
+MAX_ALERT_EMAILS = 20
+MAX_ALERT_WEBHOOKS = 10
+# An encrypted webhook URL as an offline plan sees it (the stack's key decrypts it only under the Pulumi CLI).
+SECRET_WEBHOOK = "[secret]"
+
+
+class MonitoringConfig(SettingsModel):
+    """`ndfleet:monitoring`: Azure Monitor managed Prometheus, Managed Grafana and alerts (docs/monitoring.md)."""
+
+    enabled: bool = False
+    # Who the Action Group notifies: e-mail addresses and HTTPS webhooks (at least one when enabled).
+    emails: list[str] = Field(default_factory=list, max_length=MAX_ALERT_EMAILS)
+    webhooks: list[str] = Field(default_factory=list, max_length=MAX_ALERT_WEBHOOKS)
+    # Alert when fewer than this fraction of an island's nodes report Healthy.
+    island_capacity_alert_fraction: float = Field(default=0.9, gt=0, le=1, alias="islandCapacityAlertFraction")
+    # How often each node's Prometheus agent scrapes its exporters: the main cost driver (docs/monitoring.md).
+    scrape_interval_seconds: int = Field(default=30, ge=10, le=300, alias="scrapeIntervalSeconds")
+
+    @field_validator("emails")
+    @classmethod
+    def _emails(cls, v: list[str]) -> list[str]:
+        bad = [e for e in v if not _EMAIL.match(e)]
+        if bad:
+            raise ValueError(f"not e-mail addresses: {bad}; give addresses such as ops@example.com")
+        return v
+
+    @field_validator("webhooks", mode="before")
+    @classmethod
+    def _encrypted_webhooks(cls, v: Any) -> Any:
+        # `pulumi config set --secret --path 'ndfleet:monitoring.webhooks[0]' URL` stores {"secure": ...}; the
+        # Pulumi CLI decrypts it for the program, an offline plan cannot, and sees the placeholder instead.
+        if isinstance(v, list):
+            return [SECRET_WEBHOOK if isinstance(w, dict) and set(w) == {"secure"} else w for w in v]
+        return v
+
+    @field_validator("webhooks")
+    @classmethod
+    def _webhooks(cls, v: list[str]) -> list[str]:
+        bad = [i for i, w in enumerate(v) if w != SECRET_WEBHOOK and not re.match(r"^https://[^\s/]+(/\S*)?$", w)]
+        if bad:
+            # Index only: a webhook URL often carries a token, which an error message must not echo.
+            raise ValueError(f"entries {bad} are not https:// URLs; Azure Monitor posts alerts over HTTPS only")
+        return v
+
+
+class SlurmConfig(SettingsModel):
+    """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
+
+    # A slurm-smd package version of Microsoft's `stable` channel (the one Azure CycleCloud's Slurm template pinned
+    # last: Azure/cyclecloud-slurm templates/slurm.txt); docs/slurm.md says how to list what a channel holds.
+    version: str = Field(default="25.11.5-1")
+    controller_vm_size: str = Field(
+        default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$"
+    )
+    controller_state_disk_gb: int = Field(default=128, ge=32, le=4096, alias="controllerStateDiskGb")
+    login_count: int = Field(default=1, ge=1, le=10, alias="loginCount")
+    login_vm_size: str = Field(default="Standard_D8s_v5", alias="loginVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$")
+    database_sku: str = Field(default="Standard_B2ms", alias="databaseSku", pattern=r"^Standard_[A-Za-z0-9_]+$")
+    database_storage_gb: int = Field(default=32, ge=20, le=16384, alias="databaseStorageGb")
+    home_share_gib: int = Field(default=1024, ge=100, le=102400, alias="homeShareGiB")
+    shared_share_gib: int = Field(default=1024, ge=100, le=102400, alias="sharedShareGiB")
+    health_check_interval_s: int = Field(default=300, ge=60, le=3600, alias="healthCheckIntervalSeconds")
+    remove_gone_nodes_after_minutes: int = Field(default=30, ge=5, le=1440, alias="removeGoneNodesAfterMinutes")
+
+    @field_validator("version")
+    @classmethod
+    def _slurm_release(cls, v: str) -> str:
+        # Slurm releases are YY.MM (02, 05, 08 or 11) plus a patch level; dynamic nodes need 22.05 or newer. The
+        # package adds a Debian revision (-1).
+        m = re.fullmatch(r"(2[2-9])\.(02|05|08|11)\.([0-9]{1,3})-([1-9][0-9]{0,2})", v)
+        if m is None or (int(m.group(1)), int(m.group(2))) < (22, 5):
+            raise ValueError(
+                "must be a slurm-smd package version YY.MM.P-R of Slurm 22.05 or newer (dynamic nodes), "
+                "e.g. 25.11.5-1"
+            )
+        return v
+
+    @field_validator("database_sku")
+    @classmethod
+    def _database_tier(cls, v: str) -> str:
+        if not re.fullmatch(r"Standard_(B|D|E)[0-9A-Za-z_]+", v):
+            raise ValueError(
+                "must be an Azure Database for MySQL Flexible Server compute size of the Burstable (Standard_B*), "
+                "General Purpose (Standard_D*) or Business Critical (Standard_E*) tier, e.g. Standard_B2ms"
+            )
+        return v
+
+
+class StackConfig(SettingsModel):
+    """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
+
+    location: str
+    zone: Literal["1", "2", "3"] | None = None
+    vm_size: str = Field(default=DEFAULT_VM_SIZE, alias="vmSize")
+    nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
+    islands: list[IslandConfig] | None = Field(default=None, max_length=MAX_NODES)
+    max_nodes_per_island: int = Field(
+        default=DEFAULT_MAX_NODES_PER_ISLAND, ge=1, le=HARD_MAX_NODES_PER_ISLAND, alias="maxNodesPerIsland"
+    )
+    # The node count the compute subnet is sized for (default: the stack's nodes). Subnets are carved from the
+    # VNet by size, so growing the compute subnet moves every other subnet: set this once to the largest size
+    # the stack will reach, and growing up to it changes no address range.
+    planned_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, alias="plannedNodes")
+    image: str = DEFAULT_IMAGE
+    admin_username: str = Field(default="azureuser", alias="adminUsername")
+    ssh_public_key: str = Field(alias="sshPublicKey")
+    vnet_address_space: str = Field(default=DEFAULT_VNET, alias="vnetAddressSpace")
+    resource_group_name: str | None = Field(
+        default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$"
+    )
+    name_prefix: str | None = Field(default=None, alias="namePrefix", pattern=r"^[a-z][a-z0-9-]{1,19}$")
+    priority: Literal["Regular", "Spot"] = "Regular"
+    spot_max_price: float = Field(default=-1, alias="spotMaxPrice")
+    proximity_placement_group: bool = Field(default=True, alias="proximityPlacementGroup")
+    bastion: bool = False
+    os_disk_size_gb: int = Field(default=256, ge=64, le=4095, alias="osDiskSizeGb")
+    tags: dict[str, str] = Field(default_factory=dict)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    preflight: bool = False
+    scheduler: Literal["none", "slurm"] = "none"
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    subscription_id: str | None = Field(
+        default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
+    )
+
+    @field_validator("location")
+    @classmethod
+    def _region_name(cls, v: str) -> str:
+        if REGION_NAME.match(v):
+            return v
+        suggestion = name_form(v)
+        if suggestion is not None:
+            raise ValueError(
+                f"write the region's name, not its display name: '{suggestion}' (the Name column of "
+                "`az account list-locations -o table`)"
+            )
+        raise ValueError("must be an Azure region's name: lowercase letters and digits, e.g. eastus or westeurope")
+
+    @field_validator("vm_size")
+    @classmethod
+    def _known_size(cls, v: str) -> str:
+        if v not in PROFILES:
+            raise ValueError(f"unsupported VM size; valid: {', '.join(PROFILES)}")
+        return v
+
+    @field_validator("image")
+    @classmethod
+    def _image_urn(cls, v: str) -> str:
+        parts = v.split(":")
+        if len(parts) != 4 or not all(parts):
+            raise ValueError("must be a marketplace image URN publisher:offer:sku:version, e.g. " + DEFAULT_IMAGE)
+        return v
+
+    @field_validator("admin_username")
+    @classmethod
+    def _admin_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", v):
+            raise ValueError(
+                "must be 1-32 characters: lowercase letters, digits, '_' or '-', not starting with a digit"
+            )
+        if v in RESERVED_ADMIN_NAMES:
+            raise ValueError("is reserved by Azure; pick another name such as 'azureuser'")
+        return v
+
+    @field_validator("ssh_public_key")
+    @classmethod
+    def _ssh_key(cls, v: str) -> str:
+        check_ssh_public_key(v)
+        return v.strip()
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if len(key) > 512 or any(c in key for c in "<>%&\\?/"):
+                raise ValueError(f"tag name {key!r} is invalid: at most 512 characters, none of <>%&\\?/")
+        if len(v) > 40:
+            raise ValueError("at most 40 tags (Azure allows 50; ndfleet adds its own)")
+        return v
+
+    @field_validator("vnet_address_space")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"must be an IPv4 network in CIDR form such as {DEFAULT_VNET} ({e})") from None
+        return v
+
+

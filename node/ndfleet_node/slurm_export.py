@@ -1,0 +1,136 @@
+"""`ndfleet-node slurm-export`: on the Slurm controller, each node's Slurm state as Prometheus metrics, so that
+`ndfleet status` can join it with what Azure says about the node (docs/operations.md).
+
+Runs `scontrol show node --oneliner` (timeout, bounded output), reads each line field by field with the health
+check's parser (a "State=" inside a reason does not count), and writes node_exporter's textfile format atomically:
+
+  ndfleet_slurm_node_state{slurm_node, state, reason} 1   one series per node; state is one of SLURM_STATES
+  ndfleet_slurm_export_success 0|1                         0: scontrol failed, hung or said something unreadable
+  ndfleet_slurm_export_last_run_timestamp_seconds          when this file was written
+
+`slurm_node` (not `node`) names the Slurm node: the Prometheus agent adds `node` (the controller's host name) to
+every series it sends. A failed run writes success 0 and no node series, never stale states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ndfleet_node.metrics import escape_label, write_atomically
+from ndfleet_node.runner import run_tool
+from ndfleet_node.slurm_health import UnparsableNode, parse_node
+from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.text import decode
+
+SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
+                "awaiting_burnin", "other")
+DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_slurm.prom"
+# The same bound as the reaper's listing: a few KiB per node at MaxNodeCount.
+MAX_LIST_BYTES = 64 * 1024 * 1024
+MAX_REASON_CHARS = 120
+_NODE_NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
+_BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
+
+
+def slurm_state(states: Sequence[str], reason: str) -> str:
+    """One of SLURM_STATES for scontrol's State= words (base state plus flags, e.g. IDLE+DRAIN)."""
+    words = {s.upper() for s in states}
+    drain = bool(words & {"DRAIN", "DRAINED", "DRAINING"})
+    if drain and reason.startswith(AWAITING_BURNIN_REASON):
+        return "awaiting_burnin"
+    if words & {"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}:
+        return "powered_down"
+    if "DOWN" in words:
+        return "down"
+    if drain:
+        return "draining" if words & set(_BUSY) else "drained"
+    for word, state in (("ALLOCATED", "allocated"), ("MIXED", "mixed"), ("COMPLETING", "completing"),
+                        ("IDLE", "idle")):
+        if word in words:
+            return state
+    return "other"
+
+
+def node_states(text: str) -> list[tuple[str, str, str]]:
+    """(node, state, reason) for every line of `scontrol show node --oneliner`; lines without NodeName= or State=
+    are skipped (Slurm prints a blank line or "No nodes in the system")."""
+    out = []
+    for line in text.splitlines():
+        name = _NODE_NAME.search(line)
+        if name is None:
+            continue
+        try:
+            node = parse_node(line)
+        except UnparsableNode:
+            continue
+        reason = node.reason[:MAX_REASON_CHARS]
+        out.append((name.group(1), slurm_state(node.states, reason), reason))
+    return out
+
+
+def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
+    """The textfile for one run; `states` None when scontrol could not be read."""
+    lines = [
+        "# HELP ndfleet_slurm_node_state Each Slurm node's state as the controller sees it (state, reason labels).",
+        "# TYPE ndfleet_slurm_node_state gauge",
+    ]
+    for node, state, reason in states or ():
+        lines.append(f'ndfleet_slurm_node_state{{slurm_node="{escape_label(node)}",state="{state}",'
+                     f'reason="{escape_label(reason)}"}} 1')
+    lines += [
+        "# HELP ndfleet_slurm_export_success 1 when scontrol answered and its answer was read.",
+        "# TYPE ndfleet_slurm_export_success gauge",
+        f"ndfleet_slurm_export_success {0 if states is None else 1}",
+        "# HELP ndfleet_slurm_export_last_run_timestamp_seconds When the controller last wrote these metrics.",
+        "# TYPE ndfleet_slurm_export_last_run_timestamp_seconds gauge",
+        f"ndfleet_slurm_export_last_run_timestamp_seconds {now:.3f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def handle(args: argparse.Namespace) -> int:
+    result = run_tool([*args.scontrol, "show", "node", "--oneliner"], args.timeout, max_output_bytes=MAX_LIST_BYTES + 1)
+    states: list[tuple[str, str, str]] | None = None
+    if not result.ok:
+        print(f"slurm-export: scontrol failed: {result.error}", file=sys.stderr)
+    elif len(result.stdout) > MAX_LIST_BYTES:
+        print(f"slurm-export: scontrol said more than {MAX_LIST_BYTES} bytes", file=sys.stderr)
+    else:
+        states = node_states(decode(result.stdout))
+    write_atomically(Path(args.out), render(states, time.time()))
+    return 0 if states is not None else 1
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: between 0 and 3600 seconds")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("slurm-export", help="on the controller: publish every node's Slurm state as metrics")
+    p.add_argument("--out", default=DEFAULT_OUT, help="node_exporter textfile to write")
+    p.add_argument("--scontrol", nargs="+", default=["scontrol"])
+    p.add_argument("--timeout", type=_seconds, default=30.0, help="seconds for the scontrol call")
+    p.set_defaults(handler=handle)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python3 -m ndfleet_node.slurm_export` on the controller, which has no node program."""
+    parser = argparse.ArgumentParser(prog="ndfleet-slurm-export")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["slurm-export", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The cost estimate: every VM the stack creates x its list price, and the plan's quota lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ndfleet.cost.estimate import CostEstimate, estimate_cost, render_cost
+from ndfleet.cost.prices import PRICE_TABLE, table_price
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.vms import quota_lines
+from tests.conftest import base_config
+
+H100 = "Standard_ND96isr_H100_v5"
+
+
+def spec_of(**overrides: Any) -> ClusterSpec:
+    return load_spec(base_config(**overrides), "test")
+
+
+def price(size: str, region: str = "eastus") -> float:
+    found = table_price(size, region)
+    assert found is not None
+    return found.usd_per_hour
+
+
+def roles(estimate: CostEstimate) -> list[tuple[str, str, int]]:
+    return [(i.group.role, i.group.vm_size, i.group.count) for i in estimate.items]
+
+
+def test_every_table_price_has_a_date_and_a_source() -> None:
+    assert all(p.observed and p.source and p.usd_per_hour > 0 for p in PRICE_TABLE)
+
+
+def test_gpu_nodes_are_nodes_times_the_list_price() -> None:
+    estimate = estimate_cost(spec_of(nodes=64))
+    assert estimate.usd_per_hour == pytest.approx(64 * price(H100))
+
+
+def test_slurm_controller_and_login_nodes_are_priced() -> None:
+    estimate = estimate_cost(spec_of(scheduler="slurm", slurm={"loginCount": 2}))
+    assert roles(estimate) == [
+        ("GPU nodes, island ib00", H100, 2),
+        ("Slurm controller", "Standard_D8s_v5", 1),
+        ("Slurm login", "Standard_D8s_v5", 2),
+    ]
+    assert estimate.usd_per_hour == pytest.approx(2 * price(H100) + 3 * price("Standard_D8s_v5"))
+
+
+def test_month_is_730_hours() -> None:
+    estimate = estimate_cost(spec_of())
+    assert estimate.usd_per_month == pytest.approx(estimate.usd_per_hour * 730)
+
+
+def test_a_region_without_a_figure_says_so_and_uses_no_other_region() -> None:
+    estimate = estimate_cost(spec_of(location="eastus2", vmSize="Standard_ND96isr_H200_v5"))
+    assert estimate.missing == ["no list price for Standard_ND96isr_H200_v5 in eastus2 (run `ndfleet cost --refresh`)"]
+    assert estimate.usd_per_hour == 0
+    assert estimate.as_json()["complete"] is False
+
+
+def test_spot_without_a_cap_is_the_on_demand_ceiling() -> None:
+    item = estimate_cost(spec_of(priority="Spot")).items[0]
+    assert (item.basis, item.usd_per_vm_hour) == ("Spot ceiling: on-demand list price", price(H100))
+
+
+def test_spot_with_a_lower_cap_uses_the_cap() -> None:
+    item = estimate_cost(spec_of(priority="Spot", spotMaxPrice=40.0)).items[0]
+    assert (item.basis, item.usd_per_vm_hour) == ("Spot ceiling: spotMaxPrice", 40.0)
+
+
+def test_the_cost_block_names_the_missing_price_and_the_spot_ceiling() -> None:
+    text = "\n".join(render_cost(estimate_cost(spec_of(location="westus3", priority="Spot"))))
+    assert f"no list price for {H100} in westus3" in text
+    assert "Spot: the GPU nodes' figure is the most Azure may charge" in text
+
+
+def test_quota_lines_count_the_slurm_machines() -> None:
+    lines = quota_lines(spec_of(scheduler="slurm"))
+    assert "  vCPU quota needed: standardDSv5Family 16" in lines
+    assert "  vCPU quota needed: regional total (cores) 208" in lines
+
+
+def test_quota_lines_put_spot_gpu_nodes_on_the_spot_quota() -> None:
+    lines = quota_lines(spec_of(priority="Spot", scheduler="slurm"))
+    assert "  vCPU quota needed: regional Spot (lowPriorityCores) 192" in lines
+    assert "  vCPU quota needed: regional total (cores) 16" in lines
+
+
+def test_quota_lines_name_a_size_ndfleet_cannot_count() -> None:
+    lines = quota_lines(spec_of(scheduler="slurm", slurm={"loginVmSize": "Standard_F8s_v2"}))
+    assert any(line.startswith("  vCPU quota needed: Standard_F8s_v2 is not in ndfleet's size table") for line in lines)

@@ -1,0 +1,208 @@
+"""Every figure README.md and docs/*.md quote that the code determines is computed here from the code and looked
+for in the sentence or table row that quotes it: a change to the code that moves a figure fails until the page says
+the new one. Text is compared with line breaks and runs of spaces collapsed, so rewrapping a paragraph is free."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import lzma
+import re
+from pathlib import Path
+
+import pytest
+
+from ndfleet.machine_files import COMPUTE, MachineFiles, machine_files
+from ndfleet.monitoring import exporters
+from ndfleet.monitoring.alerts import alerts, island_capacity_floor
+from ndfleet.monitoring.cost import estimate
+from ndfleet.nodefiles import nodebundle
+from ndfleet.nodefiles.bootstrap import USER_DATA_MAX_BYTES, validation_budget_s
+from ndfleet.prepare import PreparedCluster, default_probe_grace_period_s, prepare_config
+from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES
+from ndfleet.stackconfig.stackfile import load_stack
+from tests.conftest import EXAMPLE_STACKS, base_config
+from tests.test_validator import FAULTS
+
+REPO = Path(__file__).resolve().parents[2]
+H100 = "Standard_ND96isr_H100_v5"
+
+
+@functools.cache
+def page(name: str) -> str:
+    """The page's text with every run of whitespace collapsed to one space."""
+    return " ".join((REPO / name).read_text(encoding="utf-8").split())
+
+
+def says(name: str, text: str) -> None:
+    assert text in page(name), f"{name} should say: {text}"
+
+
+@functools.cache
+def prepared(stack: str) -> PreparedCluster:
+    s = load_stack(name=stack)
+    return prepare_config(s.ndfleet_config, s.name, s.engine_config)
+
+
+def compute_machines() -> list[MachineFiles]:
+    return [m for s in EXAMPLE_STACKS for m in machine_files(prepared(s)) if m.kind == COMPUTE]
+
+
+def kb(size: int) -> str:
+    """Bytes as the pages write them: kilobytes of 1,000 bytes, one decimal."""
+    return f"{size / 1000:.1f}"
+
+
+def budget(**health: object) -> int:
+    return validation_budget_s(load_spec(base_config(health=health), "figures"))
+
+
+# --- README.md: the example stacks ------------------------------------------------------------------------------
+def stack_row(spec: ClusterSpec) -> str:
+    """The README's row for an example stack, every cell from the validated stack."""
+    islands = "/".join(str(i.nodes) for i in spec.islands) if len(spec.islands) > 1 else "1"
+    notes = []
+    if spec.scheduler == "slurm" and spec.slurm is not None:
+        logins = spec.slurm.login_count
+        notes.append(f"Slurm ({logins} login node{'s' if logins > 1 else ''})")
+    else:
+        notes.append("no Slurm")
+    notes.append("Bastion" if spec.bastion else "no Bastion")
+    notes.append("monitoring" if spec.monitoring.enabled else "no monitoring")
+    if spec.zone:
+        notes.append(f"zone {spec.zone}")
+    if spec.storage.lustre is not None:
+        notes.append(f"Managed Lustre {spec.storage.lustre.capacity_tib} TiB {spec.storage.lustre.sku.name}")
+    size = spec.profile.series.replace("NDH100v5", "ND H100 v5").replace("NDH200v5", "ND H200 v5")
+    return f"| `{spec.stack}` | {size} | {spec.total_nodes:,} ({islands}) | {spec.total_gpus:,} | {', '.join(notes)} |"
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_readme_example_stack_row(stack: str) -> None:
+    says("README.md", stack_row(prepared(stack).spec))
+
+
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_readme_example_price_is_nodes_times_the_list_price(stack: str) -> None:
+    spec = prepared(stack).spec
+    price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \| ([^|]*) \|", page("README.md"))
+    assert price_row, f"README.md: no price row for {spec.profile.name}"
+    price = float(price_row.group(1).replace(",", ""))
+    total = spec.total_nodes * price
+    assert f"`{stack}`, {spec.total_nodes:,} VMs: US${total:,.2f} per hour" in price_row.group(2)
+
+
+def test_readme_customdata_size_of_every_example_stack() -> None:
+    largest = max(m.custom_data_bytes for m in compute_machines())
+    says("README.md", f"at most {kb(largest)} KB of Azure's 64 KB limit for every example stack")
+
+
+def test_readme_userdata_size_of_every_example_stack() -> None:
+    largest = max(m.user_data_bytes for m in compute_machines())
+    assert USER_DATA_MAX_BYTES - largest >= USER_DATA_MAX_BYTES / 5  # "at least a fifth to spare"
+    says("README.md", f"(also 64 KB; at most {kb(largest)} KB for every example stack, at least a fifth to spare)")
+
+
+def test_readme_validation_budgets() -> None:
+    full1, quick = budget(validationLevel="full", dcgmLevel=1), budget(validationLevel="quick")
+    full2, full3 = budget(dcgmLevel=2), budget(dcgmLevel=3)
+    setup = PROFILES[H100].thresholds.setup_timeout_s
+    says(
+        "README.md",
+        f"{setup} s of set-up plus every check at its time limit, {full1:,} s (about "
+        f"{round(full1 / 60)} minutes) at the default `validationLevel: full`, `dcgmLevel: 1`; "
+        f"{quick:,} s at `quick`; {full2:,} s and {full3:,} s with `dcgmLevel` 2 and 3",
+    )
+    says("README.md", f"({default_probe_grace_period_s(full1):,} s at the defaults; see above)")
+
+
+def test_readme_smoke_deployment_wait() -> None:
+    full2 = budget(validationLevel="full", dcgmLevel=2)
+    says("README.md", f"(at most {full2:,} s, about {round(full2 / 60)} minutes, at dcgmLevel 2)")
+
+
+def test_readme_node_bound() -> None:
+    says("README.md", f"`nodes + ceil(0.2 x nodes) <= {AZURE_MAX_PRIVATE_IPS_PER_VNET:,}` gives at most {MAX_NODES:,}")
+    says("README.md", f"| 1-{MAX_NODES:,} total VMs")
+
+
+def test_readme_island_split_example() -> None:
+    spec = load_spec(base_config(nodes=250), "figures")
+    split = "/".join(str(i.nodes) for i in spec.islands)
+    says("README.md", f"(250 -> {split})")
+
+
+def test_readme_monitoring_figures() -> None:
+    cost = estimate(prepared("prod").spec)
+    kinds = len({a.name for a in alerts(prepared("prod").spec)})
+    says("README.md", f"Azure evaluates {kinds} kinds of alert")
+    says(
+        "README.md",
+        f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
+        "samples/min for the prod stack)",
+    )
+
+
+@pytest.mark.parametrize("name", ["README.md", "docs/bootstrap.md"])
+def test_injected_fault_count(name: str) -> None:
+    says(name, f"each of {len(FAULTS)} injected faults")
+
+
+# --- docs/bootstrap.md ------------------------------------------------------------------------------------------
+def prod_compute() -> list[MachineFiles]:
+    return [m for m in machine_files(prepared("prod")) if m.kind == COMPUTE]
+
+
+def test_bootstrap_table_sizes_for_prod() -> None:
+    custom = max(m.custom_data_bytes for m in prod_compute())
+    user = max(m.user_data_bytes for m in prod_compute())
+    says("docs/bootstrap.md", f"| {kb(custom)} KB of 64 KB (was 51.3 KB) |")
+    says("docs/bootstrap.md", f"| {kb(user)} KB of 64 KB |")
+
+
+def test_bootstrap_xz_against_gzip_for_the_prod_bundle() -> None:
+    bundle = prepared("prod").islands[0].bootstrap.bundle
+    gz = gzip.compress(lzma.decompress(bundle), compresslevel=9, mtime=0)
+    says("docs/bootstrap.md", f"xz gives {kb(len(bundle))} KB where gzip gives {kb(len(gz))} KB for the prod bundle")
+
+
+def test_bootstrap_fetch_budget() -> None:
+    says("docs/bootstrap.md", f"the fetch budget ({nodebundle.fetch_budget_s()} s)")
+
+
+def test_bootstrap_fetch_bounds() -> None:
+    says("docs/bootstrap.md", f"{nodebundle.FETCH_ATTEMPTS} attempts of at most {nodebundle.FETCH_TIMEOUT_S} s each")
+    says("docs/bootstrap.md", f"decompress it (at most {nodebundle.MAX_UNPACKED_BYTES >> 20} MiB)")
+
+
+def test_bootstrap_profile_figures() -> None:
+    p = PROFILES[H100]
+    says("docs/bootstrap.md", f"`hardware.nvlinks_per_gpu` ({p.nvlinks_per_gpu})")
+    says("docs/bootstrap.md", f"`hardware.ib_rate_gbps` ({p.ib_rate_gbps})")
+    says("docs/bootstrap.md", f"`hardware.nvme_count` ({p.nvme_count})")
+    says("docs/bootstrap.md", f"`hardware.vcpus` ({p.vcpus})")
+    says("docs/bootstrap.md", f"`hca_pcie_width` ({p.hca_pcie_width})")
+    says("docs/bootstrap.md", f"`timeouts.tool` ({p.thresholds.tool_timeout_s} s)")
+    says("docs/bootstrap.md", f"`mount_retry_s` ({p.thresholds.mount_retry_s} s)")
+
+
+# --- docs/monitoring.md -----------------------------------------------------------------------------------------
+def test_monitoring_gpu_and_fabric_series() -> None:
+    p = prepared("prod").spec.profile
+    gpu = len(exporters.DCGM_COUNTERS)
+    says("docs/monitoring.md", f"({gpu} x {p.gpus_per_vm} GPUs = {gpu * p.gpus_per_vm} series per node")
+    per_hca = len(exporters.NODE_EXPORTER_COLLECTORS["infiniband"])
+    hcas = len(p.ib_devices) + 1  # the profile's HCAs and the accelerated-networking one (ndfleet/monitoring/cost.py)
+    says("docs/monitoring.md", f"InfiniBand counters ({per_hca} per HCA x {hcas} HCAs)")
+
+
+def test_monitoring_default_node_exporter_cpu_series() -> None:
+    says("docs/monitoring.md", f"(its `cpu` collector alone: {PROFILES[H100].vcpus} vCPUs x 8 modes)")
+
+
+def test_the_capacity_floor_is_rounded_up_in_the_alert_wording() -> None:
+    # The example in docs/monitoring.md: 0.9 of 64 nodes is 57.6, and the alert counts whole nodes.
+    says("docs/monitoring.md", f"fewer than {island_capacity_floor(64, 0.9)} of 64 nodes healthy")

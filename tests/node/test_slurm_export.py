@@ -1,0 +1,79 @@
+"""`ndfleet-node slurm-export` on the controller: scontrol's node list as the metric `ndfleet status` joins."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from ndfleet_node import slurm_export
+
+from ndfleet.status.metrics_view import SLURM_STATES as STATUS_SLURM_STATES
+from ndfleet.status.prometheus import SLURM_METRIC
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
+STATES = (DATA / "scontrol-show-node-states.txt").read_text()
+
+
+def fake_scontrol(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "scontrol"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def export(tmp_path: Path, scontrol: Path, timeout: str = "20") -> tuple[int, str]:
+    out = tmp_path / "textfile" / "ndfleet_slurm.prom"
+    code = slurm_export.main(["--out", str(out), "--scontrol", str(scontrol), "--timeout", timeout])
+    return code, out.read_text()
+
+
+def test_every_state_is_named() -> None:
+    assert slurm_export.node_states(STATES) == [
+        ("prod-ib00-000000", "idle", ""),
+        ("prod-ib00-000001", "allocated", ""),
+        ("prod-ib00-000002", "mixed", ""),
+        ("prod-ib00-000003", "drained", "ndfleet:gpu.nvlink"),
+        ("prod-ib00-000004", "draining", "ndfleet:ib.ports"),
+        ("prod-ib01-000000", "awaiting_burnin", "ndfleet:burnin:awaiting"),
+        ("prod-ib01-000001", "drained", 'maintenance "rack 7" back at State=IDLE'),
+        ("prod-ib01-000002", "powered_down", ""),
+        ("prod-ib01-000003", "down", "Not responding"),
+        ("prod-ib01-000004", "other", ""),
+    ]
+
+
+def test_not_responding_node_is_down() -> None:
+    text = (DATA / "scontrol-show-node-oneliner.txt").read_text()
+    assert slurm_export.node_states(text)[1] == ("prod-ib00-000004", "down", "Not responding")
+
+
+def test_states_are_the_ones_status_reads() -> None:
+    assert set(slurm_export.SLURM_STATES) <= set(STATUS_SLURM_STATES)
+
+
+def test_reason_is_escaped_in_the_label() -> None:
+    text = slurm_export.render([("prod-ib01-000001", "drained", 'rack "7" \\ x')], now=1.0)
+    assert f'{SLURM_METRIC}{{slurm_node="prod-ib01-000001",state="drained",reason="rack \\"7\\" \\\\ x"}} 1' in text
+
+
+def test_export_writes_one_series_per_node(tmp_path: Path) -> None:
+    code, text = export(tmp_path, fake_scontrol(tmp_path, f"cat '{DATA / 'scontrol-show-node-states.txt'}'"))
+    assert code == 0
+    assert sum(line.startswith(f"{SLURM_METRIC}{{") for line in text.splitlines()) == 10
+    assert "ndfleet_slurm_export_success 1" in text
+
+
+@pytest.mark.parametrize("body", ["sleep 30", "echo 'slurm_load_node error' >&2; exit 1"], ids=["hangs", "fails"])
+def test_failed_scontrol_publishes_no_states(tmp_path: Path, body: str) -> None:
+    code, text = export(tmp_path, fake_scontrol(tmp_path, body), timeout="2")
+    assert code == 1
+    assert f"{SLURM_METRIC}{{" not in text
+    assert "ndfleet_slurm_export_success 0" in text
+
+
+def test_failed_run_replaces_earlier_states(tmp_path: Path) -> None:
+    export(tmp_path, fake_scontrol(tmp_path, f"cat '{DATA / 'scontrol-show-node-states.txt'}'"))
+    _, text = export(tmp_path, fake_scontrol(tmp_path, "exit 1"))
+    assert f"{SLURM_METRIC}{{" not in text
+    assert not [p for p in os.listdir(tmp_path / "textfile") if p.startswith(".ndfleet-")]  # no temporary left

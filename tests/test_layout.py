@@ -1,0 +1,116 @@
+"""The tree reads by job (README, "Code layout"): no module over MAX_LINES lines, and imports go one way, from
+the commands down to the configuration model, never back up."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_LINES = 500
+# Lowest layer first. A module may import from its own layer and the layers below it, never from one above.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("ndfleet.stackconfig", "ndfleet.regularfile"),  # the configuration model; reading bounded input files
+    ("ndfleet.nodefiles",),  # what is rendered for a node
+    ("ndfleet.slurm", "ndfleet.monitoring", "ndfleet.cost"),  # their files and settings, on top of the node's;
+    # what the VMs cost
+    ("ndfleet.prepare", "ndfleet.machine_files"),  # the one prepare step every command and `pulumi up` run; every
+    # file each machine kind receives, read from what it prepared
+    ("ndfleet.preflight", "ndfleet.status", "ndfleet.components"),  # reading Azure (checks, the fleet's
+    # state); the Pulumi components
+    ("ndfleet.program",),  # the Pulumi program
+    ("ndfleet.plans",),  # the program under mocks, the plan document, diff and policies
+    ("ndfleet.commands", "ndfleet.cli"),  # the `ndfleet` command
+)
+# Where the package's modules live: ndfleet/components is a link to the top-level components/.
+SOURCE_ROOTS = {"ndfleet": REPO / "ndfleet", "ndfleet.components": REPO / "components"}
+
+
+def layer_of(module: str) -> int | None:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    return None
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every ndfleet module a source imports, at module level or inside a function (a lazy import counts)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}  # `from ndfleet import plans`
+    return {m for m in found if m == "ndfleet" or m.startswith("ndfleet.")}
+
+
+def upward_imports(sources: Mapping[str, str]) -> list[str]:
+    """`module -> imported` for every import of a higher layer (modules in no layer are left out)."""
+    problems = []
+    for module, source in sorted(sources.items()):
+        own = layer_of(module)
+        if own is None:
+            continue
+        for imported in sorted(imported_modules(source)):
+            theirs = layer_of(imported)
+            if theirs is not None and theirs > own:
+                problems.append(f"{module} (layer {own}) imports {imported} (layer {theirs})")
+    return problems
+
+
+def long_files(paths: Iterable[Path], limit: int = MAX_LINES) -> list[str]:
+    return [f"{p}: {n} lines" for p in sorted(paths) if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit]
+
+
+def python_files(root: Path) -> list[Path]:
+    """The .py files under root, not through links (ndfleet/components, ndfleet/templates: read at their source)."""
+    links = [d for d in root.iterdir() if d.is_symlink()]
+    return [p for p in root.rglob("*.py") if not any(p.is_relative_to(link) for link in links)]
+
+
+def package_sources() -> dict[str, str]:
+    """Dotted module name -> source, for every module of the ndfleet package (components included)."""
+    sources = {}
+    for package, root in SOURCE_ROOTS.items():
+        for path in python_files(root):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            sources[".".join([package, *parts])] = path.read_text(encoding="utf-8")
+    return sources
+
+
+def test_every_package_module_has_a_layer() -> None:
+    unplaced = sorted(m for m in package_sources() if m != "ndfleet" and layer_of(m) is None)
+    assert not unplaced, f"add these to LAYERS in tests/test_layout.py (and README's Code layout): {unplaced}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    assert not upward_imports(package_sources())
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    roots = (REPO / "ndfleet", REPO / "components", REPO / "node" / "ndfleet_node")
+    assert not long_files(p for root in roots for p in python_files(root))
+
+
+def test_an_upward_import_is_reported() -> None:
+    """The layer check can fail: the configuration model importing a command, even lazily, is named."""
+    sources = {
+        "ndfleet.stackconfig.config": "def f():\n    from ndfleet.commands import plan\n",
+        "ndfleet.commands.plan": "from ndfleet.stackconfig.config import load_spec\n",
+    }
+    assert upward_imports(sources) == [
+        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands (layer 7)",
+        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands.plan (layer 7)",
+    ]
+
+
+def test_a_long_module_is_reported(tmp_path: Path) -> None:
+    """The length check can fail: a module one line over the limit is named, one at the limit is not."""
+    at_limit, over = tmp_path / "at_limit.py", tmp_path / "over.py"
+    at_limit.write_text("x = 1\n" * MAX_LINES)
+    over.write_text("x = 1\n" * (MAX_LINES + 1))
+    assert long_files([at_limit, over]) == [f"{over}: {MAX_LINES + 1} lines"]
