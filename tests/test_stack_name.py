@@ -3,6 +3,7 @@ diff against the original shows only the edit (resource names derive from the st
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -73,10 +74,35 @@ def test_stack_name_is_the_plans_stack(edited_copy: Path) -> None:
     assert json.loads(out)["stack"] == "dev"
 
 
-def test_stack_name_with_stack_is_refused() -> None:
-    code, _, err = run_cli("plan", "--stack", "dev", "--stack-name", "other")
-    assert code == 1
+# Every command that takes --stack-name, with what else it needs: each must read the stack through it (a command
+# that accepted the option and ignored it would plan or check the wrong stack name without a word).
+STACK_NAME_COMMANDS = {
+    "plan": (), "render": ("--out", "unused"), "monitoring": ("--out", "unused"), "cost": (), "preflight": (),
+    "impact list": (), "status": (),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(STACK_NAME_COMMANDS))
+def test_stack_name_with_stack_is_refused(command: str) -> None:
+    argv = (*command.split(), "--stack", "dev", "--stack-name", "other", *STACK_NAME_COMMANDS[command])
+    code, _, err = run_cli(*argv)
+    assert code != 0
     assert "--stack-name 'other' goes with --stack-file" in err
+
+
+def _commands_taking_stack_name(parser: argparse.ArgumentParser, prefix: str = "") -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= _commands_taking_stack_name(sub, f"{prefix}{name} ")
+        elif "--stack-name" in action.option_strings:
+            found.add(prefix.strip())
+    return found
+
+
+def test_every_command_that_reads_a_stack_is_listed() -> None:
+    assert _commands_taking_stack_name(cli.build_parser()) == set(STACK_NAME_COMMANDS) | {"impact show"}
 
 
 def test_invalid_stack_name_is_named(edited_copy: Path) -> None:

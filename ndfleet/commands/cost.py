@@ -33,16 +33,17 @@ def register(subparsers: Any) -> None:
 
 
 def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    from ndfleet.commands.stackargs import load_stack_from_args
     from ndfleet.cost.estimate import estimate_cost, render_cost
     from ndfleet.cost.prices import RETAIL_API_SOURCE, ListPrice, table_price
     from ndfleet.cost.retail import DEFAULT_ENDPOINT, ENDPOINT_ENV, fetch_meters
     from ndfleet.stackconfig.config import load_spec
     from ndfleet.stackconfig.problems import SpecError
-    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+    from ndfleet.stackconfig.stackfile import StackFileError
     from ndfleet.stackconfig.vms import stack_vms
 
     try:
-        stack = load_stack(name=args.stack, path=args.stack_file)
+        stack = load_stack_from_args(args)
         spec = load_spec(stack.ndfleet_config, stack.name)
     except (StackFileError, SpecError) as error:
         print(f"ndfleet cost: {error}", file=sys.stderr)
