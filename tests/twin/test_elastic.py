@@ -44,15 +44,27 @@ def submit(twin: Twin, args: str) -> str:
     return login(twin).run(f"sbatch --parsable {args}").stdout.strip().split(";")[0]
 
 
+def vm_side(twin: Twin) -> str:
+    """The elastic islands' VMs as the twin sees them: what booted, what the node's gate and name lookup said."""
+    lines = [f"--- twin: removed {twin.removed}, Azure-side errors {twin.azure_errors}"]
+    for tm in [tm for tm in twin.role("compute") if tm.spec.island in (BURST, STUCK)]:
+        states = tm.run("systemctl is-active ndfleet-validated.target ndfleet-slurmd.service slurmd.service",
+                        check=False, timeout=30).stdout.split()  # fmt: skip
+        lines += [f"--- VM {tm.name}: validated/ndfleet-slurmd/slurmd {states}", tm.journal("ndfleet-slurmd", 15)]
+    return "\n".join(lines)
+
+
 def diagnose(twin: Twin, job: str) -> str:
+    # Most telling last: a CI log keeps the end of a failure.
     ctl = controller(twin)
     return "\n".join((
+        "--- slurmctld\n" + ctl.run("tail -n 40 /var/log/slurm/slurmctld.log", check=False).stdout,
+        "--- burn-in\n" + ctl.journal("ndfleet-burnin.service", 20),
+        "--- nodes\n" + ctl.run("scontrol -o show node", check=False).stdout[-4000:],
         f"--- job {job}: {job_fields(ctl, job)}",
-        "--- nodes\n" + ctl.run("scontrol -o show node", check=False).stdout[-6000:],
-        "--- elastic log\n" + ctl.run(f"tail -n 60 {ELASTIC_LOG}", check=False).stdout,
-        "--- slurmctld\n" + ctl.run("tail -n 60 /var/log/slurm/slurmctld.log", check=False).stdout,
-        "--- burn-in\n" + ctl.journal("ndfleet-burnin.service", 40),
         f"--- Resource Manager calls: {twin.arm.calls if twin.arm else None}",
+        "--- elastic log\n" + ctl.run(f"tail -n 40 {ELASTIC_LOG}", check=False).stdout,
+        vm_side(twin),
     ))  # fmt: skip
 
 
@@ -61,7 +73,8 @@ def wait(twin: Twin, job: str, what: str, predicate, timeout: float = WAIT_S) ->
     try:
         controller(twin).wait_for(what, predicate, timeout)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{diagnose(twin, job)}") from None
+        # The controller's console tail (in `exc`) says nothing about elastic nodes: only its first line is kept.
+        raise AssertionError(f"{str(exc).splitlines()[0]}\n{diagnose(twin, job)}") from None
 
 
 def node_flags(twin: Twin, node: str) -> set[str]:
