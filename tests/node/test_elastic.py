@@ -323,3 +323,23 @@ def test_nodes_outside_the_elastic_islands_are_refused(world: Any) -> None:
     ctx, fake, _ = world
     assert resume(ctx, ["other-1", "gpu-9"], None) == 1
     assert fake.requests == []
+
+
+def test_a_held_job_whose_new_node_did_not_come_up_is_released_to_be_scheduled_again(
+    world: Any, tmp_path: Path
+) -> None:
+    ctx, _, scontrol = world
+    resume_file = tmp_path / "resume.json"
+    resume_file.write_text(json.dumps({"jobs": [{"job_id": 43, "nodes_resume": "gpu-[1-2]"}]}))
+    resume(ctx, ["gpu-1", "gpu-2"], str(resume_file))
+    scontrol.listing = {
+        "gpu-1": "State=IDLE+DRAIN+CLOUD Reason=" + AWAITING_BURNIN_REASON,
+        "gpu-2": "State=IDLE+DRAIN+CLOUD+POWERING_UP Reason=" + AWAITING_BURNIN_REASON,
+    }
+    reconcile(ctx)
+    assert ("release", "43") not in scontrol.calls
+    # gpu-2's resume failed: resume-fail powered it down into the pool again; gpu-1 will not be burned in alone.
+    scontrol.listing["gpu-2"] = "State=IDLE+CLOUD+POWERED_DOWN Reason=ndfleet:elastic:resume-failed"
+    reconcile(ctx)
+    assert ("release", "43") in scontrol.calls
+    assert "job 43 released: gpu-2 did not come up" in (ctx.settings.state_dir / "elastic.log").read_text()

@@ -90,6 +90,12 @@ def back_in_the_pool(twin: Twin, node: str) -> bool:
 class Submitted:
     job: str
     at: float  # time.monotonic() when submitted
+    wall: float  # time.time() when submitted (the Resource Manager stand-in's clock)
+
+
+def submitted(twin: Twin, args: str) -> Submitted:
+    wall, at = time.time(), time.monotonic()
+    return Submitted(submit(twin, args), at, wall)
 
 
 @pytest.fixture(scope="module")
@@ -103,18 +109,34 @@ def elastic_ready(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixture
 @pytest.fixture(scope="module")
 def stuck_job(elastic_ready: Twin) -> Submitted:
     """Submitted first: its resume timeout runs while the burst island scales out."""
-    return Submitted(submit(elastic_ready, f"-p {STUCK} -N 1 --wrap true"), time.monotonic())
+    return submitted(elastic_ready, f"-p {STUCK} -N 1 --wrap true")
+
+
+@pytest.fixture(scope="module")
+def stuck_given_up(elastic_ready: Twin, stuck_job: Submitted) -> Twin:
+    """The stuck VM's first resume given up. Slurm requeues the job, which asks for the node again (a new VM, given
+    up in turn) until it is cancelled: it is cancelled here, so that whatever ran before (the scale-out takes its
+    time) the first delete is the first VM's, and the node can be seen back in the pool."""
+    twin = elastic_ready
+    arm = twin.arm
+    assert arm is not None
+    wait(twin, stuck_job.job, "the stuck VM deleted", lambda: bool(arm.deleted(STUCK_SCALE_SET)))
+    login(twin).run(f"scancel {stuck_job.job}")
+    first_delete = min(at for method, s, _, at in arm.calls if method == "DELETE" and s == STUCK_SCALE_SET)
+    twin.record("elastic resume fail: job submitted to VM deleted (resumeTimeoutMinutes 2)",
+                first_delete - stuck_job.wall)  # fmt: skip
+    return twin
 
 
 @pytest.fixture(scope="module")
 def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     twin = elastic_ready
-    submitted = Submitted(submit(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; sleep 20'"), time.monotonic())
+    job = submitted(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; sleep 20'")
     ctl = controller(twin)
-    wait(twin, submitted.job, "the job running on new VMs",
-         lambda: job_fields(ctl, submitted.job).get("JobState") == "RUNNING")  # fmt: skip
-    twin.record("elastic scale-out: job submitted to job running (2 new VMs)", time.monotonic() - submitted.at)
-    return submitted
+    wait(twin, job.job, "the job running on new VMs",
+         lambda: job_fields(ctl, job.job).get("JobState") == "RUNNING")  # fmt: skip
+    twin.record("elastic scale-out: job submitted to job running (2 new VMs)", time.monotonic() - job.at)
+    return job
 
 
 @pytest.fixture(scope="module")
@@ -167,24 +189,21 @@ def test_the_job_waits_until_its_new_nodes_are_burned_in(elastic_ready: Twin, sc
     assert f"job {scaled_out.job} released: its nodes are burned in" in log
 
 
-def test_a_resume_that_never_comes_up_is_given_up_and_its_vm_deleted(elastic_ready: Twin, stuck_job: Submitted) -> None:
-    twin = elastic_ready
-    assert twin.arm is not None
-    wait(twin, stuck_job.job, "the stuck VM deleted", lambda: twin.arm.deleted(STUCK_SCALE_SET) == ["0"])
-    twin.record("elastic resume fail: job submitted to VM deleted (resumeTimeoutMinutes 2)",
-                time.monotonic() - stuck_job.at)  # fmt: skip
-    # The job would ask again for the node (it is requeued): it is cancelled so the node can be seen back in the pool.
-    login(twin).run(f"scancel {stuck_job.job}")
-    assert twin.arm.scale_sets[STUCK_SCALE_SET].instances == {}
+def test_a_resume_that_never_comes_up_is_given_up_and_its_vm_deleted(
+    stuck_given_up: Twin, stuck_job: Submitted
+) -> None:
+    twin = stuck_given_up
+    arm = twin.arm
+    assert arm is not None
+    assert arm.deleted(STUCK_SCALE_SET)[:1] == ["0"]
     assert "resume of stuck-1 failed" in controller(twin).run(f"cat {ELASTIC_LOG}").stdout
+    # A resume still under way when the job was cancelled is given up in turn: no VM of the island is left.
+    wait(twin, stuck_job.job, "no VM left in the stuck island", lambda: arm.scale_sets[STUCK_SCALE_SET].instances == {})
 
 
-def test_a_node_whose_resume_failed_returns_to_the_pool(elastic_ready: Twin, stuck_job: Submitted) -> None:
-    twin = elastic_ready
-    assert twin.arm is not None
-    wait(twin, stuck_job.job, "the stuck VM deleted", lambda: twin.arm.deleted(STUCK_SCALE_SET) == ["0"])
-    login(twin).run(f"scancel {stuck_job.job}")
-    wait(twin, stuck_job.job, "stuck-1 powered down in the pool", lambda: back_in_the_pool(twin, f"{STUCK}-1"))
+def test_a_node_whose_resume_failed_returns_to_the_pool(stuck_given_up: Twin, stuck_job: Submitted) -> None:
+    wait(stuck_given_up, stuck_job.job, "stuck-1 powered down in the pool",
+         lambda: back_in_the_pool(stuck_given_up, f"{STUCK}-1"))  # fmt: skip
 
 
 def test_idle_new_nodes_are_released_and_their_vms_deleted(scaled_in: Twin) -> None:

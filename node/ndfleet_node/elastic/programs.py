@@ -361,17 +361,28 @@ def _keep_minimum(ctx: Context, island: IslandSettings, slurm_nodes: dict[str, S
         ctx.log(f"{island.name}: powering up {','.join(wanted)} to keep minNodes = {island.min_nodes}")
 
 
+def _given_up(node: SlurmNode) -> bool:
+    """Powered down again: its resume failed (resume-fail) or it idled out before its burn-in could pass."""
+    return node.powered_down and "POWERING_UP" not in node.states
+
+
 def _not_ready(node: SlurmNode) -> bool:
     return "POWERING_UP" in node.states or node.reason.startswith(AWAITING_BURNIN_REASON)
 
 
 def _release_jobs(ctx: Context, state: IslandState, slurm_nodes: dict[str, SlurmNode]) -> None:
+    """Release a held job once its nodes are burned in, or as soon as one of them is given up: a job whose node did
+    not come up is not kept held for ever; released, it is scheduled again (nodes resumed for it are held again until
+    they are burned in)."""
     for job, nodes in list(state.held_jobs.items()):
-        if any(n in slurm_nodes and _not_ready(slurm_nodes[n]) for n in nodes):
+        mine = [slurm_nodes[n] for n in nodes if n in slurm_nodes]
+        gone = sorted(n.name for n in mine if _given_up(n))
+        if not gone and any(_not_ready(n) for n in mine):
             continue
+        why = f"{','.join(gone)} did not come up; Slurm schedules it again" if gone else "its nodes are burned in"
         try:
             ctx.scontrol.call("release", job)
-            ctx.log(f"job {job} released: its nodes are burned in")
+            ctx.log(f"job {job} released: {why}")
         except SlurmError as exc:
             ctx.log(f"job {job} not released ({exc}); it may have ended")
         del state.held_jobs[job]
