@@ -483,3 +483,25 @@ def test_no_credentials_is_one_line_and_verbose_adds_what_azure_identity_said(
     assert code == 2
     assert "could not read: no usable Azure credentials for AzureCloud" in err
     assert "- AzureCliCredential: az not found" in err
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The docs show what the command prints
+
+
+def operations_sample() -> str:
+    """The first fenced text block of docs/operations.md, without its `$ ndfleet status` line."""
+    text = (DATA.parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    command, _, shown = block.partition("\n")
+    assert command == "$ ndfleet status --stack prod"
+    return shown
+
+
+def test_operations_guide_shows_the_output_of_suspended_repairs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = status_run(
+        capsys, tmp_path, unhealthy_node(view_ib00=ok("vmss-instance-view-repairs-suspended.json")), fmt="table"
+    )
+    assert operations_sample() == run.out
