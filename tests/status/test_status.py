@@ -226,8 +226,12 @@ def test_unhealthy_island_counts_the_repair(tmp_path: Path, capsys: pytest.Captu
     }
 
 
+def suspended_repairs() -> ReplayTransport:
+    return unhealthy_node(view_ib00=ok("vmss-instance-view-repairs-suspended.json"))
+
+
 def test_suspended_repairs_need_a_person(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = status_run(capsys, tmp_path, unhealthy_node(view_ib00=ok("vmss-instance-view-repairs-suspended.json")))
+    run = status_run(capsys, tmp_path, suspended_repairs())
     node = run.node("prod-ib00-000001")
     assert (node["repair"], node["needsPerson"]) == ("suspended", True)
     assert "--service-name AutomaticRepairs --action Resume" in node["actions"][0]
@@ -501,7 +505,4 @@ def operations_sample() -> str:
 def test_operations_guide_shows_the_output_of_suspended_repairs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = status_run(
-        capsys, tmp_path, unhealthy_node(view_ib00=ok("vmss-instance-view-repairs-suspended.json")), fmt="table"
-    )
-    assert operations_sample() == run.out
+    assert operations_sample() == status_run(capsys, tmp_path, suspended_repairs(), fmt="table").out
