@@ -69,8 +69,10 @@ def test_wheel_holds_the_package_components_templates_and_node_program(installed
                  if p.is_file()}
     components = {f"ndfleet/components/{p.name}" for p in (REPO / "components").glob("*.py")}
     node = {f"ndfleet_node/{p.name}" for p in (REPO / "node" / "ndfleet_node").glob("*.py")}
-    assert templates and components and node
-    assert templates | components | node | {"ndfleet/py.typed", "ndfleet/cli.py", "ndfleet/status/schema.json"} <= names
+    images = {f"ndfleet/images/{p.name}" for p in (REPO / "ndfleet" / "images").glob("*.json")}
+    assert templates and components and node and images
+    assert templates | components | node | images | {"ndfleet/py.typed", "ndfleet/cli.py",
+                                                     "ndfleet/status/schema.json"} <= names
     assert not any(n.startswith(("components/", "templates/", "tests/")) for n in names)
 
 

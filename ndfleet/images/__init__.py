@@ -1,0 +1,255 @@
+"""The image contracts: what each VM image ndfleet deploys holds (and lacks) that ndfleet relies on, as data.
+
+One JSON file per image in this package (`ubuntu-hpc-2204.json` for the compute nodes, `ubuntu-server-2204.json`
+for the controller and login nodes), each fact with its primary source; docs/images.md says what they hold and
+how they are used. The tests hold the node program to the compute contract (tests/images), and the test twin
+builds its stand-in images from these files, so the fakes and the code agree with one description of the image.
+
+`load(name)` reads one contract and checks its shape; a file of the wrong shape raises `ImageContractError`
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+__all__ = [
+    "Absent",
+    "AptSource",
+    "Environment",
+    "HeldPackage",
+    "ImageContract",
+    "ImageContractError",
+    "Library",
+    "Tool",
+    "load",
+    "load_text",
+    "names",
+]
+
+
+class ImageContractError(ValueError):
+    """An image contract file is missing or not of the expected shape; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A software environment that has to be loaded before some tools run (HPC-X: `source init; load`)."""
+
+    name: str
+    init: str
+    load: str
+    lib_dirs: tuple[str, ...]
+    source: str
+    init_glob: str = ""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str
+    source: str
+    env: str = ""  # an entry of `environments` that must be loaded for the tool to run
+    needs_libs: tuple[str, ...] = ()  # sonames only that environment's lib_dirs provide
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    path: str
+    source: str
+    package: str = ""
+
+
+@dataclass(frozen=True)
+class Absent:
+    name: str
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class HeldPackage:
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
+class AptSource:
+    uri: str
+    suite: str
+    components: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class ImageContract:
+    name: str
+    image: str
+    roles: tuple[str, ...]
+    sources: dict[str, str]
+    python_version: str
+    python_source: str
+    environments: dict[str, Environment]
+    tools: tuple[Tool, ...]
+    libraries: tuple[Library, ...]
+    absent: tuple[Absent, ...]
+    held_packages: tuple[HeldPackage, ...]
+    apt_sources: tuple[AptSource, ...]
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def absent_entry(self, name: str) -> Absent | None:
+        return next((a for a in self.absent if a.name == name), None)
+
+    @property
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.tools)
+
+    @property
+    def absent_names(self) -> frozenset[str]:
+        return frozenset(a.name for a in self.absent)
+
+
+class _Reader:
+    """Typed access to one JSON object, with errors that say where (file and key path)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, key: str, want: str, got: Any) -> ImageContractError:
+        return ImageContractError(f"{self.where}: {key}: expected {want}, got {got!r}")
+
+    def obj(self, data: Any, key: str) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.fail(key, "an object", data)
+        return data
+
+    def text(self, data: dict[str, Any], key: str, path: str, required: bool = True) -> str:
+        value = data.get(key, None if required else "")
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.fail(f"{path}.{key}" if path else key, "a non-empty string" if required else "a string", value)
+        return value
+
+    def texts(self, data: dict[str, Any], key: str, path: str, required: bool = True) -> tuple[str, ...]:
+        value = data.get(key, None if required else [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(f"{path}.{key}" if path else key, "a list of non-empty strings", value)
+        return tuple(value)
+
+    def items(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key)
+        if not isinstance(value, list):
+            raise self.fail(key, "a list of objects", value)
+        return [self.obj(v, f"{key}[{i}]") for i, v in enumerate(value)]
+
+
+def _parse(data: Any, where: str) -> ImageContract:
+    r = _Reader(where)
+    doc = r.obj(data, "(top level)")
+    sources = r.obj(doc.get("sources"), "sources")
+    if not sources or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in sources.items()):
+        raise r.fail("sources", "an object of name -> URL", sources)
+    python = r.obj(doc.get("python"), "python")
+    envs: dict[str, Environment] = {}
+    for name, e in r.obj(doc.get("environments"), "environments").items():
+        e = r.obj(e, f"environments.{name}")
+        p = f"environments.{name}"
+        envs[name] = Environment(
+            name=name,
+            init=r.text(e, "init", p),
+            load=r.text(e, "load", p),
+            lib_dirs=r.texts(e, "lib_dirs", p),
+            source=r.text(e, "source", p),
+            init_glob=r.text(e, "init_glob", p, required=False),
+        )
+    tools = []
+    for i, t in enumerate(r.items(doc, "tools")):
+        p = f"tools[{i}]"
+        tool = Tool(
+            name=r.text(t, "name", p),
+            path=r.text(t, "path", p),
+            source=r.text(t, "source", p),
+            env=r.text(t, "env", p, required=False),
+            needs_libs=r.texts(t, "needs_libs", p, required=False),
+        )
+        if tool.env and tool.env not in envs:
+            raise r.fail(f"{p}.env", f"one of the environments {sorted(envs)}", tool.env)
+        if tool.needs_libs and not tool.env:
+            raise r.fail(f"{p}.needs_libs", "an `env` beside it (the environment whose lib_dirs provide them)", None)
+        tools.append(tool)
+    libraries = [
+        Library(
+            name=r.text(lib, "name", f"libraries[{i}]"),
+            path=r.text(lib, "path", f"libraries[{i}]"),
+            source=r.text(lib, "source", f"libraries[{i}]"),
+            package=r.text(lib, "package", f"libraries[{i}]", required=False),
+        )
+        for i, lib in enumerate(r.items(doc, "libraries"))
+    ]
+    absent = [
+        Absent(r.text(a, "name", f"absent[{i}]"), r.text(a, "why", f"absent[{i}]"), r.text(a, "source", f"absent[{i}]"))
+        for i, a in enumerate(r.items(doc, "absent"))
+    ]
+    held = [
+        HeldPackage(r.text(h, "name", f"held_packages[{i}]"), r.text(h, "source", f"held_packages[{i}]"))
+        for i, h in enumerate(r.items(doc, "held_packages"))
+    ]
+    apt = [
+        AptSource(
+            uri=r.text(s, "uri", f"apt_sources[{i}]"),
+            suite=r.text(s, "suite", f"apt_sources[{i}]"),
+            components=r.texts(s, "components", f"apt_sources[{i}]"),
+            source=r.text(s, "source", f"apt_sources[{i}]"),
+        )
+        for i, s in enumerate(r.items(doc, "apt_sources"))
+    ]
+    both = {t.name for t in tools} & {a.name for a in absent}
+    if both:
+        raise r.fail("absent", "names not also listed in tools", sorted(both))
+    roles = r.texts(doc, "roles", "")
+    if not roles:
+        raise r.fail("roles", "at least one role", roles)
+    return ImageContract(
+        name=r.text(doc, "name", ""),
+        image=r.text(doc, "image", ""),
+        roles=roles,
+        sources=dict(sources),
+        python_version=r.text(python, "version", "python"),
+        python_source=r.text(python, "source", "python"),
+        environments=envs,
+        tools=tuple(tools),
+        libraries=tuple(libraries),
+        absent=tuple(absent),
+        held_packages=tuple(held),
+        apt_sources=tuple(apt),
+    )
+
+
+def names() -> list[str]:
+    """The images that have a contract here."""
+    return sorted(f.name.removesuffix(".json") for f in resources.files(__name__).iterdir() if f.name.endswith(".json"))
+
+
+def load_text(text: str, where: str = "<text>") -> ImageContract:
+    """A contract from JSON text (ImageContractError when it is not JSON or not of the contract's shape)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ImageContractError(f"{where}: not JSON: {e}") from e
+    return _parse(data, where)
+
+
+def load(name: str) -> ImageContract:
+    """The contract of image `name` (e.g. "ubuntu-hpc-2204"); its `name` key must be the file's name."""
+    if name not in names():
+        raise ImageContractError(f"no image contract named {name!r}; there are {names()}")
+    where = f"ndfleet/images/{name}.json"
+    contract = load_text(resources.files(__name__).joinpath(f"{name}.json").read_text(encoding="utf-8"), where)
+    if contract.name != name:
+        raise ImageContractError(f"{where}: name: expected {name!r}, got {contract.name!r}")
+    return contract
