@@ -43,6 +43,11 @@ class SlurmFleet:
 
     @property
     def sruns(self) -> list[dict[str, Any]]:
+        """The test steps: the sruns the first node started (each started by a plain step from the controller)."""
+        return [s for s in self.srun_calls if s["on_node"]]
+
+    @property
+    def srun_calls(self) -> list[dict[str, Any]]:
         log = self.fleet.root / "srun.log"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -142,11 +147,21 @@ def test_every_test_is_an_srun_step_in_the_reservation_with_hpcx_loaded_on_the_n
     report = json.loads(sf.fleet.report.read_text())
     assert len(sruns) == sum(len(r["tests"]) for r in report["rounds"]) == 3  # 2 pairs, then the island
     first = next(s for s in sruns if s["opts"]["-w"] == f"{names[0]},{names[2]}")  # the round's runs: any order
-    assert first["opts"] | {"-w": "x", "--time": "x"} == {
-        "--reservation": reservation, "--partition": "gpu", "-w": "x", "-N": "2", "--ntasks-per-node": "8",
-        "--gpus-per-node": "8", "--mpi": "pmix", "--time": "x", "--kill-on-bad-exit": "1",
+    # From the controller: the allocation and one plain step on the first node (no PMIx there: docs/images.md)...
+    starts = [s for s in sf.srun_calls if not s["on_node"]]
+    assert len(starts) == len(sruns)
+    start = next(s for s in starts if s["opts"]["-w"] == f"{names[0]},{names[2]}")
+    assert start["opts"] | {"-w": "x", "--time": "x"} == {
+        "--reservation": reservation, "--partition": "gpu", "-w": "x", "-N": "2", "--gpus-per-node": "8",
+        "--time": "x", "--nodes": "1", "--ntasks": "1", "--nodelist": names[0], "--mpi": "none",
     }  # fmt: skip
-    assert {"--exclusive", "--overcommit"} <= set(first["flags"])  # whole nodes, then a task per GPU inside
+    assert {"--exclusive", "--overlap"} <= set(start["flags"])  # whole nodes; the test's step shares the first
+    # ... which starts the test's PMIx step in the same job, a task per GPU.
+    assert first["on_node"] == names[0]
+    assert {k: first["opts"][k] for k in ("--jobid", "-N", "--ntasks-per-node", "--mpi", "--kill-on-bad-exit")} == {
+        "--jobid": "1", "-N": "2", "--ntasks-per-node": "8", "--mpi": "pmix", "--kill-on-bad-exit": "1",
+    }  # fmt: skip
+    assert {"--overlap", "--overcommit"} <= set(first["flags"])
     assert first["opts"]["-w"] == f"{names[0]},{names[2]}"
     assert first["command"][:2] == ["/bin/bash", "-c"]  # the task loads HPC-X first, on its node
     assert "all_reduce_perf" in " ".join(first["command"])

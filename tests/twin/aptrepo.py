@@ -1,13 +1,13 @@
 """The package repositories the twin serves, built from Debian's .deb files (tests/twin/build-root.sh's pool):
 
-- the distribution archive the image's apt reads (`http://archive.twin.internal/debian`, suite bookworm), signed
+- the distribution archive the image's apt reads (`http://archive.twin.internal/debian`, suite trixie), signed
   with a key the image trusts, as Ubuntu's images trust Ubuntu's archive key;
-- Microsoft's Slurm repository (`https://packages.microsoft.com/repos/slurm-ubuntu-bookworm/`, suite `stable`),
+- Microsoft's Slurm repository (`https://packages.microsoft.com/repos/slurm-ubuntu-trixie/`, suite `stable`),
   signed with a second key that only `https://packages.microsoft.com/keys/microsoft.asc` gives, so a machine that
   does not install that key first cannot use it (the bug the twin must show). Its packages are named and versioned
-  like Microsoft's builds (`slurm-smd-slurmd` = `<version>`): slurmd and slurmctld are Debian's binaries repacked
-  with the systemd units SchedMD ships (`Type=notify`, `--systemd $SLURMD_OPTIONS`, etc/slurmd.service.in), the
-  other names depend on Debian's packages.
+  like Microsoft's builds (`slurm-smd-slurmd` = `<version>`): Debian's Slurm 24.11 binaries repacked into SchedMD's
+  packages (SMD_PACKAGES), declaring SchedMD's dependencies (no PMIx), with the systemd units SchedMD ships
+  (`Type=notify`, `--systemd $SLURMD_OPTIONS`, etc/slurmd.service.in) and debhelper's maintainer scripts.
 
 Indexes follow Debian's repository format (wiki.debian.org/DebianRepository/Format): Packages with Filename, Size,
 SHA256; Release with the index hashes; InRelease clear-signed with gpg.
@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SUITE = "bookworm"
+SUITE = "trixie"
 SCHEDMD_UNITS = {
     "slurmd": """[Unit]
 Description=Slurm node daemon
@@ -92,50 +92,48 @@ TasksMax=infinity
 WantedBy=multi-user.target
 """,
 }
-# Debian's Slurm is 22.05, whose daemons have no `--systemd` (SchedMD added it later; slurm-smd's units pass it).
-# The stand-in packages put this shim where Debian's binary was: with `--systemd` it runs the daemon in the
-# foreground and tells systemd READY=1 once the daemon listens on its port, as `--systemd` does; without it, it runs
-# the daemon exactly as asked (so `-D` under Type=notify never becomes ready: issue 16's bug 2 shows as it would).
-NOTIFY_SHIM = """#!/usr/bin/python3
-import os, signal, socket, subprocess, sys, time
-REAL = os.path.realpath(__file__) + ".real"
-PORT = {"slurmd": 6818, "slurmctld": 6817, "slurmdbd": 6819}[os.path.basename(os.path.realpath(__file__)).split("-")[0]]
-# The daemons know who they are by their name (argv[0]): keep the one they were called by.
-args = sys.argv[1:]
-if "--systemd" not in args:
-    os.execv(REAL, [sys.argv[0], *args])
-args = ["-D", *[a for a in args if a != "--systemd"]]
-child = subprocess.Popen([sys.argv[0], *args], executable=REAL)
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, lambda s, f: child.send_signal(s))
-def listening():
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        if any(ln.split()[1].endswith(":%04X" % PORT) and ln.split()[3] == "0A" for ln in lines):
-            return True
-    return False
-while child.poll() is None and not listening():
-    time.sleep(0.2)
-if child.poll() is None and os.environ.get("NOTIFY_SOCKET"):
-    addr = os.environ["NOTIFY_SOCKET"]
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.connect("\\0" + addr[1:] if addr.startswith("@") else addr)
-    sock.send(b"READY=1\\nMAINPID=%d" % os.getpid())
-sys.exit(child.wait())
-"""
-# Microsoft's package name -> Debian's package it stands for.
-SMD_PACKAGES = {
-    # Microsoft's build has PMIx support (`srun --mpi=pmix`); Debian's plugin dlopen()s the unversioned
-    # libpmix.so, which only libpmix-dev has.
-    "slurm-smd": "slurm-wlm-basic-plugins, libpmix2, libpmix-dev",
-    "slurm-smd-client": "slurm-client",
-    "slurm-smd-slurmd": "slurmd",
-    "slurm-smd-slurmctld": "slurmctld",
-    "slurm-smd-slurmdbd": "slurmdbd",
+# Microsoft's packages are SchedMD's own Debian packaging (SchedMD/slurm debian/control, debian/rules at 01cec7f):
+# name -> (the Debian packages whose files it holds, what it declares). `slurm-smd` holds every plugin, the MySQL one
+# included, and depends on `${shlibs:Depends}, munge` only: no PMIx, although Slurm is built `--with-pmix` (its
+# mpi/pmix plugin dlopen()s libpmix at run time, src/plugins/mpi/pmix/mpi_pmix.c). Debian's own
+# slurm-wlm-basic-plugins adds `libpmix2t64`; the stand-in leaves it out, as SchedMD's does.
+SMD_PACKAGES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "slurm-smd": (("slurm-wlm-basic-plugins", "slurm-wlm-mysql-plugin"), "munge",
+                  "slurm-wlm, slurm-wlm-basic-plugins, slurm-wlm-mysql-plugin, slurm-wlm-plugins"),
+    "slurm-smd-client": (("slurm-client",), "slurm-smd (= {v}), munge, bash-completion", "slurm-client"),
+    "slurm-smd-slurmd": (("slurmd",), "slurm-smd (= {v}), munge", "slurmd"),
+    "slurm-smd-slurmctld": (("slurmctld",), "slurm-smd (= {v}), munge", "slurmctld"),
+    "slurm-smd-slurmdbd": (("slurmdbd",), "slurm-smd (= {v}), munge", "slurmdbd"),
 }
+# What debhelper's dh_installsystemd generates for SchedMD's daemon packages (debian/rules: override_dh_installsystemd,
+# default options): reload systemd, enable the unit, start it (deb-systemd-invoke honours policy-rc.d).
+_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
+  systemctl --system daemon-reload >/dev/null || true
+  deb-systemd-helper enable {unit} >/dev/null || true
+  deb-systemd-invoke start {unit} >/dev/null || true
+fi
+"""
+_PRERM = """#!/bin/sh
+set -e
+if [ -d /run/systemd/system ] && [ "$1" = remove ]; then
+  deb-systemd-invoke stop {unit} >/dev/null || true
+fi
+"""
+
+
+def _shlibs(deb: Path) -> list[str]:
+    """The shared-library dependencies of a Debian package (what `${shlibs:Depends}` gives a build of the same
+    binaries), without PMIx: SchedMD's Slurm dlopen()s it instead of linking it."""
+    depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], check=True, capture_output=True,
+                             text=True).stdout  # fmt: skip
+    out = []
+    for dep in (d.strip() for d in depends.split(",")):
+        name = dep.split()[0] if dep else ""
+        if name.startswith("lib") and not name.startswith("libpmix"):
+            out.append(dep)
+    return out
 
 
 def _control(deb: Path) -> str:
@@ -195,44 +193,35 @@ def write_repo(root: Path, suite: str, debs: list[Path], key_home: Path, origin:
     _sign(key_home, release)
 
 
-def _repack(deb: Path, name: str, version: str, work: Path) -> Path:
-    """Debian's package under Microsoft's name and version, with SchedMD's unit when it ships a daemon."""
+def _repack(debs: list[Path], name: str, version: str, depends: str, conflicts: str, work: Path) -> Path:
+    """Debian's binaries under Microsoft's name, version and declared dependencies, with SchedMD's unit and
+    debhelper's maintainer scripts when it ships a daemon (Debian's own scripts, which use ucf and create users,
+    are not SchedMD's)."""
     tree = work / name
-    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
-    control = tree / "DEBIAN" / "control"
-    fields = []
-    original = ""
-    for line in control.read_text().splitlines():
-        if line.startswith("Package: "):
-            original = line.split(": ", 1)[1]
-            line = f"Package: {name}"
-        elif line.startswith("Version: "):
-            line = f"Version: {version}"
-        fields.append(line)
-    fields.append(f"Provides: {original}\nConflicts: {original}\nReplaces: {original}")
-    control.write_text("\n".join(fields) + "\n")
-    unit = SCHEDMD_UNITS.get(original)
-    if unit:
-        for path in tree.glob("**/systemd/system/*.service"):
-            if path.name == f"{original}.service":
-                path.write_text(unit)
-        daemon = next(p for p in (tree / "usr" / "sbin").iterdir() if p.name in (original, f"{original}-wlm"))
-        daemon.rename(daemon.with_name(daemon.name + ".real"))
-        daemon.write_text(NOTIFY_SHIM)
-        daemon.chmod(0o755)
-    (tree / "DEBIAN" / "md5sums").unlink(missing_ok=True)
-    out = work / f"{name}_{version}_amd64.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
-    return out
-
-
-def _metapackage(name: str, version: str, depends: str, work: Path) -> Path:
-    tree = work / name
-    (tree / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tree, ignore_errors=True)
+    (tree / "DEBIAN").mkdir(parents=True)
+    shlibs: list[str] = []
+    for deb in debs:
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
+        shlibs += [d for d in _shlibs(deb) if d not in shlibs]
+    declared = ", ".join([*shlibs, depends.format(v=version)])
     (tree / "DEBIAN" / "control").write_text(
         f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: ndfleet twin <twin@invalid>\n"
-        f"Depends: {depends}\nDescription: twin stand-in for Microsoft's {name}\n"
+        f"Depends: {declared}\nConflicts: {conflicts}\n"
+        f"Description: twin stand-in for Microsoft's {name} (SchedMD's packaging, Debian's binaries)\n"
     )
+    daemon = name.removeprefix("slurm-smd-")
+    unit = SCHEDMD_UNITS.get(daemon)
+    if unit:
+        for path in tree.glob("**/systemd/system/*.service"):
+            if path.name == f"{daemon}.service":
+                path.write_text(unit)
+        for script, text in (("postinst", _POSTINST), ("prerm", _PRERM)):
+            (tree / "DEBIAN" / script).write_text(text.format(unit=f"{daemon}.service"))
+            (tree / "DEBIAN" / script).chmod(0o755)
+    conffiles = [str(p.relative_to(tree)) for p in (tree / "etc").rglob("*") if p.is_file()]
+    if conffiles:
+        (tree / "DEBIAN" / "conffiles").write_text("".join(f"/{c}\n" for c in conffiles))
     out = work / f"{name}_{version}_amd64.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
     return out
@@ -249,12 +238,12 @@ def build(pool: Path, out: Path, slurm_version: str) -> dict[str, bytes]:
     write_repo(out / "archive" / "debian", SUITE, debs, out / "gpg-archive", "Debian")
     work = out / "smd-build"
     work.mkdir(parents=True, exist_ok=True)
-    smd = []
-    for name, debian in SMD_PACKAGES.items():
-        if debian in SCHEDMD_UNITS:
-            smd.append(_repack(by_name[debian], name, slurm_version, work))
-        else:
-            smd.append(_metapackage(name, slurm_version, debian, work))
+    # The stack names a release (YY.MM.P) or an exact package version; the repository publishes revision -1.
+    version = slurm_version if "-" in slurm_version else f"{slurm_version}-1"
+    smd = [
+        _repack([by_name[d] for d in debians], name, version, depends, conflicts, work)
+        for name, (debians, depends, conflicts) in SMD_PACKAGES.items()
+    ]
     ms = out / "microsoft"
     write_repo(ms / "repos" / f"slurm-ubuntu-{SUITE}", "stable", smd, out / "gpg-microsoft", "packages.microsoft.com")
     (ms / "keys").mkdir(parents=True, exist_ok=True)

@@ -42,24 +42,27 @@ def twin_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def twin_root() -> tuple[Path, Path]:
+def twin_root() -> tuple[Path, Path, Path]:
+    """The plain image's root, the HPC image's layer over it, and the package pool (tests/twin/build-root.sh)."""
     cp = subprocess.run(
         ["bash", str(HERE / "build-root.sh"), str(CACHE)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
     )
     assert cp.returncode == 0, f"building the twin's root failed:\n{cp.stderr[-4000:]}"
-    root = Path(cp.stdout.strip().splitlines()[-1])
-    return root, root.parent / root.name.replace("root-", "pool-")
+    root, hpc = (Path(line) for line in cp.stdout.strip().splitlines()[-2:])
+    return root, hpc, root.parent / root.name.replace("root-", "pool-")
 
 
 @pytest.fixture(scope="session")
-def twin(twin_plan: Path, twin_root: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
+def twin(
+    twin_plan: Path, twin_root: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Twin]:
     reason = in_private_namespaces()
     if reason:
         pytest.fail(reason)
-    root, pool = twin_root
+    root, hpc, pool = twin_root
     # A TERM (CI's time limit, a person's kill) unwinds through the tear-down below instead of skipping it.
     signal.signal(signal.SIGTERM, _interrupt)
-    t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, pool, faults={FAULTY_NODE: "gpu_missing"},
+    t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, hpc, pool, faults={FAULTY_NODE: "gpu_missing"},
              never_boots={STUCK_SCALE_SET})  # fmt: skip
     try:
         t.start()

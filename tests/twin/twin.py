@@ -3,7 +3,7 @@ around them. Runs as root inside network, mount and PID namespaces of its own (`
 --mount-proc`), so the bridge,
 the stand-ins' addresses, the overlay mounts and every process are gone when it ends, whatever happened.
 
-    twin = Twin(plan_json, workdir, root=..., pool=...)
+    twin = Twin(plan_json, workdir, root=..., hpc=..., pool=...)
     twin.start()            # stand-ins, then every machine boots from its plan boot data
     twin.machine("dev-ib00-000000").wait_for(...)
     twin.close()
@@ -37,7 +37,6 @@ MS_HOST = "packages.microsoft.com"
 FLEET_DIR_IN_MACHINE = "/opt/twin-fleet"
 HW_ROOT = "/opt/twin-hw/root"
 HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
-HPCX_INIT = "/opt/hpcx-v2.18-gcc-mlnx_ofed-ubuntu22.04-cuda12-x86_64/hpcx-init.sh"
 HERE = Path(__file__).resolve().parent
 HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
 
@@ -70,6 +69,7 @@ class Twin:
         plan_json: Path,
         workdir: Path,
         root: Path,
+        hpc: Path,
         pool: Path,
         faults: dict[str, str] | None = None,
         nodes_per_island: dict[str, int] | None = None,
@@ -77,7 +77,8 @@ class Twin:
     ):
         self.plan: PlanMachines = load(plan_json, nodes_per_island)
         self.workdir = workdir
-        self.root = root
+        self.root = root  # the plain image (controller, login)
+        self.hpc = hpc  # the HPC image's layer over it (compute nodes): tests/twin/image.py
         self.pool = pool
         self.faults = faults or {}  # machine name -> NDFLEET_FAKE_FAULTS
         self.state = CloudState(vault_name=self.plan.vault_name)
@@ -208,13 +209,6 @@ class Twin:
             faults = self.faults.get(m.name, "")
             files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
-            # HPC-X as the HPC image lays it out (/opt/hpcx-<version>/hpcx-init.sh with hpcx_load): here Debian's
-            # Open MPI, which the image has, stands in for HPC-X's.
-            files[HPCX_INIT] = (
-                f"# twin stand-in for HPC-X's hpcx-init.sh\nhpcx_load() {{\n"
-                f"  export HPCX_DIR={HPCX_INIT.rsplit('/', 1)[0]}\n  export HPCX_MPI_DIR=/usr\n}}\n".encode(),
-                0o644,
-            )  # fmt: skip
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
             # What the hardware and a VM's kernel give at every boot: a fresh fake /proc (blob mounts are gone after a
             # reboot), the GPU driver's device files (gres.conf names them), and the machine's own cgroup controllers
@@ -227,6 +221,10 @@ class Twin:
                 0o644,
             )
         return files
+
+    def _image(self, m: Machine) -> list[Path]:
+        """The overlay's lower layers: compute nodes boot the HPC image, the controller and login the plain one."""
+        return [self.hpc, self.root] if m.role == "compute" else [self.root]
 
     def _nsswitch(self) -> bytes:
         lines = (self.root / "etc/nsswitch.conf").read_text().splitlines()
@@ -267,7 +265,7 @@ class Twin:
             if m.role not in roles:
                 continue
             binds = [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
-            tm = TwinMachine(m, [self.root], self.workdir / "machines", BRIDGE, binds, self._data_disks(m))
+            tm = TwinMachine(m, self._image(m), self.workdir / "machines", BRIDGE, binds, self._data_disks(m))
             tm.prepare(self._machine_files(m))
             self._hardware(tm)
             self.machines[m.name] = tm
@@ -321,7 +319,7 @@ class Twin:
             with (tm.root / "etc/hosts").open("a") as f:
                 f.write(f"{m.ip} {m.name}\n")
         tm = TwinMachine(
-            m, [self.root], self.workdir / "machines", BRIDGE, [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
+            m, self._image(m), self.workdir / "machines", BRIDGE, [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
         )
         tm.prepare(self._machine_files(m))
         self._hardware(tm)

@@ -70,8 +70,18 @@ def mpirun_command(settings: BurninSettings, test: TestSpec, level: str) -> list
     return [*cmd, settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
 
 
+# Slurm's mpi/pmix plugin dlopen()s libpmix where srun runs (SchedMD/slurm src/plugins/mpi/pmix/mpi_pmix.c), and
+# Microsoft's slurm-smd packages do not depend on PMIx (SchedMD's debian/control): the controller and login nodes,
+# plain Ubuntu images, have none, and an `srun --mpi=pmix` started there fails to load the plugin. The compute
+# nodes' HPC image has PMIx (docs/images.md). So the controller starts one plain step (--mpi=none) on the test's
+# first node, and that node starts the test's PMIx step inside the same allocation. The inner srun must not read
+# the outer step's SLURM_* settings as its own (SLURM_NTASKS=1 would be -n 1): they are dropped, the job id kept.
+ON_FIRST_NODE = 'j=$SLURM_JOB_ID; for v in $(compgen -v SLURM_); do unset "$v"; done; exec "$0" --jobid="$j" "$@"'
+
+
 def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservation: str, partition: str) -> list[str]:
-    """`salloc --reservation=R -w a,b -N 2 --exclusive ... srun --overcommit --ntasks-per-node=8 --mpi=pmix ...`.
+    """`salloc --reservation=R -w a,b -N 2 --exclusive ... srun --nodes=1 --mpi=none ... srun --overcommit
+    --ntasks-per-node=8 --mpi=pmix ...`: the allocation from here, the PMIx step from the first node (ON_FIRST_NODE).
 
     One task per GPU, PMIx wires up MPI (no ssh, no mpirun); each task loads HPC-X on its own node first
     (`hpcx.with_hpcx`). `--time` makes Slurm end the step a minute after the burn-in's own timeout even if srun
@@ -81,12 +91,16 @@ def srun_command(settings: BurninSettings, test: TestSpec, level: str, reservati
     timeout_min = math.ceil(timeout_for(settings, test, level) / 60) + 1
     # The whole nodes first (salloc, exclusive, every GPU), then one task per GPU inside that allocation with
     # --overcommit: the ranks drive GPUs, not CPUs, so a node whose Slurm CPU count is below its GPU count (core
-    # specialisation, or the twin's small machines) still runs them; a job allocation would refuse that.
+    # specialisation, or the twin's small machines) still runs them; a job allocation would refuse that. --overlap:
+    # the test's step shares the first node with the step that started it.
     salloc = os.path.join(os.path.dirname(settings.srun), "salloc")
     cmd = [
         salloc, f"--reservation={reservation}", f"--partition={partition}", "-w", ",".join(test.hosts),
         "-N", str(len(test.hosts)), f"--gpus-per-node={gpus}", "--exclusive", f"--time={timeout_min}",
-        settings.srun, "--overcommit", f"--ntasks-per-node={gpus}", "--mpi=pmix", "--kill-on-bad-exit=1",
+        settings.srun, "--nodes=1", "--ntasks=1", f"--nodelist={test.hosts[0]}", "--mpi=none", "--overlap",
+        "/bin/bash", "-c", ON_FIRST_NODE,
+        settings.srun, "--overlap", "--overcommit", "-N", str(len(test.hosts)), f"--ntasks-per-node={gpus}",
+        "--mpi=pmix", "--kill-on-bad-exit=1",
     ]  # fmt: skip
     task = [settings.all_reduce_perf, *all_reduce_perf_args(settings, level)]
     return cmd + (hpcx.with_hpcx(settings.hpcx_init, task) if settings.hpcx_init else task)
