@@ -6,7 +6,7 @@
   signed with a second key that only `https://packages.microsoft.com/keys/microsoft.asc` gives, so a machine that
   does not install that key first cannot use it (the bug the twin must show). Its packages are named and versioned
   like Microsoft's builds (`slurm-smd-slurmd` = `<version>`): Debian's Slurm 24.11 binaries repacked into SchedMD's
-  packages (SMD_PACKAGES), declaring SchedMD's dependencies (no PMIx), with the systemd units SchedMD ships
+  packages (SMD_PACKAGES), declaring SchedMD's dependencies (no PMIx), with the release's own systemd units
   (`Type=notify`, `--systemd $SLURMD_OPTIONS`, etc/slurmd.service.in) and debhelper's maintainer scripts.
 
 Indexes follow Debian's repository format (wiki.debian.org/DebianRepository/Format): Packages with Filename, Size,
@@ -23,75 +23,9 @@ import subprocess
 from pathlib import Path
 
 SUITE = "trixie"
-SCHEDMD_UNITS = {
-    "slurmd": """[Unit]
-Description=Slurm node daemon
-After=munge.service network-online.target remote-fs.target sssd.service
-Wants=network-online.target
-
-[Service]
-Type=notify
-EnvironmentFile=-/etc/sysconfig/slurmd
-EnvironmentFile=-/etc/default/slurmd
-RuntimeDirectory=slurm
-RuntimeDirectoryMode=0755
-ExecStart=/usr/sbin/slurmd --systemd $SLURMD_OPTIONS
-ExecReload=/bin/kill -HUP $MAINPID
-KillMode=process
-LimitNOFILE=131072
-LimitMEMLOCK=infinity
-LimitSTACK=infinity
-Delegate=yes
-TasksMax=infinity
-
-[Install]
-WantedBy=multi-user.target
-""",
-    "slurmctld": """[Unit]
-Description=Slurm controller daemon
-After=network-online.target remote-fs.target munge.service sssd.service
-Wants=network-online.target
-ConditionPathExists=/etc/slurm/slurm.conf
-
-[Service]
-Type=notify
-EnvironmentFile=-/etc/sysconfig/slurmctld
-EnvironmentFile=-/etc/default/slurmctld
-User=slurm
-Group=slurm
-RuntimeDirectory=slurmctld
-RuntimeDirectoryMode=0755
-ExecStart=/usr/sbin/slurmctld --systemd $SLURMCTLD_OPTIONS
-ExecReload=/bin/kill -HUP $MAINPID
-LimitNOFILE=65536
-TasksMax=infinity
-
-[Install]
-WantedBy=multi-user.target
-""",
-    "slurmdbd": """[Unit]
-Description=Slurm DBD accounting daemon
-After=network-online.target remote-fs.target munge.service mysql.service mysqld.service mariadb.service sssd.service
-Wants=network-online.target
-ConditionPathExists=/etc/slurm/slurmdbd.conf
-
-[Service]
-Type=notify
-EnvironmentFile=-/etc/sysconfig/slurmdbd
-EnvironmentFile=-/etc/default/slurmdbd
-User=slurm
-Group=slurm
-RuntimeDirectory=slurmdbd
-RuntimeDirectoryMode=0755
-ExecStart=/usr/sbin/slurmdbd --systemd $SLURMDBD_OPTIONS
-ExecReload=/bin/kill -HUP $MAINPID
-LimitNOFILE=65536
-TasksMax=infinity
-
-[Install]
-WantedBy=multi-user.target
-""",
-}
+# The daemons' units are the ones the binaries' release ships (Debian installs Slurm 24.11's etc/*.service.in as
+# generated: slurmd and slurmctld `Type=notify` with `--systemd`, slurmdbd `Type=simple` with `-D -s`).
+DAEMONS = ("slurmd", "slurmctld", "slurmdbd")
 # Microsoft's packages are SchedMD's own Debian packaging (SchedMD/slurm debian/control, debian/rules at 01cec7f):
 # name -> (the Debian packages whose files it holds, what it declares). `slurm-smd` holds every plugin, the MySQL one
 # included, and depends on `${shlibs:Depends}, munge` only: no PMIx, although Slurm is built `--with-pmix` (its
@@ -194,8 +128,8 @@ def write_repo(root: Path, suite: str, debs: list[Path], key_home: Path, origin:
 
 
 def _repack(debs: list[Path], name: str, version: str, depends: str, conflicts: str, work: Path) -> Path:
-    """Debian's binaries under Microsoft's name, version and declared dependencies, with SchedMD's unit and
-    debhelper's maintainer scripts when it ships a daemon (Debian's own scripts, which use ucf and create users,
+    """Debian's binaries under Microsoft's name, version and declared dependencies, with debhelper's maintainer
+    scripts when it ships a daemon (Debian's own scripts, which use ucf and create users,
     are not SchedMD's)."""
     tree = work / name
     shutil.rmtree(tree, ignore_errors=True)
@@ -211,11 +145,7 @@ def _repack(debs: list[Path], name: str, version: str, depends: str, conflicts: 
         f"Description: twin stand-in for Microsoft's {name} (SchedMD's packaging, Debian's binaries)\n"
     )
     daemon = name.removeprefix("slurm-smd-")
-    unit = SCHEDMD_UNITS.get(daemon)
-    if unit:
-        for path in tree.glob("**/systemd/system/*.service"):
-            if path.name == f"{daemon}.service":
-                path.write_text(unit)
+    if daemon in DAEMONS:
         for script, text in (("postinst", _POSTINST), ("prerm", _PRERM)):
             (tree / "DEBIAN" / script).write_text(text.format(unit=f"{daemon}.service"))
             (tree / "DEBIAN" / script).chmod(0o755)
@@ -223,6 +153,25 @@ def _repack(debs: list[Path], name: str, version: str, depends: str, conflicts: 
     if conffiles:
         (tree / "DEBIAN" / "conffiles").write_text("".join(f"/{c}\n" for c in conffiles))
     out = work / f"{name}_{version}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
+    return out
+
+
+def _blobfuse2(work: Path) -> Path:
+    """Microsoft's blobfuse2 package (packages.microsoft.com/ubuntu/22.04/prod): `/usr/bin/blobfuse2`, depending on
+    fuse3 as Azure/azure-storage-fuse's packaging does (its .deb declares `Depends: fuse3`). The command is the
+    hardware stand-in's fake (tests/fakes/bin/blobfuse2), which the HPC image's layer carries: the package only
+    puts it on PATH, so a node that never installs the package has no blobfuse2, as on Azure."""
+    tree = work / "blobfuse2"
+    shutil.rmtree(tree, ignore_errors=True)
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "usr" / "bin" / "blobfuse2").symlink_to("/opt/twin-hw/fakes/bin/blobfuse2")
+    (tree / "DEBIAN" / "control").write_text(
+        "Package: blobfuse2\nVersion: 2.3.2\nArchitecture: amd64\nMaintainer: ndfleet twin <twin@invalid>\n"
+        "Depends: fuse3\nDescription: twin stand-in for Microsoft's blobfuse2\n"
+    )
+    out = work / "blobfuse2_2.3.2_amd64.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
     return out
 
@@ -246,6 +195,9 @@ def build(pool: Path, out: Path, slurm_version: str) -> dict[str, bytes]:
     ]
     ms = out / "microsoft"
     write_repo(ms / "repos" / f"slurm-ubuntu-{SUITE}", "stable", smd, out / "gpg-microsoft", "packages.microsoft.com")
+    # Microsoft's product repository, which the HPC image already has as an apt source (docs/images.md).
+    write_repo(ms / "ubuntu" / "22.04" / "prod", "jammy", [_blobfuse2(work)], out / "gpg-microsoft",
+               "packages.microsoft.com")  # fmt: skip
     (ms / "keys").mkdir(parents=True, exist_ok=True)
     (ms / "keys" / "microsoft.asc").write_bytes(keys["microsoft"])
     # gpg started an agent per home to sign; nothing of the twin may outlive it.

@@ -27,7 +27,7 @@ image_pkgs+=,sudo
 # held_packages). Debian's libpmix2t64 stands in, at the path Debian's Slurm build loads it from.
 hpc_pkgs=(libpmix2t64)
 # Served by the repository stand-ins, with every dependency the image lacks (installed at boot by the set-up).
-repo_pkgs=(slurmd slurmctld slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin munge bash-completion jq nfs-common)
+repo_pkgs=(slurmd slurmctld slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin munge bash-completion jq nfs-common fuse3)
 
 stamp=$( (sed -n '/^# --- base ---/,/^# --- end base ---/p' "$0"; echo "$suite $image_pkgs ${repo_pkgs[*]}") \
   | sha256sum | cut -c1-16)

@@ -147,6 +147,7 @@ class Twin:
         repos = self.workdir / "repos"
         keys = aptrepo.build(self.pool, repos, version)
         self.archive_key = keys["archive"]
+        self.microsoft_key = keys["microsoft"]
         self.state.repo_dirs = {
             MS_HOST: repos / "microsoft",
             ARCHIVE_HOST: repos / "archive",
@@ -210,6 +211,11 @@ class Twin:
             files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
+            # The HPC image trusts Microsoft's key and has its product repository as a source (docs/images.md,
+            # ndfleet/images/ubuntu-hpc-2204.json apt_sources); here the key is the twin's, made for this run.
+            files["/etc/apt/trusted.gpg.d/microsoft-prod.asc"] = (self.microsoft_key, 0o644)
+            files["/etc/apt/sources.list.d/microsoft-prod.list"] = (
+                f"deb [arch=amd64] https://{MS_HOST}/ubuntu/22.04/prod jammy main\n".encode(), 0o644)
             # What the hardware and a VM's kernel give at every boot: a fresh fake /proc (blob mounts are gone after a
             # reboot), the GPU driver's device files (gres.conf names them), and the machine's own cgroup controllers
             # writable (a VM's systemd owns its cgroup tree; nspawn mounts the v1 controllers read-only).
