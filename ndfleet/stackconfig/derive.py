@@ -47,7 +47,7 @@ EXAMPLE_KEY_WARNING = (
 
 
 def latest_image_warning(image: ImageSpec) -> str:
-    """What `latest` means for an island (ndfleet plan prints it; docs/operations.md, "Pinned images")."""
+    """What `latest` means for an island (ndfleet plan prints it; docs/plan-diff.md, "Image changes")."""
     return (
         f"{NAMESPACE}:image = {image.urn!r}: Azure resolves 'latest' each time it creates or reimages a VM, so each "
         "repair or scale-out may boot a newer image (GPU driver, OFED, NCCL) than the rest of its island; pin a "
