@@ -15,7 +15,6 @@ from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NOD
 from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
-
 PINNED_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
 
 

@@ -90,7 +90,8 @@ _MODIFY_VMSS = "Azure docs: Modify a Virtual Machine Scale Set (virtual-machine-
 _IMAGE_ROLLOUT = (
     "Azure docs: virtual-machine-scale-sets-upgrade-policy.md (upgrade policy Manual: existing VMs are left alone when "
     "the model changes, new ones get the new model; image reference updates need a reimage) and "
-    "virtual-machine-scale-sets-upgrade-scale-set.md, 'OS Updates' (create, scale-out and reimage use the model's image)"
+    "virtual-machine-scale-sets-upgrade-scale-set.md, 'OS Updates' (create, scale-out and reimage use the model's "
+    "image)"
 )
 _PULUMI_FORCE_NEW = (
     "Pulumi azure-native: inputs that are part of the resource id (URL path parameters) and `location` are "
