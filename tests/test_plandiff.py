@@ -191,8 +191,45 @@ def test_bootstrap_change_needs_reimage_but_no_replacement(base: dict[str, Any],
 
 
 def test_other_model_change_is_a_model_update(base: dict[str, Any], head: dict[str, Any]) -> None:
-    vmss_inputs(head)["virtualMachineProfile"]["storageProfile"]["imageReference"]["sku"] = "2404"
+    vmss_inputs(head)["virtualMachineProfile"]["storageProfile"]["osDisk"]["diskSizeGB"] = 512
     assert rules_fired(plandiff.diff_plans(base, head)) == {"vmss-model"}
+
+
+def image_reference(plan: dict[str, Any]) -> dict[str, Any]:
+    reference: dict[str, Any] = vmss_inputs(plan)["virtualMachineProfile"]["storageProfile"]["imageReference"]
+    return reference
+
+
+def test_image_version_change_is_a_rolling_replacement_of_the_island(
+    base: dict[str, Any], head: dict[str, Any]
+) -> None:
+    image_reference(base)["version"] = "22.04.2024102301"
+    image_reference(head)["version"] = "22.04.2099010101"  # a later version (made up)
+    diff = plandiff.diff_plans(base, head)
+    (change,) = diff.changes  # the two plans differ in the image version only
+    assert [p.path for p in change.properties] == [f"{plandiff.IMAGE_REFERENCE_PATH}.version"]
+    (cons,) = diff.consequences
+    assert (cons.rule, cons.severity, cons.resource_name) == ("vmss-image", "danger", "dev-ib00")
+    assert cons.message.startswith(
+        "virtualMachineProfile.storageProfile.imageReference.version: 22.04.2024102301 -> 22.04.2099010101: "
+        "changes the island's image: a rolling replacement of its nodes."
+    )
+    assert "az vmss update-instances" in cons.message and "reimages it" in cons.message
+    assert "island-replaced" not in rules_fired(diff)  # the scale set stays; its nodes are reimaged
+
+
+def test_latest_to_a_pinned_version_is_an_image_change(base: dict[str, Any], head: dict[str, Any]) -> None:
+    image_reference(head)["version"] = "22.04.2024102301"
+    assert rules_fired(plandiff.diff_plans(base, head)) == {"vmss-image"}
+
+
+def test_an_image_change_of_several_properties_is_one_consequence(
+    base: dict[str, Any], head: dict[str, Any]
+) -> None:
+    image_reference(head).update(sku="2404", version="24.04.2099010101")  # made up
+    (cons,) = plandiff.diff_plans(base, head).consequences
+    assert cons.rule == "vmss-image" and cons.path == plandiff.IMAGE_REFERENCE_PATH
+    assert "imageReference.sku: 2204 -> 2404; " in cons.message and "imageReference.version: latest -> " in cons.message
 
 
 def test_tag_change_has_no_consequence(base: dict[str, Any], head: dict[str, Any]) -> None:

@@ -123,3 +123,17 @@ def test_markdown_of_a_real_diff_names_consequence_and_stack(tmp_path: Path) -> 
     md = plandiff.render_markdown([plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))])
     assert md.startswith(plandiff.MARKDOWN_MARKER)
     assert "`vmss-vm-size`" in md and "### Stack `dev`" in md and len(md) < plandiff.MARKDOWN_MAX_CHARS
+
+
+def test_image_version_change_is_flagged_as_a_rolling_replacement(tmp_path: Path) -> None:
+    """Two real plans of dev that differ only in the image version (`latest` -> a pinned one)."""
+    pinned = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
+    diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, image=pinned))
+    (change,) = diff.changes
+    assert change.properties == (
+        plandiff.PropertyChange(f"{plandiff.IMAGE_REFERENCE_PATH}.version", "latest", "22.04.2024102301"),
+    )
+    assert [(c.rule, c.severity) for c in diff.consequences] == [("vmss-image", "danger")]
+    md = plandiff.render_markdown([diff])
+    consequences, stack_table = md.index("`vmss-image`"), md.index("### Stack `dev`")
+    assert consequences < stack_table and "rolling replacement" in md  # flagged at the top

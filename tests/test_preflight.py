@@ -157,6 +157,9 @@ PERMISSIONS_PAGE2 = r"/providers/Microsoft\.Authorization/permissions\?.*skiptok
 PERMISSIONS = r"/providers/Microsoft\.Authorization/permissions\?"
 FEATURE = r"/providers/Microsoft\.Features/providers/Microsoft\.Compute/features/TrustedLaunchByDefaultPreview\?"
 IMPACT_PROVIDER = r"/subscriptions/[^/]+/providers/Microsoft\.Impact\?"
+# Compute's VirtualMachineImages: one version (a pinned image), or the list of versions (`latest`).
+IMAGE_VERSION = r"/artifacttypes/vmimage/offers/[^/]+/skus/[^/]+/versions/[^/?]+\?"
+IMAGE_VERSIONS = r"/artifacttypes/vmimage/offers/[^/]+/skus/[^/]+/versions\?"
 # The caller's permissions at subscription scope only (not a resource group's).
 SUBSCRIPTION_PERMISSIONS = r"/subscriptions/[^/]+/providers/Microsoft\.Authorization/permissions\?"
 
@@ -177,6 +180,8 @@ def arm(first: Sequence[tuple[str, list[Reply]]] = (), **override: list[Reply]) 
         "permissions": ok("authorization-permissions-owner.json"),
         "feature": ok("feature-trusted-launch-default-not-registered.json"),
         "impact_provider": ok("provider-microsoft-impact-registered.json"),
+        "image_version": ok("compute-image-version-ubuntu-hpc-2204.json"),
+        "image_versions": ok("compute-image-versions-ubuntu-hpc-2204.json"),
     }
     routes.update(override)
     patterns = {
@@ -189,6 +194,8 @@ def arm(first: Sequence[tuple[str, list[Reply]]] = (), **override: list[Reply]) 
         "permissions": PERMISSIONS,
         "feature": FEATURE,
         "impact_provider": IMPACT_PROVIDER,
+        "image_version": IMAGE_VERSION,
+        "image_versions": IMAGE_VERSIONS,
     }
     return ReplayTransport([*first, *((patterns[k], v) for k, v in routes.items())])
 
@@ -264,6 +271,7 @@ def test_everything_available_passes(tmp_path: Path, capsys: pytest.CaptureFixtu
         "vm-size-region": "pass",
         "vm-size-zone": "skip",
         "vm-restrictions": "pass",
+        "image-version": "pass",
         "quota-family": "pass",
         "quota-regional": "pass",
         "lustre-sku": "skip",
@@ -946,3 +954,80 @@ def test_spot_gpu_nodes_leave_the_slurm_machines_on_cores(tmp_path: Path, capsys
     spot, dedicated = run.check("quota-regional"), run.check("quota-regional-cores")
     assert (spot["figures"]["quotaName"], spot["figures"]["needed"]) == ("lowPriorityCores", 192)
     assert (dedicated["figures"]["quotaName"], dedicated["figures"]["needed"]) == ("cores", 16)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The image (issue 25): a pinned version is published in the stack's region; `latest` has at least one version.
+# Recordings in the documented shapes of "Virtual Machine Images - Get" / "- List" (azure-rest-api-specs,
+# VirtualMachineImages_Get / _List examples) and Resource Manager's 404 for an absent image (code NotFound,
+# "Artifact: VMImage was not found.", as Azure/vagrant-azure issue 147 shows it).
+
+PINNED = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
+IMAGE_PATH = (
+    f"/subscriptions/{SUB}/providers/Microsoft.Compute/locations/eastus/publishers/microsoft-dsvm/artifacttypes/"
+    "vmimage/offers/ubuntu-hpc/skus/2204/versions"
+)
+
+
+def test_a_published_pinned_version_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm()
+    run = preflight_run(capsys, stack_file(tmp_path, image=PINNED), transport)
+    check = run.check("image-version")
+    assert (check["status"], check["figures"]["published"], run.code) == ("pass", True, 0)
+    [request] = transport.calls("/artifacttypes/vmimage/")
+    assert urlsplit(request.url).path == f"{IMAGE_PATH}/22.04.2024102301"
+    assert request.method == "GET" and request.headers["Authorization"] == "Bearer fake-arm-token"
+
+
+def test_a_pinned_version_not_published_fails_naming_it_and_how_to_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transport = arm(image_version=[Reply(404, "error-404-vmimage-not-found.json")])
+    run = preflight_run(capsys, stack_file(tmp_path, image=PINNED), transport, fmt="table")
+    assert run.code == 1
+    assert re.search(r"^FAIL\s+image-version\s+microsoft-dsvm:ubuntu-hpc:2204:22\.04\.2024102301 is not published in "
+                     r"eastus \(Resource Manager answered 404\)", run.out, re.MULTILINE)
+    assert ("az vm image list --location eastus --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2204 --all "
+            "--output table") in run.out
+    assert len(transport.calls("/artifacttypes/vmimage/")) == 1  # a 404 is an answer, not retried
+
+
+def test_latest_passes_with_the_newest_version_to_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = arm()
+    check = preflight_run(capsys, stack_file(tmp_path), transport).check("image-version")  # the default, latest
+    assert check["status"] == "pass"
+    assert (check["figures"]["versions"], check["figures"]["newest"]) == (2, "22.04.2024102301")
+    assert check["detail"].endswith("pin it to keep every node of an island on one image: " + PINNED)
+    [request] = transport.calls("/artifacttypes/vmimage/")
+    assert urlsplit(request.url).path == IMAGE_PATH  # the list, not a version called "latest"
+
+
+@pytest.mark.parametrize(
+    "reply", [Reply(200, "compute-image-versions-empty.json"), Reply(404, "error-404-vmimage-not-found.json")]
+)
+def test_latest_of_an_image_without_versions_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], reply: Reply
+) -> None:
+    path = stack_file(tmp_path, image="microsoft-dsvm:ubuntu-hpc:2205:latest")
+    run = preflight_run(capsys, path, arm(image_versions=[reply]))
+    check = run.check("image-version")
+    assert (check["status"], check["figures"]["published"], run.code) == ("fail", False, 1)
+    assert check["detail"] == (
+        "microsoft-dsvm:ubuntu-hpc:2205 has no version published in eastus, so 'latest' resolves to nothing"
+    )
+    assert "--sku 2205 --all" in check["fix"]
+
+
+def test_image_versions_unreadable_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = preflight_run(capsys, stack_file(tmp_path, image=PINNED),
+                        arm(image_version=[Reply(403, "error-403-authorization-failed.json")]))  # fmt: skip
+    check = run.check("image-version")
+    assert (check["status"], run.code) == ("error", 2)
+    assert check["detail"].startswith(f"could not check: no permission to read the versions of image {PINNED}")
+
+
+def test_newest_version_compares_numbers_as_numbers() -> None:
+    from ndfleet.preflight.images import newest_version
+
+    assert newest_version(("22.04.2024102301", "22.04.999", "22.04.2024043001")) == "22.04.2024102301"
+    assert newest_version(("1.9.0", "1.10.0")) == "1.10.0"

@@ -15,6 +15,8 @@ from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NOD
 from ndfleet.stackconfig.sshkeys import is_example_key
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
+PINNED_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
+
 
 def spec_of(**overrides: Any):
     return load_spec(base_config(**overrides), "test")
@@ -56,7 +58,7 @@ def test_island_limit_300_is_allowed_with_a_support_request_warning() -> None:
 
 
 def test_default_limit_gives_no_warning() -> None:
-    assert spec_of(nodes=100).warnings == (EXAMPLE_KEY_WARNING,)
+    assert spec_of(nodes=100, image=PINNED_IMAGE).warnings == (EXAMPLE_KEY_WARNING,)
 
 
 def test_vcpu_quota_is_nodes_times_vcpus_per_family() -> None:

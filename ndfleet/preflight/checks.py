@@ -9,6 +9,7 @@ from dataclasses import asdict
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import Facts, Region, Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.features import check_trusted_launch_default
+from ndfleet.preflight.images import check_image_version
 from ndfleet.preflight.impact import check_impact_provider, check_impact_role_permission
 from ndfleet.preflight.machine_quota import (
     check_machine_family_quotas,
@@ -336,6 +337,7 @@ def run_checks(
         check_size_in_region(spec, facts.compute_skus),
         check_size_in_zone(spec, facts.compute_skus),
         check_size_restrictions(spec, facts.compute_skus),
+        check_image_version(spec, facts.image_versions),
         check_family_quota(spec, facts.usages, facts.compute_skus, cloud, subscription_id),
         *check_machine_family_quotas(spec, facts.usages, facts.compute_skus, cloud, subscription_id),
         check_regional_quota(spec, facts.usages, cloud, subscription_id, facts.compute_skus),

@@ -79,6 +79,14 @@ class ProviderRegistration:
 
 
 @dataclass(frozen=True)
+class ImageVersions:
+    """The versions of the stack's marketplace image published in its location (Compute's VirtualMachineImages): for a
+    pinned version, that version when it is published; for `latest`, every published version. Empty: none (404)."""
+
+    versions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Facts:
     locations: list[Region] | Unavailable
     compute_skus: list[Sku] | Unavailable  # virtualMachines SKUs of the stack's location
@@ -91,6 +99,8 @@ class Facts:
     # Reporter role is assigned, and the Microsoft.Impact provider's registration (ndfleet/preflight/impact.py).
     subscription_permissions: list[RolePermission] | Unavailable | None = None
     impact_provider: ProviderRegistration | Unavailable | None = None
+    # The stack's image in its location; None: not read (tests of the other checks).
+    image_versions: ImageVersions | Unavailable | None = None
 
 
 def norm_location(name: str) -> str:

@@ -1,5 +1,6 @@
-"""Reading the facts: the SDK management clients for locations, SKUs and usages, `ArmReader` for permissions and
-preview features, all in parallel, each failure kept as an `Unavailable` for the checks that needed it."""
+"""Reading the facts: the SDK management clients for locations, SKUs, usages and the image's versions, `ArmReader`
+for permissions and preview features, all in parallel, each failure kept as an `Unavailable` for the checks that
+needed it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import (
     Facts,
     FeatureRegistration,
+    ImageVersions,
     ProviderRegistration,
     Region,
     RolePermission,
@@ -36,8 +38,8 @@ def gather_facts(
     retry: RetrySettings | None = None,
     transport: Any = None,
 ) -> Facts:
-    """Read locations, resource SKUs, usages, (when needed) Managed Lustre SKUs, the caller's permissions at the
-    deployment scope and the Trusted Launch default feature, in parallel."""
+    """Read locations, resource SKUs, usages, the image's versions, (when needed) Managed Lustre SKUs, the caller's
+    permissions at the deployment scope and the Trusted Launch default feature, in parallel."""
     from azure.core.exceptions import AzureError
     from azure.mgmt.compute import ComputeManagementClient
     from azure.mgmt.resource.subscriptions import SubscriptionClient
@@ -85,6 +87,21 @@ def gather_facts(
                 for u in client.usage.list(location)
             ]
 
+    image = spec.image
+
+    def image_versions() -> ImageVersions:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
+            try:
+                if image.pinned:
+                    client.virtual_machine_images.get(location, image.publisher, image.offer, image.sku, image.version)
+                    return ImageVersions((image.version,))
+                listed = client.virtual_machine_images.list(location, image.publisher, image.offer, image.sku)
+                return ImageVersions(tuple(v.name for v in listed if v.name))
+            except ResourceNotFoundError:  # not published there (Resource Manager's 404, NotFound)
+                return ImageVersions(())
+
     def lustre_skus() -> list[Sku]:
         from azure.mgmt.storagecache import StorageCacheManagementClient
 
@@ -131,6 +148,7 @@ def gather_facts(
         "locations": (locations, "the subscription's locations"),
         "compute_skus": (compute_skus, f"Microsoft.Compute resource SKUs in {location}"),
         "usages": (usages, f"Microsoft.Compute usages (quota) in {location}"),
+        "image_versions": (image_versions, f"the versions of image {image.urn} in {location}"),
     }
     if spec.storage.lustre is not None:
         jobs["lustre_skus"] = (lustre_skus, "Microsoft.StorageCache SKUs")
@@ -169,6 +187,7 @@ def gather_facts(
         # At subscription scope already when the stack names no resource group: the same read.
         subscription_permissions=results.get("subscription_permissions", results["permissions"]) if impact else None,
         impact_provider=results.get("impact_provider"),
+        image_versions=results["image_versions"],
     )
 
 

@@ -44,10 +44,35 @@ class NetworkSpec(FrozenModel):
 
 
 class ImageSpec(FrozenModel):
+    """A marketplace image, `publisher:offer:sku:version` (the `image` setting)."""
+
     publisher: str
     offer: str
     sku: str
     version: str
+
+    @classmethod
+    def from_urn(cls, urn: str) -> ImageSpec:
+        publisher, offer, sku, version = urn.split(":")
+        return cls(publisher=publisher, offer=offer, sku=sku, version=version)
+
+    @property
+    def urn(self) -> str:
+        return f"{self.publisher}:{self.offer}:{self.sku}:{self.version}"
+
+    @property
+    def pinned(self) -> bool:
+        """False for `latest`, which Azure resolves to the newest published version each time it creates, scales out
+        or reimages a VM (Microsoft Learn, "Modify a Virtual Machine Scale Set", OS Updates)."""
+        return self.version.lower() != "latest"
+
+    def versions_command(self, location: str | None = None) -> str:
+        """The Azure CLI command that lists the published versions of this image (in `location`, when given)."""
+        where = f" --location {location}" if location else ""
+        return (
+            f"az vm image list{where} --publisher {self.publisher} --offer {self.offer} --sku {self.sku} --all "
+            "--output table"
+        )
 
 
 class LustreSpec(FrozenModel):

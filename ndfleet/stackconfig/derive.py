@@ -46,6 +46,16 @@ EXAMPLE_KEY_WARNING = (
 )
 
 
+def latest_image_warning(image: ImageSpec) -> str:
+    """What `latest` means for an island (ndfleet plan prints it; docs/plan-diff.md, "Image changes")."""
+    return (
+        f"{NAMESPACE}:image = {image.urn!r}: Azure resolves 'latest' each time it creates or reimages a VM, so each "
+        "repair or scale-out may boot a newer image (GPU driver, OFED, NCCL) than the rest of its island; pin a "
+        f"version, image: {image.publisher}:{image.offer}:{image.sku}:<version> (the versions: "
+        f"{image.versions_command()})"
+    )
+
+
 def split_islands(nodes: int, max_per_island: int) -> list[int]:
     """Fill islands to the limit, the remainder last: 250 at 100 -> [100, 100, 50]."""
     count = math.ceil(nodes / max_per_island)
@@ -257,6 +267,9 @@ def build_spec(
     reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
+    image = ImageSpec.from_urn(config.image)
+    if ok("image") and not image.pinned:
+        warnings.append(latest_image_warning(image))
     if ok("sshPublicKey") and is_example_key(config.ssh_public_key):
         warnings.append(EXAMPLE_KEY_WARNING)
 
@@ -265,7 +278,6 @@ def build_spec(
 
     if problems or network is None:
         return None, problems
-    publisher, offer, sku_name, version = config.image.split(":")
     prefix = config.name_prefix or _default_prefix(stack)
     spec = ClusterSpec(
         stack=stack,
@@ -275,7 +287,7 @@ def build_spec(
         profile=profile,
         islands=tuple(islands),
         max_nodes_per_island=limit,
-        image=ImageSpec(publisher=publisher, offer=offer, sku=sku_name, version=version),
+        image=image,
         admin_username=config.admin_username,
         ssh_public_key=config.ssh_public_key,
         resource_group_name=config.resource_group_name,

@@ -18,6 +18,8 @@ from ndfleet.monitoring.alerts import alerts, island_capacity_floor
 from ndfleet.monitoring.cost import estimate
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import USER_DATA_MAX_BYTES, validation_budget_s
+from ndfleet.preflight.facts import ImageVersions
+from ndfleet.preflight.images import check_image_version
 from ndfleet.prepare import PreparedCluster, default_probe_grace_period_s, prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
@@ -206,3 +208,16 @@ def test_monitoring_default_node_exporter_cpu_series() -> None:
 def test_the_capacity_floor_is_rounded_up_in_the_alert_wording() -> None:
     # The example in docs/monitoring.md: 0.9 of 64 nodes is 57.6, and the alert counts whole nodes.
     says("docs/monitoring.md", f"fewer than {island_capacity_floor(64, 0.9)} of 64 nodes healthy")
+
+
+# --- the pinned image (issue 25) ----------------------------------------------------------------------------------
+def test_the_pinned_image_the_docs_quote_is_the_examples() -> None:
+    pinned = {prepared(s).spec.image.urn for s in EXAMPLE_STACKS if prepared(s).spec.image.pinned}
+    assert len(pinned) == 1, f"the example stacks pin different images: {pinned}"
+    (urn,) = pinned
+    says("docs/sources.md", f"The `prod` and `h200` examples pin `{urn}`.")
+    says("docs/plan-diff.md", f"examples pin a version, `{urn}`")
+    # The example output of docs/preflight.md is for prod: its line is what the check prints for a published pin.
+    spec = prepared("prod").spec
+    check = check_image_version(spec, ImageVersions((spec.image.version,)))
+    says("docs/preflight.md", f"{check.status.upper()} {check.id} {check.detail}")

@@ -359,14 +359,22 @@ def consequences_for(
     replaced: set[tuple[str, str]] = set()
     for ch in changes:
         if ch.op == "update":
+            grouped: dict[str, tuple[ConsequenceRule, list[PropertyChange]]] = {}
             for prop in ch.properties:
                 rule = _rule_for(ch.type, prop)
                 if rule is None:
                     continue
                 if rule.effect == "replace":
                     replaced.add(ch.key)
+                if rule.grouped:
+                    grouped.setdefault(rule.id, (rule, []))[1].append(prop)
+                    continue
                 out.append(Consequence(rule.id, rule.severity, ch.type, ch.name,
                                        f"{_describe(prop)}: {rule.what}", prop.path))
+            for rule, props in grouped.values():
+                described = "; ".join(_describe(p) for p in props)
+                out.append(Consequence(rule.id, rule.severity, ch.type, ch.name, f"{described}: {rule.what}",
+                                       rule.path))
             if ch.type in DATA_HOLDING_TYPES and ch.old_protect and not ch.new_protect:
                 out.append(Consequence("protect-removed", "warning", ch.type, ch.name,
                                        "Pulumi protect is turned off: `pulumi up` may now delete it"))

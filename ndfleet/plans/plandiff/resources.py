@@ -60,6 +60,7 @@ LOCK_BLOCKED_TYPES = (
 )
 ISLAND_TAG = "ndfleet:island"
 CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
+IMAGE_REFERENCE_PATH = "virtualMachineProfile.storageProfile.imageReference"
 
 SEVERITIES = ("danger", "warning", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}

@@ -13,6 +13,7 @@ from ndfleet.plans.plandiff.resources import (
     CUSTOM_DATA_PATH,
     DISK_TYPE,
     FILE_SHARE_TYPE,
+    IMAGE_REFERENCE_PATH,
     MYSQL_SERVER_TYPE,
     ROLE_ASSIGNMENT_TYPE,
     STORAGE_ACCOUNT_TYPE,
@@ -51,6 +52,8 @@ class ConsequenceRule:
     source: str
     when: Callable[[Any, Any], bool] = field(default=_always, compare=False)
     condition: str = ""  # the `when` test in words, for the docs table
+    # One consequence per resource for every changed property under `path` (an image is four properties, one change).
+    grouped: bool = False
 
     def matches(self, resource_type: str, path: str) -> bool:
         if self.resource_type.endswith(":*"):
@@ -84,6 +87,12 @@ _ROLE_ASSIGNMENT_IMMUTABLE = (
     "updated'); Pulumi replaces it (scope is part of its id)"
 )
 _MODIFY_VMSS = "Azure docs: Modify a Virtual Machine Scale Set (virtual-machine-scale-sets-upgrade-scale-set.md)"
+_IMAGE_ROLLOUT = (
+    "Azure docs: virtual-machine-scale-sets-upgrade-policy.md (upgrade policy Manual: existing VMs are left alone when "
+    "the model changes, new ones get the new model; image reference updates need a reimage) and "
+    "virtual-machine-scale-sets-upgrade-scale-set.md, 'OS Updates' (create, scale-out and reimage use the model's "
+    "image)"
+)
 _PULUMI_FORCE_NEW = (
     "Pulumi azure-native: inputs that are part of the resource id (URL path parameters) and `location` are "
     "replace-on-change (forceNew in the provider's metadata)"
@@ -154,6 +163,15 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "changes the node bootstrap (customData): new nodes get it, existing nodes only after a model update "
         "and a reimage (`az vmss update-instances` then `az vmss reimage`)",
         "Azure docs: custom-data.md (customData on a scale set reaches existing instances after reimage)",
+    ),
+    ConsequenceRule(
+        "vmss-image", VMSS_TYPE, IMAGE_REFERENCE_PATH, "reimage", "danger",
+        "changes the island's image: a rolling replacement of its nodes. `pulumi up` changes only the scale set model "
+        "(upgrade policy Manual): from then on every repaired or added node boots the new image while the others keep "
+        "the old one, so the island runs two images (GPU driver, OFED, NCCL) until every node is brought to the new "
+        "model (`az vmss update-instances`), which reimages it: its jobs die and it validates again. Upgrade in "
+        "batches, draining each batch in Slurm first",
+        _IMAGE_ROLLOUT, grouped=True,
     ),
     ConsequenceRule(
         "vmss-model", VMSS_TYPE, "virtualMachineProfile", "reimage", "warning",
