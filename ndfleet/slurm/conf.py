@@ -90,7 +90,8 @@ class SlurmSite:
     gpus_per_node: int
     real_memory_mib: int
     health_check_interval_s: int
-    accounting_host: str | None
+    # slurmdbd on the controller (AccountingStorageHost is the controller's address); False: no accounting.
+    accounting: bool = True
     slurmctld_port: int = SLURMCTLD_PORT
     slurmd_port: int = SLURMD_PORT
     slurm_user: str = "slurm"
@@ -197,7 +198,6 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         # that reports less memory than RealMemory.
         real_memory_mib=profile.memory_min_gib * 1024,
         health_check_interval_s=spec.slurm.health_check_interval_s,
-        accounting_host=controller_host(spec),
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )
 

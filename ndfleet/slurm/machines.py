@@ -111,7 +111,7 @@ class NodeFile:
 # The controller has no node program: the modules slurm_reap needs are shipped as files and run with
 # `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
-REAP_MODULES = ("__init__", "slurm_reap", "runner", "text")
+REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "slurm_states", "runner", "text")
 # ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
 # with nodes awaiting it: what burnin/slurm.py imports, standard library only.
 BURNIN_MODULES = (

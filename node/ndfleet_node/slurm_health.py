@@ -144,13 +144,44 @@ class UnparsableNode(ValueError):
 
 
 # `scontrol show node --oneliner` prints fixed fields first (NodeName= ... State= ...), then the free-text
-# Reason ("Reason=<text> [<user>@<time>]"), then optional fields (Comment=, Extra=, ...). Only the fields before
-# Reason are parsed as tokens; the reason is the text up to its "[user@time]" stamp (Slurm src/api/node_info.c).
+# Reason ("Reason=<text> [<user>@<time>]"), then optional fields (Comment=, Extra=, InstanceId=, ReservationName=,
+# Topology=, ... in 24.x and later). Only the fields before Reason are parsed as tokens; the reason is the text up to
+# its "[user@time]" stamp (Slurm src/api/node_info.c).
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(\S*)")
 _REASON = re.compile(r"(?:^|\s)Reason=")
-_STAMP = re.compile(r" \[[^\]\s@]*@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\](?=$|\s+[A-Za-z_]+=)")
+_STAMP = re.compile(r" \[([^\]\s@]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\](?=$|\s+[A-Za-z_]+=)")
 _AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology"
                            r"|Parameters)=")
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One node of `scontrol show node --oneliner`, field by field."""
+
+    fields: dict[str, str]  # the fixed fields before Reason (the first of each key)
+    reason: str  # the free-text reason without its stamp; "" when there is none
+    reason_user: str  # the stamp's user ("slurm" for Slurm's own "Not responding"); "" without a stamp
+    reason_time: str  # the stamp's time as scontrol prints it ("2026-12-03T08:00:00"); "" without a stamp
+
+
+def split_node_line(line: str) -> NodeLine:
+    """The fields of one `scontrol show node --oneliner` line. A "State=" inside the free-text reason, or any field
+    printed after the reason, never counts as a fixed field."""
+    reason_at = _REASON.search(line)
+    fixed = line[: reason_at.start()] if reason_at else line
+    fields: dict[str, str] = {}
+    for key, value in _FIELD.findall(fixed):
+        fields.setdefault(key, value)
+    reason = user = when = ""
+    if reason_at:
+        rest = line[reason_at.end():]
+        stamp = _STAMP.search(rest)
+        if stamp:
+            reason, user, when = rest[: stamp.start()], stamp.group(1), stamp.group(2)
+        else:
+            after = _AFTER_REASON.search(rest)
+            reason = rest[: after.start()] if after else rest
+    return NodeLine(fields, reason.strip(), user, when)
 
 
 def parse_node(text: str) -> NodeState:
@@ -159,24 +190,11 @@ def parse_node(text: str) -> NodeState:
     The state is the State= field among the fixed fields, never a "State=" inside the free-text reason (an
     administrator's reason "back at State=IDLE" must not make a drained node look idle)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    reason_at = _REASON.search(line)
-    fixed = line[: reason_at.start()] if reason_at else line
-    fields: dict[str, str] = {}
-    for key, value in _FIELD.findall(fixed):
-        fields.setdefault(key, value)
-    if "NodeName" not in fields or "State" not in fields:
+    node = split_node_line(line)
+    if "NodeName" not in node.fields or "State" not in node.fields:
         raise UnparsableNode(f"no NodeName=/State= field in scontrol's answer ({first_line(line, 120)!r})")
-    reason = ""
-    if reason_at:
-        rest = line[reason_at.end():]
-        stamp = _STAMP.search(rest)
-        if stamp:
-            reason = rest[: stamp.start()]
-        else:
-            after = _AFTER_REASON.search(rest)
-            reason = rest[: after.start()] if after else rest
-    states = tuple(s.rstrip("*~#!%$@^-") for s in fields["State"].split("+") if s)
-    return NodeState(states, reason.strip())
+    states = tuple(s.rstrip("*~#!%$@^-") for s in node.fields["State"].split("+") if s)
+    return NodeState(states, node.reason)
 
 
 class ScontrolError(RuntimeError):

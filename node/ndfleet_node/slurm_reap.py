@@ -9,8 +9,8 @@ comes back later (slurmd restarted) registers again by itself.
 Every scontrol call has a timeout and a bound on its output (ndfleet_node.runner); output that is not UTF-8 is
 decoded with replacement. One delete that fails, hangs or says something odd does not stop the others: each gone
 node gets its own try, the failures are reported, and the exit status is 1 if any failed (2: nodes not listed).
-On the controller the module runs from /usr/local/lib/ndfleet (`python3 -m ndfleet_node.slurm_reap`, with the two
-modules it needs next to it).
+On the controller the module runs from /usr/local/lib/ndfleet (`python3 -m ndfleet_node.slurm_reap`, with the
+modules it needs next to it: ndfleet/slurm/machines.py REAP_MODULES).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ndfleet_node.runner import run_tool
+from ndfleet_node.slurm_health import split_node_line
 from ndfleet_node.text import clip, decode
 
 DEFAULT_AFTER_S = 1800
@@ -41,24 +42,22 @@ class GoneCandidate:
 
 
 def parse_nodes(text: str) -> list[GoneCandidate]:
-    """Nodes from `scontrol show node --oneliner` (one node per line)."""
+    """Nodes from `scontrol show node --oneliner` (one node per line), read field by field (slurm_health's
+    split_node_line): the reason's "[user@time]" stamp is found wherever the reason ends, also when Slurm prints
+    more fields after it (Comment=, ReservationName=, Topology=, ... in 24.x and later)."""
     out = []
     for line in text.splitlines():
-        fields = {}
-        for token in line.split():
-            key, sep, value = token.partition("=")
-            if sep and key not in fields:
-                fields[key] = value
+        node = split_node_line(line)
+        fields = node.fields
         name = fields.get("NodeName")
         if not name:
             continue
         states = fields.get("State", "").split("+")
         since = None
-        # "Reason=Not responding [slurm@2026-12-03T08:00:00]"
-        if " Reason=" in line and line.rstrip().endswith("]") and "@" in line:
-            stamp = line.rstrip()[:-1].rsplit("@", 1)[1]
+        # "Reason=Not responding [slurm@2026-12-03T08:00:00]": the time Slurm stopped hearing from the node.
+        if node.reason_time:
             try:
-                since = datetime.fromisoformat(stamp)
+                since = datetime.fromisoformat(node.reason_time)
             except ValueError:
                 since = None
         out.append(

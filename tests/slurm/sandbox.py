@@ -8,7 +8,9 @@ works the same under `unshare -rn pytest` (root in a user namespace, loopback on
   compute node with its own host name (a dynamic node registers under its host name) and its own slurmd port;
 - killing the namespace's PID 1 ends every daemon (no process outlives the test).
 The configuration is ndfleet's (`ndfleet.slurm.conf`), with only paths, users and the cgroup-based plugins
-(which need a real cgroup hierarchy) replaced; every such replacement is listed in `sandbox_site`.
+(which need a real cgroup hierarchy) replaced; every such replacement is listed in `sandbox_site`. A Slurm older than
+the one ndfleet installs gets the settings that give it the newer release's default behaviour
+(`with_older_release_equivalents`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class SlurmSandbox:
             # slurmd wants character devices; a user namespace cannot create one, so each fake GPU is /dev/null.
             (self.root / "dev" / f"nvidia{i}").symlink_to("/dev/null")
         for name, content in config_files(self.site).items():
+            if name == "slurm.conf":
+                content = with_older_release_equivalents(content, installed_slurm_release())
             (self.root / "etc" / name).write_text(content)
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -266,13 +270,46 @@ def sandbox_site(site: SlurmSite, root: Path) -> SlurmSite:
         slurmd_log_file=str(root / "log" / "slurmd-%n.log"),
         proctrack_type="proctrack/pgid",
         task_plugin="task/none",
-        accounting_host=None,
+        accounting=False,
         gpu_device_files=str(root / "dev" / f"nvidia[0-{site.gpus_per_node - 1}]"),
         real_memory_mib=1000,
         health_check_program=str(root / "bin" / "ndfleet-slurm-health"),
         health_check_interval_s=3,
         slurmd_timeout_s=10,
     )
+
+
+def installed_slurm_release() -> tuple[int, int]:
+    """(year, month) of the slurmctld the sandbox runs: `slurmctld -V` prints "slurm-wlm 22.05.8" or "slurm 25.11.5"."""
+    out = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True, timeout=30, check=True).stdout
+    year, month = out.split()[-1].split(".")[:2]
+    return int(year), int(month)
+
+
+# What ndfleet's Slurm (25.11) does by default and an older Slurm does only when told, for the CLOUD nodes of an
+# elastic island. The rendered slurm.conf has neither setting; the sandbox adds the one its Slurm needs, so that the
+# tests see the behaviour a deployed controller has (docs/slurm.md, "Settings left to Slurm's defaults").
+# (release that made it the default, SlurmctldParameters option, or slurm.conf line)
+OLDER_RELEASE_EQUIVALENTS = (
+    ((23, 2), "", "PrivateData=cloud"),  # powered-down CLOUD nodes listed by scontrol and sinfo (RELEASE_NOTES 23.02)
+    ((23, 11), "cloud_reg_addrs", ""),  # a CLOUD node's address from its registration (RELEASE_NOTES 23.11)
+)
+
+
+def with_older_release_equivalents(conf: str, release: tuple[int, int]) -> str:
+    """ndfleet's slurm.conf with the settings an older Slurm needs for 25.11's default behaviour (none for 23.11+)."""
+    if "State=CLOUD" not in conf:
+        return conf
+    lines = conf.splitlines()
+    for since, option, line in OLDER_RELEASE_EQUIVALENTS:
+        if release >= since:
+            continue
+        if option:
+            at = next(i for i, ln in enumerate(lines) if ln.startswith("SlurmctldParameters="))
+            lines[at] += f",{option}"
+        if line:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def _child_of(pid: int) -> int:

@@ -3,6 +3,12 @@ the power-saving settings, lists the CLOUD nodes powered down, and runs the Resu
 SLURM_RESUME_FILE when a job needs them; what the resume program does to Slurm (drain, requeuehold, NodeHostname)
 is accepted. The ResumeProgram here is a recorder that runs those same scontrol calls; the real programs, the VMs and
 their boot are the twin's (tests/twin/test_elastic.py).
+
+ndfleet installs Slurm 25.11, which lists powered-down CLOUD nodes and takes a CLOUD node's address from its
+registration by default; 22.05 does either only with `PrivateData=cloud` and `cloud_reg_addrs`. The rendered
+slurm.conf has neither: the sandbox adds them for a Slurm older than the release that made them the default
+(tests/slurm/sandbox.py, with_older_release_equivalents), so these tests check 25.11's behaviour, not a 22.05
+workaround. Without them, 22.05 answers "Node gpu-3 not found" for a powered-down node.
 """
 
 from __future__ import annotations

@@ -414,14 +414,37 @@ def test_power_saving_runs_ndfleets_programs_and_keeps_min_nodes_up(elastic: Clu
         "SuspendProgram=/usr/local/sbin/ndfleet-elastic-suspend",
         "ResumeFailProgram=/usr/local/sbin/ndfleet-elastic-resume-fail",
         "SuspendExcNodes=gpu-[1-4]:1",
-        "SlurmctldParameters=enable_configless,cloud_reg_addrs,idle_on_node_suspend",
+        "SlurmctldParameters=enable_configless,idle_on_node_suspend",
     ):
         assert line in lines
 
 
-def test_powered_down_cloud_nodes_are_visible_to_the_programs(elastic: ClusterSpec) -> None:
-    # 22.05 hides them from `scontrol show node` otherwise (tests/slurm/test_real_elastic.py).
-    assert "PrivateData=cloud" in conf_lines(elastic)
+@pytest.mark.parametrize("which", ["prod", "elastic"])
+def test_no_setting_that_slurm_25_11_has_made_its_default_or_removed(
+    which: str, prod: ClusterSpec, elastic: ClusterSpec
+) -> None:
+    # cloud_reg_addrs: removed in 23.11 (slurmctld logs it as defunct), its behaviour is the default; PrivateData=cloud:
+    # cloud nodes are listed by default since 23.02; TreeWidth: 16 by default since 23.11, and fan-out reaches dynamic
+    # and CLOUD nodes (RELEASE_NOTES 23.02 and 23.11, docs/slurm.md). 65533 would send every message from slurmctld.
+    text = config_files(slurm_site(prod if which == "prod" else elastic))["slurm.conf"]
+    setting_lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    for gone in ("cloud_reg_addrs", "PrivateData", "TreeWidth"):
+        assert not [ln for ln in setting_lines if gone in ln], gone
+
+
+def test_every_daemon_reaches_the_controller_by_its_address(prod: ClusterSpec) -> None:
+    # A network with its own DNS servers (bring your own network) may not resolve the controller's host name.
+    controller, _ = slurm_addresses(prod)
+    lines = conf_lines(prod)
+    assert f"SlurmctldHost={prod.name_prefix}-slurmctld({controller})" in lines
+    assert f"AccountingStorageHost={controller}" in lines
+    assert slurm_site(prod).conf_server == f"{controller}:6817"
+
+
+def test_the_controller_address_of_a_site_is_the_one_everything_uses(prod: ClusterSpec) -> None:
+    lines = config_files(slurm_site(prod, controller_addr="10.1.2.3"))["slurm.conf"].splitlines()
+    assert "SlurmctldHost=prod-slurmctld(10.1.2.3)" in lines
+    assert "AccountingStorageHost=10.1.2.3" in lines
 
 
 def test_a_stack_without_elastic_islands_has_no_power_saving(prod: ClusterSpec) -> None:

@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 from ndfleet_node.metrics import DEFAULT_DRAIN_FILE
-from ndfleet_node.slurm_health import DRAIN_MARKER, NodeState, Verdict, act, mirror_drain, parse_node, run_validation
+from ndfleet_node.slurm_health import (
+    DRAIN_MARKER,
+    NodeState,
+    Verdict,
+    act,
+    mirror_drain,
+    parse_node,
+    run_validation,
+    split_node_line,
+)
 from ndfleet_node.slurm_reap import gone, parse_nodes
+from ndfleet_node.slurm_reap import main as reap_main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -75,6 +85,49 @@ def test_reap_picks_only_dynamic_nodes_down_and_silent_long_enough() -> None:
     now = datetime(2026, 12, 3, 9, 0, 0)
     assert gone(nodes, now, after_s=1800) == ["prod-ib00-000004"]
     assert gone(nodes, now, after_s=0) == ["prod-ib00-000004", "prod-ib00-00000a"]
+
+
+# Slurm 24.x and later print optional fields after the reason (Comment=, Extra=, InstanceId= InstanceType=,
+# ReservationName=, TLSCertTokenSet=, Topology=, Parameters=: SchedMD/slurm src/api/node_info.c, one-liner form).
+# The lines of scontrol-show-node-oneliner-25.11.txt follow 25.11's field order; names, times and values are ours.
+SHAPE_25_11 = DATA / "scontrol-show-node-oneliner-25.11.txt"
+
+
+def test_reap_finds_the_reasons_time_when_slurm_prints_fields_after_it() -> None:
+    nodes = parse_nodes(SHAPE_25_11.read_text())
+    assert [(n.name, n.since) for n in nodes] == [
+        ("prod-ib00-00000c", datetime(2026, 12, 3, 8, 0, 0)),
+        ("prod-ib00-00000d", datetime(2026, 12, 3, 8, 10, 0)),
+        ("prod-ib00-00000e", datetime(2026, 12, 3, 8, 58, 30)),
+        ("prod-ib00-00000f", datetime(2026, 12, 3, 7, 0, 0)),
+    ]
+    now = datetime(2026, 12, 3, 9, 0, 0)
+    # 00000e has been silent for 90 s only; 00000f is drained by an administrator, not down (its reason's
+    # "State=DOWN" is free text).
+    assert gone(nodes, now, after_s=1800) == ["prod-ib00-00000c", "prod-ib00-00000d"]
+
+
+def test_parse_node_reads_a_25_11_line_field_by_field() -> None:
+    last = SHAPE_25_11.read_text().splitlines()[-1]
+    node = parse_node(last)
+    assert (node.states, node.reason) == (("IDLE", "DRAIN", "DYNAMIC_NORM"), "swap DIMM, then State=DOWN")
+    split = split_node_line(last)
+    assert (split.reason_user, split.reason_time) == ("root", "2026-12-03T07:00:00")
+    assert split.fields["Partitions"] == "ib00" and "Comment" not in split.fields and "Topology" not in split.fields
+
+
+def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_path: Path) -> None:
+    # Issue 25: the old parser looked for the stamp only at the end of the line, so this node was never reaped.
+    line = ("NodeName=prod-ib00-00000c Arch=x86_64 NodeAddr=10.50.0.16 Version=25.11.5 "
+            "State=DOWN*+DYNAMIC_NORM+NOT_RESPONDING Partitions=ib00 CurrentWatts=0 AveWatts=0 "
+            "Reason=Not responding [slurm@2026-12-03T08:00:00] Comment=(null) Extra=(null) InstanceId=(null) "
+            "ReservationName=maint Topology=default:ib00")
+    log = tmp_path / "deleted"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\nif [ \"$1\" = show ]; then echo '{line}'; else echo \"$@\" >> {log}; fi\n")
+    scontrol.chmod(0o755)
+    assert reap_main(["--scontrol", str(scontrol), "--after-seconds", "1800"]) == 0
+    assert log.read_text().splitlines() == ["delete nodename=prod-ib00-00000c"]
 
 
 def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> None:
