@@ -36,7 +36,7 @@ def check_image_version(spec: ClusterSpec, found: ImageVersions | Unavailable | 
         return unavailable_check(check_id, title, found)
     fix = (
         f"list the versions published there: {image.versions_command(spec.location)}; set ndfleet:image to one of "
-        "them (docs/plan-diff.md, \"Image changes\": a new version reimages every node)"
+        "them (docs/plan-diff.md, \"Image changes\": moving a running island to it means reimaging its nodes)"
     )
     figures: dict[str, object] = {"image": image.urn, "location": spec.location, "pinned": image.pinned}
     if image.pinned:
