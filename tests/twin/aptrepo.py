@@ -138,6 +138,10 @@ def _repack(debs: list[Path], name: str, version: str, depends: str, conflicts: 
     for deb in debs:
         subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
         shlibs += [d for d in _shlibs(deb) if d not in shlibs]
+    # Debian installs the daemons as `<name>-wlm` behind update-alternatives (its postinst); SchedMD's packages
+    # install them under their own names.
+    for path in (tree / "usr" / "sbin").glob("*-wlm") if (tree / "usr" / "sbin").is_dir() else []:
+        path.rename(path.with_name(path.name.removesuffix("-wlm")))
     declared = ", ".join([*shlibs, depends.format(v=version)])
     (tree / "DEBIAN" / "control").write_text(
         f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nMaintainer: ndfleet twin <twin@invalid>\n"

@@ -52,7 +52,10 @@ def slurm_up(twin: Twin) -> Twin:
         lambda tm: tm.unit_state("ndfleet-slurm-setup.service") in ("active", "failed"), BOOT_TIMEOUT_S, SETUP_UNITS,
     )  # fmt: skip
     for tm in (controller(twin), login(twin)):
-        assert tm.unit_state("ndfleet-slurm-setup.service") == "active", tm.journal("ndfleet-slurm-setup.service")
+        assert tm.unit_state("ndfleet-slurm-setup.service") == "active", "\n".join(
+            [tm.journal("ndfleet-slurm-setup.service"), tm.journal("slurmctld.service"), tm.journal("slurmdbd.service"),
+             tm.run("tail -n 30 /var/log/slurm/slurmctld.log /var/log/slurm/slurmdbd.log", check=False).stdout]
+        )  # fmt: skip
     return twin
 
 
