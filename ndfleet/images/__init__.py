@@ -80,6 +80,7 @@ class Absent:
     why: str
     source: str
     path: str = ""  # where it would be, on an image that has it (the node program looks there)
+    env: str = ""  # the environment it would need there (as Tool.env)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,11 @@ class ImageContract:
         paths = [t.path for t in self.tools if t.kind == "program"] + [a.path for a in self.absent if a.path]
         dirs = [p.rsplit("/", 1)[0] for p in paths if not p.startswith(homes)]
         return tuple(d for d in dict.fromkeys(dirs) if d not in standard)
+
+    def needs_env(self, name: str) -> str:
+        """The environment the tool `name` needs loaded ("" for none), whether this image has it or not."""
+        tool, absent = self.tool(name), self.absent_entry(name)
+        return tool.env if tool else absent.env if absent else ""
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -221,9 +227,13 @@ def _parse(data: Any, where: str) -> ImageContract:
             why=r.text(a, "why", f"absent[{i}]"),
             source=r.text(a, "source", f"absent[{i}]"),
             path=r.text(a, "path", f"absent[{i}]", required=False),
+            env=r.text(a, "env", f"absent[{i}]", required=False),
         )
         for i, a in enumerate(r.items(doc, "absent"))
     ]
+    for i, a in enumerate(absent):
+        if a.env and a.env not in envs:
+            raise r.fail(f"absent[{i}].env", f"one of the environments {sorted(envs)}", a.env)
     held = [
         HeldPackage(r.text(h, "name", f"held_packages[{i}]"), r.text(h, "source", f"held_packages[{i}]"))
         for i, h in enumerate(r.items(doc, "held_packages"))
