@@ -128,6 +128,16 @@ def test_healthy_after_a_pass(endpoint):
     assert endpoint.state() == "Healthy"
 
 
+def test_healthy_with_a_check_not_run_names_it(endpoint):
+    # nvbandwidth the image lacks: a skip in the report. The node is Healthy, and the reason says what was not run.
+    skip = {"id": "perf.nvbandwidth", "status": "skip", "value": "", "expected": "",
+            "message": "nvbandwidth is not on this image (Azure/azhpc-images installs it only for GB200 / Azure Linux)"}
+    passed = {"id": "gpu.count", "status": "pass", "value": "8", "expected": "8", "message": ""}
+    endpoint.report.write_text(json.dumps({"status": "healthy", "level": "full", "checks": [passed, skip]}))
+    assert endpoint.state() == "Healthy"
+    assert endpoint.reason() == "validate-node passed (full); not run: perf.nvbandwidth"
+
+
 def test_unhealthy_after_a_failure(endpoint):
     endpoint.report.write_text(_report("unhealthy", ("ib.ports",)))
     assert endpoint.state() == "Unhealthy"

@@ -19,7 +19,7 @@ from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_output
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
-from tests.fakes.node import Run, run_validator, write_bundle
+from tests.fakes.node import FAKE_HPCX_INIT, Run, run_validator, write_bundle
 
 HUNG_TOOL_TIMEOUT_S = 1
 NVIDIA_SMI_CHECKS = {"gpu.count", "gpu.ecc", "gpu.row_remap", "gpu.nvlink", "gpu.pcie", "gpu.throttle"}
@@ -36,6 +36,7 @@ class Scenario:
     mounts: tuple[str, ...] = tuple(PROD_MOUNTS)
     env: dict[str, str] = field(default_factory=dict)
     args: tuple[str, ...] | None = None
+    hpcx_init: str | None = str(FAKE_HPCX_INIT)  # burnin.hpcx_init; None: as rendered (the image's /opt/hpcx-*)
 
 
 # fault -> (level, the one check it must fail, what the message must say: measured, expected and device)
@@ -78,6 +79,10 @@ SCENARIOS: dict[str, Scenario] = {
     "hung_nvidia_smi": Scenario(script="prod_fast_timeout", faults=("nvsmi_hang",)),
     "missing_ibstat": Scenario(missing=("ibstat",)),
     "missing_nvbandwidth": Scenario(level="full", missing=("nvbandwidth",)),
+    # The image's HPC-X glob (/opt/hpcx-*/hpcx-init.sh) on a machine that has none.
+    "no_hpcx": Scenario(level="full", hpcx_init=None),
+    # hpcx_init "" (load nothing): the tools as PATH has them, and the loader refuses all_reduce_perf and nvbandwidth.
+    "hpcx_not_loaded": Scenario(level="full", hpcx_init=""),
     "no_dcgm": Scenario(level="full", missing=("dcgmi",)),
     "dmesg_instead_of_journal": Scenario(faults=("xid79",), missing=("journalctl",)),
     "bad_level": Scenario(args=("--level", "thorough", "--report", "REPORT")),
@@ -122,7 +127,8 @@ def runs(scripts, tmp_path_factory) -> dict[str, Run]:
         work.mkdir()
         args = None if s.args is None else [str(work / "report.json") if a == "REPORT" else a for a in s.args]
         return name, run_validator(
-            scripts[s.script], work, s.level, s.faults, s.mounts, s.missing, env=s.env, args=args, timeout=60
+            scripts[s.script], work, s.level, s.faults, s.mounts, s.missing, env=s.env, args=args, timeout=60,
+            hpcx_init=s.hpcx_init,
         )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -224,10 +230,46 @@ def test_missing_tool_fails_the_checks_that_need_it(runs):
     assert r.check("ib.ports")["message"] == "ibstat not found on PATH"
 
 
-def test_missing_perf_tool_fails_its_check(runs):
+def test_nvbandwidth_the_image_lacks_is_not_run_and_the_node_stays_healthy(runs):
+    # The Ubuntu 22.04 HPC image has no nvbandwidth (ndfleet/images/ubuntu-hpc-2204.json, absent): a skip with the
+    # reason, never a failure for a tool the image lacks, never a silent pass.
     r = runs["missing_nvbandwidth"]
-    assert r.failed == {"perf.nvbandwidth"}
-    assert r.check("perf.nvbandwidth")["message"] == "nvbandwidth not found on PATH"
+    assert r.rc == 0, r.stdout + r.stderr
+    assert r.report is not None and r.report["status"] == "healthy" and r.failed == set()
+    nvb = r.check("perf.nvbandwidth")
+    assert nvb["status"] == "skip"
+    assert nvb["message"] == (
+        "nvbandwidth is not on this image (Azure/azhpc-images installs it only for GB200 / Azure Linux)"
+    )
+    assert "SKIP perf.nvbandwidth: nvbandwidth is not on this image" in r.stdout
+    assert "1 skipped (perf.nvbandwidth)" in r.stdout.splitlines()[-1]
+
+
+def test_nvbandwidth_where_the_image_has_it_runs_under_hpcx(runs):
+    r = runs["healthy_full"]
+    assert r.check("perf.nvbandwidth")["status"] == "pass"
+    assert "skipped" not in r.stdout.splitlines()[-1]
+
+
+def test_no_hpcx_fails_the_mpi_tools_with_a_named_message(runs):
+    r = runs["no_hpcx"]
+    assert r.failed == {"perf.nccl_allreduce", "perf.nvbandwidth"}
+    for check, tool in (("perf.nccl_allreduce", "all_reduce_perf"), ("perf.nvbandwidth", "nvbandwidth")):
+        assert r.check(check)["message"] == (
+            "cannot find HPC-X: nothing matches burnin.hpcx_init = '/opt/hpcx-*/hpcx-init.sh'; "
+            f"{tool} needs HPC-X's Open MPI libraries (libmpi.so.40), not run"
+        )
+
+
+def test_the_fakes_refuse_to_start_without_hpcx_as_the_real_tools_do(runs):
+    # What a bare all_reduce_perf does on the image (the loader's message, exit 127): the fakes behave the same, so
+    # a validator that forgot HPC-X fails here.
+    r = runs["hpcx_not_loaded"]
+    assert r.failed == {"perf.nccl_allreduce", "perf.nvbandwidth"}
+    assert r.check("perf.nccl_allreduce")["message"] == (
+        "all_reduce_perf exited with status 127: all_reduce_perf: error while loading shared libraries: "
+        "libmpi.so.40: cannot open shared object file: No such file or directory"
+    )
 
 
 def test_absent_dcgm_is_skipped_with_a_reason(runs):

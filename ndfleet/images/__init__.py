@@ -17,6 +17,8 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "COMPUTE_IMAGE",
+    "SERVER_IMAGE",
     "Absent",
     "AptSource",
     "Environment",
@@ -29,6 +31,12 @@ __all__ = [
     "load_text",
     "names",
 ]
+
+
+# The images ndfleet deploys by default: the Azure HPC image on the compute nodes (ndfleet.stackconfig.settings
+# DEFAULT_IMAGE), Canonical's Ubuntu Server on the controller and login nodes (components/slurm_host.py).
+COMPUTE_IMAGE = "ubuntu-hpc-2204"
+SERVER_IMAGE = "ubuntu-server-2204"
 
 
 class ImageContractError(ValueError):
@@ -44,7 +52,8 @@ class Environment:
     load: str
     lib_dirs: tuple[str, ...]
     source: str
-    init_glob: str = ""
+    init_glob: str = ""  # what a node should look for: any version (the node JSON's burnin.hpcx_init)
+    home: str = ""  # the folder it lives in; its programs are reached only through `load`, never on PATH
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class Tool:
     source: str
     env: str = ""  # an entry of `environments` that must be loaded for the tool to run
     needs_libs: tuple[str, ...] = ()  # sonames only that environment's lib_dirs provide
+    kind: str = "program"  # or "service": a systemd unit (path is its unit file), not something to exec
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,8 @@ class Absent:
     name: str
     why: str
     source: str
+    path: str = ""  # where it would be, on an image that has it (the node program looks there)
+    env: str = ""  # the environment it would need there (as Tool.env)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,20 @@ class ImageContract:
 
     def absent_entry(self, name: str) -> Absent | None:
         return next((a for a in self.absent if a.name == name), None)
+
+    def off_path_dirs(self, standard: tuple[str, ...]) -> tuple[str, ...]:
+        """Folders of the programs (present, or absent here but used where an image has them) that are not among
+        the `standard` PATH folders and not inside an environment (those are reached by loading it): what the
+        node's PATH must add."""
+        homes = tuple(e.home.rstrip("/") + "/" for e in self.environments.values() if e.home)
+        paths = [t.path for t in self.tools if t.kind == "program"] + [a.path for a in self.absent if a.path]
+        dirs = [p.rsplit("/", 1)[0] for p in paths if not p.startswith(homes)]
+        return tuple(d for d in dict.fromkeys(dirs) if d not in standard)
+
+    def needs_env(self, name: str) -> str:
+        """The environment the tool `name` needs loaded ("" for none), whether this image has it or not."""
+        tool, absent = self.tool(name), self.absent_entry(name)
+        return tool.env if tool else absent.env if absent else ""
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -166,6 +192,7 @@ def _parse(data: Any, where: str) -> ImageContract:
             lib_dirs=r.texts(e, "lib_dirs", p),
             source=r.text(e, "source", p),
             init_glob=r.text(e, "init_glob", p, required=False),
+            home=r.text(e, "home", p, required=False),
         )
     tools = []
     for i, t in enumerate(r.items(doc, "tools")):
@@ -176,7 +203,10 @@ def _parse(data: Any, where: str) -> ImageContract:
             source=r.text(t, "source", p),
             env=r.text(t, "env", p, required=False),
             needs_libs=r.texts(t, "needs_libs", p, required=False),
+            kind=r.text(t, "kind", p, required=False) or "program",
         )
+        if tool.kind not in ("program", "service"):
+            raise r.fail(f"{p}.kind", "'program' or 'service'", tool.kind)
         if tool.env and tool.env not in envs:
             raise r.fail(f"{p}.env", f"one of the environments {sorted(envs)}", tool.env)
         if tool.needs_libs and not tool.env:
@@ -192,9 +222,18 @@ def _parse(data: Any, where: str) -> ImageContract:
         for i, lib in enumerate(r.items(doc, "libraries"))
     ]
     absent = [
-        Absent(r.text(a, "name", f"absent[{i}]"), r.text(a, "why", f"absent[{i}]"), r.text(a, "source", f"absent[{i}]"))
+        Absent(
+            name=r.text(a, "name", f"absent[{i}]"),
+            why=r.text(a, "why", f"absent[{i}]"),
+            source=r.text(a, "source", f"absent[{i}]"),
+            path=r.text(a, "path", f"absent[{i}]", required=False),
+            env=r.text(a, "env", f"absent[{i}]", required=False),
+        )
         for i, a in enumerate(r.items(doc, "absent"))
     ]
+    for i, a in enumerate(absent):
+        if a.env and a.env not in envs:
+            raise r.fail(f"absent[{i}].env", f"one of the environments {sorted(envs)}", a.env)
     held = [
         HeldPackage(r.text(h, "name", f"held_packages[{i}]"), r.text(h, "source", f"held_packages[{i}]"))
         for i, h in enumerate(r.items(doc, "held_packages"))

@@ -53,6 +53,8 @@ import jinja2
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
 
+from ndfleet import images
+from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
@@ -109,14 +111,12 @@ PERF_CHECKS = PERF_IDS
 
 NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
 VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"
-# Tools the Azure HPC images keep off the default PATH (nccl-tests, CUDA, DCGM, perftest, nvbandwidth).
-NODE_TOOL_DIRS = (
-    "/opt/nccl-tests/build",
-    "/usr/local/cuda/bin",
-    "/opt/nvbandwidth",
-    "/opt/azurehpc/test/nvbandwidth",
-)
-NODE_PATH = ":".join((*NODE_TOOL_DIRS, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"))
+STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+# Folders of the tools the compute image keeps off the default PATH (nccl-tests; nvbandwidth where an image has it),
+# from the image contract (ndfleet/images/ubuntu-hpc-2204.json, docs/images.md). HPC-X's own folders are not on
+# it: the node program loads HPC-X (ndfleet_node.hpcx) for the tools that need it.
+NODE_TOOL_DIRS = images.load(COMPUTE_IMAGE).off_path_dirs(STANDARD_PATH)
+NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
 # Text files the user data carries: (template, name, path on the node, mode).

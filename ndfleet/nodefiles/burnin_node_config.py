@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ndfleet import images
+from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import VmSizeProfile
 
@@ -22,6 +24,9 @@ IMPACT_UNIT_TIMEOUT_S = 900
 def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
     """The `burnin` object of the node JSON."""
     b = profile.burnin
+    image = images.load(COMPUTE_IMAGE)
+    all_reduce_perf = image.tool("all_reduce_perf")
+    assert all_reduce_perf is not None, f"the {COMPUTE_IMAGE} contract lists all_reduce_perf"
     common = dict(b.common_env)
     if profile.nccl_topo_file:
         common["NCCL_TOPO_FILE"] = profile.nccl_topo_file
@@ -39,9 +44,10 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         "nccl_env": common,
         "pair_env": dict(b.pair_env),
         "island_env": dict(b.island_env),
-        # The Azure HPC image: HPC-X under /opt/hpcx-*/ (module mpi/hpcx; ndfleet_node.burnin.hpcx sources its
-        # hpcx-init.sh), nccl-tests built in /opt/nccl-tests (Azure/azhpc-images). mpirun is HPC-X's.
-        "hpcx_init": "/opt/hpcx-*/hpcx-init.sh",
+        # The compute image's contract (ndfleet/images, docs/images.md): HPC-X under /opt/hpcx-*/ (module mpi/hpcx;
+        # ndfleet_node.hpcx sources its hpcx-init.sh, for the burn-in and the validator alike), nccl-tests built in
+        # /opt/nccl-tests. mpirun is HPC-X's.
+        "hpcx_init": image.environments["hpcx"].init_glob,
         "mpirun": "mpirun",
         # Azure's NCCL validation scripts (Azure/ai-infrastructure-on-azure, infrastructure_validations/slurm/NCCL):
         # no HCOLL (NCCL does the collectives; MPI only bootstraps), no tree spawn (every VM is reached straight from
@@ -52,7 +58,7 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         # UCX (MPI's transport) over reliable connection on the first InfiniBand port, as those scripts set it.
         "mpi_env": {"UCX_TLS": "rc", "UCX_NET_DEVICES": f"{profile.ib_devices[0]}:{profile.ib_port}"},
         "srun": "srun",
-        "all_reduce_perf": "/opt/nccl-tests/build/all_reduce_perf",
+        "all_reduce_perf": all_reduce_perf.path,
     }
 
 

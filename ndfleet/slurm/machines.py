@@ -111,11 +111,11 @@ class NodeFile:
 # The controller has no node program: the modules slurm_reap needs are shipped as files and run with
 # `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
-REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "slurm_states", "runner", "text")
+REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "slurm_states", "runner", "hpcx", "text")
 # ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
 # with nodes awaiting it: what burnin/slurm.py imports, standard library only.
 BURNIN_MODULES = (
-    "config", "slurm_states", "burnin/__init__", "burnin/hosts", "burnin/hpcx", "burnin/notify", "burnin/parser",
+    "config", "slurm_states", "hpcx", "burnin/__init__", "burnin/hosts", "burnin/notify", "burnin/parser",
     "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
 )  # fmt: skip
 # ...and the elastic islands' programs (`python3 -m ndfleet_node.elastic.programs`, docs/elastic.md); shipped to every

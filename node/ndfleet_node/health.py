@@ -4,7 +4,7 @@ Every request, whatever its path or shape, is answered `HTTP 200` with one of th
 read afresh from the validator's report and the failure marker:
 
   {"ApplicationHealthState": "Initializing"}  no report and no failure marker yet (set-up or validation running)
-  {"ApplicationHealthState": "Healthy"}       the report says "healthy"
+  {"ApplicationHealthState": "Healthy"}       the report says "healthy" (checks it skipped are named in the reason)
   {"ApplicationHealthState": "Unhealthy"}     the report says anything else, the marker exists, or the report is
                                               unreadable or malformed (not an object, checks not a list, ...)
 
@@ -48,6 +48,13 @@ def _failed_ids(checks: object) -> list[str] | None:
     return [str(c.get("id", "?")) for c in checks if c.get("status") == "fail"]
 
 
+def _skipped_ids(checks: object) -> list[str]:
+    """Checks the report marks as not run (skip): named in the reason, so a healthy node says what was not checked."""
+    if not isinstance(checks, list):
+        return []
+    return [str(c.get("id", "?")) for c in checks if isinstance(c, dict) and c.get("status") == "skip"]
+
+
 def health_state(report: str, failed_marker: str) -> tuple[str, str]:
     """(state, reason) from the validator's report and the failure marker. Never raises."""
     try:
@@ -71,7 +78,9 @@ def health_state(report: str, failed_marker: str) -> tuple[str, str]:
             return "Unhealthy", f"malformed validation report {report}: checks is not a list of objects"
         status = data.get("status")
         if status == "healthy" and not ids:
-            return "Healthy", f"validate-node passed ({data.get('level', '?')})"
+            skipped = _skipped_ids(data.get("checks", []))
+            not_run = f"; not run: {', '.join(skipped)}" if skipped else ""
+            return "Healthy", f"validate-node passed ({data.get('level', '?')}){not_run}"
         if status in ("healthy", "unhealthy"):
             return "Unhealthy", "validate-node failed: " + (", ".join(ids) or str(status))
         return "Unhealthy", f"validate-node could not run: {data.get('error', status)}"

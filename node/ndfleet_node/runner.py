@@ -14,6 +14,8 @@ Contract (burn-in and the Slurm health check reuse it):
   later calls return at once with timed_out=True and say so. Calls of the same tool are serialised, so that
   a hang is found by one call, not by every concurrent one.
 - A tool that is not on PATH returns rc 127 with "NAME not found on PATH"; it is never an exception.
+- A tool run under HPC-X (`ndfleet_node.hpcx.with_hpcx`: a bash wrapper that loads HPC-X, then execs the tool) is
+  named, timed out and remembered as a hang by the tool's name, not the wrapper's (`tool_name`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from ndfleet_node import hpcx
 from ndfleet_node.text import decode, first_line
 
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
@@ -57,7 +60,13 @@ class ToolResult:
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.argv[0]) if self.argv else "?"
+        return tool_name(self.argv)
+
+
+def tool_name(argv: Sequence[str]) -> str:
+    """The tool an argv runs: its first word, or the command inside the HPC-X wrapper."""
+    _, command = hpcx.unwrap(argv)
+    return os.path.basename(command[0]) if command else "?"
 
 
 def _read(f: IO[bytes], limit: int) -> bytes:
@@ -79,7 +88,7 @@ def run_tool(
 ) -> ToolResult:
     """Run one tool once with a timeout (see the module docstring). Never raises for the tool's behaviour."""
     argv = tuple(argv)
-    name = os.path.basename(argv[0])
+    name = tool_name(argv)
     t0 = time.monotonic()
     path = (env or os.environ).get("PATH", os.defpath)
     exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
@@ -136,7 +145,7 @@ class Runner:
             return self._locks.setdefault(name, threading.Lock())
 
     def run(self, argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> ToolResult:
-        name = os.path.basename(argv[0])
+        name = tool_name(argv)
         with self._lock(name):
             if name in self._hung:
                 return ToolResult(

@@ -179,6 +179,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         return cannot_run(f"cannot write the report to {report_path}: {e.strerror or e}")
     summary = f" ({' '.join(failed)})" if failed else ""
+    # A check that did not run (skip: a tool the image lacks, DCGM level 0) is named, never counted as passed.
+    skipped = [c["id"] for c in checks if c["status"] == "skip"]
+    summary += f", {len(skipped)} skipped ({' '.join(skipped)})" if skipped else ""
     print(f"validate-node: {status}: {len(checks)} checks, {len(failed)} failed{summary}, {duration} s; "
           f"report {report_path}", flush=True)  # fmt: skip
     return 1 if failed else 0

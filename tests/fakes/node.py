@@ -18,6 +18,9 @@ from pathlib import Path
 
 FAKES = Path(__file__).resolve().parent
 FAKE_BIN = FAKES / "bin"
+# HPC-X as the Azure HPC image lays it out (hpcx-init.sh with hpcx_load; its ompi/lib holds libmpi.so.40, without which
+# the fake all_reduce_perf and nvbandwidth do not start, as the real ones do not): the node JSON's burnin.hpcx_init.
+FAKE_HPCX_INIT = FAKES / "hpcx" / "hpcx-init.sh"
 
 # What the validator itself needs from the base system (everything else must come from the fakes).
 SYSTEM_TOOLS = (
@@ -141,6 +144,15 @@ def write_bundle(folder: Path, files: dict[str, tuple[bytes, int]]) -> Path:
     return folder
 
 
+def _json_object(path: Path) -> dict | None:
+    """The JSON object in `path`, or None (no file, not JSON, not an object: a test of a broken node JSON)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def run_validator(
     bundle: Path,
     workdir: Path,
@@ -153,14 +165,24 @@ def run_validator(
     timeout: float = 60,
     sysroot: Path | None = None,
     bindir: Path | None = None,
+    hpcx_init: str | None = str(FAKE_HPCX_INIT),
 ) -> Run:
+    """The rendered validator on the fake node. `hpcx_init` replaces the node JSON's burnin.hpcx_init (the glob of
+    HPC-X's hpcx-init.sh; default: the fake HPC-X tree; None keeps the rendered value, the image's /opt/hpcx-*)."""
     faults = list(faults)
     sysroot = sysroot or build_sysroot(workdir / "root", mounts, faults)
     path = str(bindir) if bindir else hermetic_path(workdir / "bin", missing)
     report = workdir / "out" / "report.json"
+    node_json = bundle / "node.json"
+    doc = _json_object(node_json) if hpcx_init is not None else None
+    if doc is not None and isinstance(doc.get("burnin"), dict):
+        doc["burnin"]["hpcx_init"] = hpcx_init
+        node_json = workdir / "node.json"
+        workdir.mkdir(parents=True, exist_ok=True)
+        node_json.write_text(json.dumps(doc))
     environ = {
         "PATH": path,
-        "NDFLEET_NODE_CONFIG": str(bundle / "node.json"),
+        "NDFLEET_NODE_CONFIG": str(node_json),
         "NDFLEET_SYSROOT": str(sysroot),
         "NDFLEET_FAKES": str(FAKES),
         "NDFLEET_FAKE_FAULTS": ",".join(faults),

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.burnin.hosts import HostfileError, read_hostfile
-from ndfleet_node.burnin.hpcx import HpcxError, find_init
 from ndfleet_node.burnin.notify import NODE_PROGRAM, report_impacts
 from ndfleet_node.burnin.planner import Planner, TestSpec
 from ndfleet_node.burnin.report import build_report, report_json, summary_lines, write_report
 from ndfleet_node.burnin.runner import ProcessRun, RunTest, mpirun_executor, run_bounded, run_round
 from ndfleet_node.burnin.settings import LEVELS, BurninSettings, SettingsError, load_settings
+from ndfleet_node.hpcx import HpcxError, find_init
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ndfleet_node.burnin import hpcx
+from ndfleet_node import hpcx
 from ndfleet_node.burnin.parser import parse_nccl_test_output
 from ndfleet_node.burnin.planner import TestResult, TestSpec
 from ndfleet_node.burnin.settings import BurninSettings

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node import config as node_config
+from ndfleet_node import hpcx
 
 LEVELS = ("quick", "full")
 
@@ -40,8 +41,9 @@ class BurninSettings:
     # environment srun exports for Slurm tasks.
     mpi_env: dict[str, str] = field(default_factory=dict)
     all_reduce_perf: str = "/opt/nccl-tests/build/all_reduce_perf"
-    # Glob of HPC-X's hpcx-init.sh (ndfleet_node.burnin.hpcx); "" = use `mpirun` as found on PATH, load nothing.
-    hpcx_init: str = "/opt/hpcx-*/hpcx-init.sh"
+    # Glob of HPC-X's hpcx-init.sh (ndfleet_node.hpcx, shared with the validator); "" = use `mpirun` as found on
+    # PATH, load nothing.
+    hpcx_init: str = hpcx.DEFAULT_INIT
     srun: str = "srun"
     max_rounds: int = 8
     max_parallel: int = 0  # tests of a round at once; 0 = all

@@ -1,5 +1,11 @@
 """Full-level checks: bandwidth against the profile's floors. They contend for the GPUs and HCAs, so they run
-one after another (concurrent=False), each under its own timeout from the node JSON."""
+one after another (concurrent=False), each under its own timeout from the node JSON.
+
+What the image holds is the image contract's (ndfleet/images/ubuntu-hpc-2204.json, docs/images.md): all_reduce_perf
+and nvbandwidth are built against HPC-X's Open MPI and run only with HPC-X loaded (ndfleet_node.hpcx, the node
+JSON's `burnin.hpcx_init`, the setting the burn-in uses too); the Ubuntu 22.04 HPC image has no nvbandwidth, so that
+check is reported as not run (skip, with the reason), never failed for a tool the image lacks.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ndfleet_node import hpcx
 from ndfleet_node.checks import Context, Result, check, failed, failed_list, passed
 from ndfleet_node.parsers import ParseError
 from ndfleet_node.parsers.dcgm import parse_diag_json, parse_diag_text
@@ -15,10 +22,26 @@ from ndfleet_node.parsers.perf import parse_all_reduce_perf, parse_ib_write_bw, 
 from ndfleet_node.runner import ToolResult, run_tool
 
 NVB_TESTS = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce")
+# Azure/azhpc-images installs nvbandwidth (/opt/nvidia/nvbandwidth, install_nvbandwidth_tool.sh) only from
+# distros/ubuntu24.04 (GB200) and distros/azurelinux3.0, not on the Ubuntu 22.04 HPC image of ND H100 / H200 v5.
+NVBANDWIDTH_ABSENT = "nvbandwidth is not on this image (Azure/azhpc-images installs it only for GB200 / Azure Linux)"
 
 
 def _tool_path(ctx: Context) -> str:
     return (ctx.runner.env or os.environ).get("PATH", os.defpath)
+
+
+def _under_hpcx(ctx: Context, argv: list[str]) -> list[str]:
+    """`argv` run with HPC-X loaded (the burn-in's setting, `burnin.hpcx_init`); HpcxError when there is none."""
+    pattern = hpcx.init_pattern(ctx.config.section("burnin"))
+    if not pattern:
+        return argv  # "" in the node JSON: the tool as PATH has it, nothing loaded
+    hpcx.find_init(pattern)
+    return hpcx.with_hpcx(pattern, argv)
+
+
+def _hpcx_missing(tool: str, e: hpcx.HpcxError) -> str:
+    return f"{e}; {tool} needs HPC-X's Open MPI libraries (libmpi.so.40), not run"
 
 
 @check("perf.nccl_allreduce", calls=(("nccl_allreduce", 1),), concurrent=False)
@@ -27,7 +50,13 @@ def perf_nccl_allreduce(ctx: Context) -> Result:
     size, gpus = int(ctx.th["nccl_bytes"]), int(ctx.hw["gpu_count"])
     expected = f">= {floor} GB/s busbw"
     env = {str(k): str(v) for k, v in ctx.config.section("nccl").get("test_env", {}).items()}
-    argv = ["all_reduce_perf", "-b", str(size), "-e", str(size), "-f", "2", "-g", str(gpus), "-c", "1"]
+    if shutil.which("all_reduce_perf", path=_tool_path(ctx)) is None:
+        return failed("", expected, "all_reduce_perf not found on PATH")
+    try:
+        argv = _under_hpcx(ctx, ["all_reduce_perf", "-b", str(size), "-e", str(size), "-f", "2", "-g", str(gpus),
+                                 "-c", "1"])  # fmt: skip
+    except hpcx.HpcxError as e:
+        return failed("", expected, _hpcx_missing("all_reduce_perf", e))
     r = ctx.run(argv, "nccl_allreduce", env=env)
     if not r.ok:
         return failed("", expected, r.error)
@@ -91,7 +120,13 @@ def perf_ib_write_bw(ctx: Context) -> Result:
 def perf_nvbandwidth(ctx: Context) -> Result:
     hd, dd = float(ctx.th["nvbw_host_device_gbps"]), float(ctx.th["nvbw_device_device_gbps"])
     expected = f"host<->device >= {hd} GB/s, device<->device >= {dd} GB/s"
-    r = ctx.run(["nvbandwidth", "-t", *NVB_TESTS], "nvbandwidth")
+    if shutil.which("nvbandwidth", path=_tool_path(ctx)) is None:
+        return Result("skip", "", expected, NVBANDWIDTH_ABSENT)
+    try:
+        argv = _under_hpcx(ctx, ["nvbandwidth", "-t", *NVB_TESTS])  # built with MPI (MULTINODE=1)
+    except hpcx.HpcxError as e:
+        return failed("", expected, _hpcx_missing("nvbandwidth", e))
+    r = ctx.run(argv, "nvbandwidth")
     if not r.ok:
         return failed("", expected, r.error)
     matrices = parse_nvbandwidth(r.text)

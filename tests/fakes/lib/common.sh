@@ -71,3 +71,19 @@ flaky() {
   echo $((n + 1)) >"$f"
   ((n < 2))
 }
+
+# needs_libmpi: exit as the dynamic loader does when HPC-X is not loaded. all_reduce_perf (and nvbandwidth) on the
+# Azure HPC image are linked against HPC-X's Open MPI (-lmpi) with an rpath of only $ORIGIN:$ORIGIN/verifiable, and
+# no ld.so.conf entry names HPC-X: they start only with HPC-X's lib dirs on LD_LIBRARY_PATH (`hpcx_load`).
+# Sources: Azure/azhpc-images components/install_nccl.sh, install_nvbandwidth_tool.sh (commit 8e9d055fb9e1);
+# NVIDIA/nccl-tests src/Makefile (commit a0b82b2260cf); ndfleet/images/ubuntu-hpc-2204.json, docs/images.md.
+# A folder counts when it holds libmpi.so.40 (the fake HPC-X tree has one: tests/fakes/hpcx/ompi/lib).
+needs_libmpi() {
+  local d
+  local IFS=:
+  for d in ${LD_LIBRARY_PATH:-}; do
+    [[ -n $d && -e $d/libmpi.so.40 ]] && return 0
+  done
+  echo "${0##*/}: error while loading shared libraries: libmpi.so.40: cannot open shared object file: No such file or directory" >&2
+  exit 127
+}
