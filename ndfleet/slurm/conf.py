@@ -99,8 +99,9 @@ class SlurmSite:
     auth_info: str = ""
     state_save_location: str = f"{CONTROLLER_STATE_MOUNT}/state"
     slurmd_spool_dir: str = "/var/spool/slurmd"
-    slurmctld_pid_file: str = "/run/slurmctld.pid"
-    slurmd_pid_file: str = "/run/slurmd.pid"
+    # In the units' RuntimeDirectory (SchedMD etc/slurmctld.service.in runs slurmctld as slurm: /run is not its own).
+    slurmctld_pid_file: str = "/run/slurmctld/slurmctld.pid"
+    slurmd_pid_file: str = "/run/slurm/slurmd.pid"
     slurmctld_log_file: str = "/var/log/slurm/slurmctld.log"
     slurmd_log_file: str = "/var/log/slurm/slurmd.log"
     proctrack_type: str = "proctrack/cgroup"
