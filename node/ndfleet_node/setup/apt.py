@@ -4,8 +4,8 @@ At a compute node's first boot three things may want apt at once: cloud-init and
 lock), ndfleet-slurm-setup (templates/slurm/ndfleet-slurm-setup.sh.j2, installing Slurm) and this set-up (BlobFuse2
 for the blob containers). ndfleet's two take APT_LOCK for their apt work, the shell script with flock(1), this with
 flock(2) on the same file (the same lock); every apt-get call also waits a bounded time for dpkg's lock
-(`DPkg::Lock::Timeout`, apt.conf(5)). The Azure HPC image ships with apt's package lists cleared
-(Azure/azhpc-images utils/clear_history.sh), so an install starts with `apt-get update`.
+(`DPkg::Lock::Timeout`, apt.conf(5)). The Azure HPC image's package lists are those of its build (its
+utils/clear_history.sh empties /var/cache, not /var/lib/apt/lists), so an install starts with `apt-get update`.
 """
 
 from __future__ import annotations
