@@ -12,9 +12,11 @@ import base64
 import functools
 import importlib.resources
 import json
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet_node.setup.apt import APT_LOCK
 from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.monitoring.agent import controller_config, controller_files
@@ -55,6 +57,13 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 SLURM_REPO_HOST = "packages.microsoft.com"
 SLURM_REPO_URL = f"https://{SLURM_REPO_HOST}/repos/slurm-ubuntu"
 SLURM_CHANNEL = "stable"
+# The same repository's pre-release channel, which the Azure HPC image lists for its pmix (Azure/azhpc-images
+# components/install_pmix.sh): no Slurm package may come from it (slurm_apt_preferences).
+SLURM_OTHER_CHANNEL = "insiders"
+# apt reads preferences.d in file name order and takes the first specific record that matches a version
+# (apt_preferences(5)): this name sorts before the HPC image's own `slurm-repository-pin-990`
+# (Azure/azhpc-images components/slurm-repo/slurm-u.pin, which pins slurm-smd* from packages.microsoft.com to 990).
+APT_PREFERENCES_PATH = "/etc/apt/preferences.d/ndfleet-slurm"
 # Microsoft's package signing key, ASCII-armored. Canonical's plain Ubuntu images do not have it; a .asc keyring
 # works in signed-by= from apt 1.4 on (sources.list(5)).
 MICROSOFT_KEY_URL = f"https://{SLURM_REPO_HOST}/keys/microsoft.asc"
@@ -88,9 +97,10 @@ NFS_MOUNTS = ({"share": "home", "path": "/shared/home"}, {"share": "shared", "pa
 # (and reports its health) even if the share is unreachable.
 NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
 STATE_DISK_LUN = 0
-# Worst case: two apt calls waiting for the dpkg lock, the downloads, the Key Vault wait, the state disk; the unit's
-# limit stays above the sum of the bounds the script itself keeps (a test checks it).
-SETUP_TIMEOUT_S = 1800
+# Worst case: the node set-up holding ndfleet's apt lock (at most its unit's limit, the profile's setup_timeout_s),
+# two apt calls waiting for the dpkg lock, the downloads, the Key Vault wait, the state disk; the unit's limit stays
+# above the sum of the bounds the script itself keeps (a test checks it for every profile).
+SETUP_TIMEOUT_S = 2400
 SETUP_INSTALL_ALLOWANCE_S = 300
 SETUP_UNIT = "ndfleet-slurm-setup.service"
 # slurm-reap on the controller: each scontrol call, and the whole run (the timer starts it every 5 minutes).
@@ -150,6 +160,35 @@ def _node_module(name: str) -> str:
     return strip(importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text())
 
 
+def slurm_apt_preferences() -> str:
+    """/etc/apt/preferences.d/ndfleet-slurm: Slurm packages only from ndfleet's channel of Microsoft's repository.
+
+    apt gives each *version* of a package one priority, from the first specific record that matches any of the places
+    the version is offered (apt_preferences(5); a version the `stable` and the `insiders` channel both offer is one
+    version). So, in this order, for the `slurm*` packages:
+    1. a version the configured channel offers: 990, named by suite (`a=`) or codename (`n=`);
+    2. a version only the other channel offers (the HPC image lists `insiders` for its pmix): -1, never installed by
+       apt's own choice;
+    3. anything else from packages.microsoft.com (a Release file that names neither): 990, as Azure CycleCloud pins
+       them (Azure/cyclecloud-slurm azure-slurm-install/ubuntu.sh).
+    pmix and every other package keep their priority. The set-up installs exact versions it read from the configured
+    channel (resolve_release), which no pin can change; these records keep apt's own choices (a dependency, an
+    administrator's `apt-get install slurm-smd-...`) on that channel too. tests/slurm/test_slurm_apt.py checks them
+    with apt.
+    """
+    ours, other = SLURM_CHANNEL, SLURM_OTHER_CHANNEL
+    records = []
+    for field in ("a", "n"):
+        records.append(f"Explanation: ndfleet: Slurm from the {ours} channel it configured\n"
+                       f"Package: slurm*\nPin: release {field}={ours}\nPin-Priority: 990\n")  # fmt: skip
+    for field in ("a", "n"):
+        records.append(f"Explanation: ndfleet: no Slurm only {other} offers (the Azure HPC image lists it for pmix)\n"
+                       f"Package: slurm*\nPin: release {field}={other}\nPin-Priority: -1\n")  # fmt: skip
+    records.append(f"Explanation: ndfleet: Slurm from {SLURM_REPO_HOST} before any other origin\n"
+                   f'Package: slurm*\nPin: origin "{SLURM_REPO_HOST}"\nPin-Priority: 990\n')  # fmt: skip
+    return "\n".join(records)
+
+
 def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
     assert spec.slurm is not None
     return {
@@ -158,6 +197,13 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "slurm_repo_url": SLURM_REPO_URL,
         "slurm_repo_host": SLURM_REPO_HOST,
         "slurm_channel": SLURM_CHANNEL,
+        "slurm_other_channel": SLURM_OTHER_CHANNEL,
+        "apt_preferences": slurm_apt_preferences(),
+        "apt_preferences_path": APT_PREFERENCES_PATH,
+        "apt_lock": APT_LOCK,
+        "apt_lock_dir": posixpath.dirname(APT_LOCK),
+        # The node set-up holds the lock at most as long as its unit may run (then systemd ends it, and the lock).
+        "apt_lock_wait_s": spec.profile.thresholds.setup_timeout_s,
         "key_url": MICROSOFT_KEY_URL,
         "keyring_path": MICROSOFT_KEYRING,
         "dpkg_lock_timeout_s": DPKG_LOCK_TIMEOUT_S,

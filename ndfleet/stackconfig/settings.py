@@ -179,9 +179,10 @@ class MonitoringConfig(SettingsModel):
 class SlurmConfig(SettingsModel):
     """`ndfleet:slurm`: the Slurm cluster's own machines and services (used when `scheduler: slurm`)."""
 
-    # A slurm-smd package version of Microsoft's `stable` channel (the one Azure CycleCloud's Slurm template pinned
-    # last: Azure/cyclecloud-slurm templates/slurm.txt); docs/slurm.md says how to list what a channel holds.
-    version: str = Field(default="25.11.5-1")
+    # A Slurm release YY.MM.P (the one Azure CycleCloud's Slurm template pinned last: Azure/cyclecloud-slurm
+    # templates/slurm.txt); the set-up installs the newest slurm-smd package revision of it that Microsoft's `stable`
+    # channel has (docs/slurm.md). An exact package version YY.MM.P-R is also accepted.
+    version: str = Field(default="25.11.5")
     controller_vm_size: str = Field(
         default="Standard_D8s_v5", alias="controllerVmSize", pattern=r"^Standard_[A-Za-z0-9_]+$"
     )
@@ -198,13 +199,13 @@ class SlurmConfig(SettingsModel):
     @field_validator("version")
     @classmethod
     def _slurm_release(cls, v: str) -> str:
-        # Slurm releases are YY.MM (02, 05, 08 or 11) plus a patch level; dynamic nodes need 22.05 or newer. The
-        # package adds a Debian revision (-1).
-        m = re.fullmatch(r"(2[2-9])\.(02|05|08|11)\.([0-9]{1,3})-([1-9][0-9]{0,2})", v)
+        # Slurm releases are YY.MM (02, 05, 08 or 11) plus a patch level; dynamic nodes need 22.05 or newer. A
+        # package version adds a revision (-1), which Microsoft raises when it rebuilds (Azure/cyclecloud-slurm #411).
+        m = re.fullmatch(r"(2[2-9])\.(02|05|08|11)\.([0-9]{1,3})(-[1-9][0-9]{0,2})?", v)
         if m is None or (int(m.group(1)), int(m.group(2))) < (22, 5):
             raise ValueError(
-                "must be a slurm-smd package version YY.MM.P-R of Slurm 22.05 or newer (dynamic nodes), "
-                "e.g. 25.11.5-1"
+                "must be a Slurm release YY.MM.P of 22.05 or newer (dynamic nodes), e.g. 25.11.5 (the newest "
+                "slurm-smd package of it is installed), or an exact slurm-smd package version YY.MM.P-R, e.g. 25.11.5-1"
             )
         return v
 

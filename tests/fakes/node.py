@@ -34,8 +34,9 @@ TOOL_FAULTS = frozenset(
     "ib_rate_200 hca_pcie_x8 fm_inactive xid79 ib_flap nccl_low ib_bw_low h2d_low dcgm_fail".split()
 )
 SYSROOT_FAULTS = frozenset("peermem_absent ib_flap nvme_missing memory_low cpu_low lustre_unmounted".split())
-# Faults of the set-up fakes (mount, blobfuse2, systemctl).
-SETUP_FAULTS = frozenset("lustre_down lustre_flaky blob_fail fm_stopped dcgm_installed".split())
+# Faults of the set-up fakes (mount, blobfuse2, systemctl, apt-get).
+# apt_flaky, apt_down: the fake apt-get (BlobFuse2 installed at set-up).
+SETUP_FAULTS = frozenset("lustre_down lustre_flaky blob_fail fm_stopped dcgm_installed apt_flaky apt_down".split())
 
 HCA_BDFS = [f"01{i + 1:02d}:00:00.0" for i in range(8)]
 BASE_MOUNTS = ("/dev/sda1 / ext4 rw,relatime,discard 0 0", "tmpfs /run tmpfs rw,nosuid,nodev,size=195338456k 0 0")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -82,9 +84,9 @@ def bundle(tmp_path_factory, imds) -> Path:
 class Node:
     """A fake node: its sysroot and its PATH; `cloud_init()` writes what cloud-init writes before set-up."""
 
-    def __init__(self, base: Path, bundle: Path, faults: tuple[str, ...] = ()):
+    def __init__(self, base: Path, bundle: Path, faults: tuple[str, ...] = (), missing: tuple[str, ...] = ()):
         self.root = build_sysroot(base / "root", (), ("peermem_absent", *faults))
-        self.bin = Path(hermetic_path(base / "bin"))
+        self.bin = Path(hermetic_path(base / "bin", missing))
         self.bundle, self.faults = bundle, faults
         self.cloud_init()
 
@@ -262,3 +264,76 @@ def test_the_retry_window_fits_the_set_up_budget_of_every_vm_size():
     for profile in PROFILES.values():
         t = profile.thresholds
         assert t.mount_retry_s + t.fabricmanager_wait_s <= t.setup_timeout_s, profile.name
+
+
+# BlobFuse2 (issue 25): the HPC image has none, and its apt lists are cleared (docs/bootstrap.md).
+APT_LOCK_LINE = "(apt.lock held)"
+
+
+def test_blobfuse2_is_installed_under_the_apt_lock_before_the_first_mount(tmp_path, bundle):
+    node = Node(tmp_path, bundle, ("fm_stopped",), missing=("blobfuse2",))
+    run = node.setup()
+    assert steps(run)["blob"]["status"] == "ok", steps(run)["blob"]
+    assert steps(run)["blob"]["message"].startswith("blobfuse2 installed (attempt 1); ")
+    done = calls(node.root)
+    apt = [c for c in done if c.startswith("apt-get ")]
+    assert apt == [
+        f"apt-get -q -o DPkg::Lock::Timeout=60 -o Acquire::Retries=3 update {APT_LOCK_LINE}",
+        f"apt-get -q -o DPkg::Lock::Timeout=60 -o Acquire::Retries=3 -y install blobfuse2 {APT_LOCK_LINE}",
+    ]
+    first_mount = next(i for i, c in enumerate(done) if c.startswith("blobfuse2 mount"))
+    assert done.index(apt[-1]) < first_mount
+    assert {"/mnt/blob/datasets", "/mnt/blob/checkpoints"} <= set(node.mounts())
+
+
+def test_a_failed_install_is_tried_again(tmp_path, bundle):
+    node = Node(tmp_path, bundle, ("fm_stopped", "apt_flaky"), missing=("blobfuse2",))
+    run = node.setup()
+    assert steps(run)["blob"]["message"].startswith("blobfuse2 installed (attempt 2); "), steps(run)["blob"]
+    assert len([c for c in calls(node.root) if c.startswith("apt-get") and " update " in c]) == 2
+
+
+def test_an_install_that_never_works_fails_the_step_by_name_after_bounded_tries(tmp_path, bundle):
+    node = Node(tmp_path, bundle, ("fm_stopped", "apt_down"), missing=("blobfuse2",))
+    run = node.setup()
+    blob = steps(run)["blob"]
+    assert blob["status"] == "failed"
+    assert blob["message"].startswith("blobfuse2 could not be installed after 3 attempt(s): apt-get update: ")
+    assert "apt-get install blobfuse2: " in blob["message"] and "Temporary failure resolving" in blob["message"]
+    assert len([c for c in calls(node.root) if c.startswith("apt-get") and " install " in c]) == 3
+    assert not [c for c in calls(node.root) if c.startswith("blobfuse2 mount")]
+    assert steps(run)["lustre"]["status"] == "ok"
+
+
+def test_a_stack_without_blob_containers_installs_nothing(tmp_path, bundle):
+    plain = tmp_path / "bundle"
+    shutil.copytree(bundle, plain)
+    data = json.loads((plain / "node.json").read_text())
+    data["mounts"]["expected"] = [m for m in data["mounts"]["expected"] if not m.startswith("/mnt/blob/")]
+    data["mounts"]["blob"] = []
+    (plain / "node.json").write_text(json.dumps(data))
+    node = Node(tmp_path / "n", plain, ("fm_stopped",), missing=("blobfuse2",))
+    run = node.setup()
+    assert steps(run)["blob"] == {"step": "blob", "status": "ok", "message": "the stack has no blob containers"}
+    assert not [c for c in calls(node.root) if c.startswith("apt-get")]
+
+
+@pytest.mark.needs_tool("flock")
+def test_the_install_waits_for_the_slurm_setup_holding_the_same_lock(tmp_path, bundle):
+    # ndfleet-slurm-setup takes the lock with flock(1) (templates/slurm/ndfleet-slurm-setup.sh.j2); the set-up with
+    # flock(2): the same lock. Here flock(1) holds it for 3 s while the set-up starts.
+    node = Node(tmp_path, bundle, ("fm_stopped",), missing=("blobfuse2",))
+    lock = node.root / "run" / "ndfleet" / "apt.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    released = node.root / "released"
+    holder = subprocess.Popen(["flock", str(lock), "sh", "-c", f"sleep 3; touch {released}"])
+    try:
+        time.sleep(0.5)
+        run = node.setup()
+    finally:
+        holder.wait(timeout=30)
+    assert steps(run)["blob"]["status"] == "ok", steps(run)["blob"]
+    update_log = next(c for c in calls(node.root) if c.startswith("apt-get") and " update " in c)
+    assert update_log.endswith(APT_LOCK_LINE)
+    # The first apt call came after the holder let go: its file existed before the set-up's apt-get ran.
+    assert released.stat().st_mtime <= (node.root / "var" / "fake" / "apt-installs").stat().st_mtime

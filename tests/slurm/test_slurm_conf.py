@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
@@ -20,7 +22,9 @@ from ndfleet.slurm.conf import (
     slurmd_args,
 )
 from ndfleet.slurm.machines import (
+    APT_PREFERENCES_PATH,
     DPKG_LOCK_TIMEOUT_S,
+    ROLE_PACKAGES,
     SECRET_RETRY_S,
     SECRET_WAIT_S,
     SETUP_INSTALL_ALLOWANCE_S,
@@ -28,10 +32,12 @@ from ndfleet.slurm.machines import (
     machine_bootstrap,
     machine_user_data,
     slurm_bootstrap_extensions,
+    slurm_apt_preferences,
     slurm_node_files,
 )
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.profiles import PROFILES
 from ndfleet.stackconfig.problems import SpecError
 from tests.conftest import base_config
 
@@ -208,10 +214,67 @@ def test_packages_come_signed_from_the_stable_channel(prod: ClusterSpec, role: s
     text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
     key = "https://packages.microsoft.com/keys/microsoft.asc"
     assert f"curl_ -o /usr/share/keyrings/microsoft-prod.asc.new {key}" in text
-    assert ("signed-by=/usr/share/keyrings/microsoft-prod.asc] https://packages.microsoft.com/repos/slurm-ubuntu-"
-            "${codename}/ stable main") in text
-    assert "insiders" not in text
+    assert 'repo="https://packages.microsoft.com/repos/slurm-ubuntu-${codename}"' in text
+    assert "signed-by=/usr/share/keyrings/microsoft-prod.asc] ${repo}/ stable main" in text
+    # `insiders` only where the preferences keep Slurm from it (tests/slurm/test_slurm_apt.py).
+    assert "insiders" not in text.replace(shlex.quote(slurm_apt_preferences()), "").replace(
+        "the repository's insiders channel", ""
+    )
     assert text.index("microsoft.asc") < text.index("apt_ update")
+
+
+@pytest.mark.parametrize("role", ["controller", "login", "compute"])
+def test_the_setup_installs_the_resolved_version_under_the_apt_lock(prod: ClusterSpec, role: str) -> None:
+    setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
+    text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
+    prefs = f"printf '%s' {shlex.quote(slurm_apt_preferences())} > {APT_PREFERENCES_PATH}"
+    lock = f'flock -w {prod.profile.thresholds.setup_timeout_s} "$apt_lock_fd"'
+    order = [prefs, f"exec {{apt_lock_fd}}>{APT_LOCK}", lock, "apt_ update",
+             'resolved=$(resolve_release "$repo" stable) || exit 1', "apt_ install", "apt-mark", "exec {apt_lock_fd}>&-"]
+    at = [text.index(step) for step in order]
+    assert at == sorted(at)
+    install = next(ln for ln in text.splitlines() if ln.strip().startswith("apt_ install"))
+    packages = ROLE_PACKAGES[role]
+    assert [w for w in install.split() if "=" in w] == [f'{p}="${{resolved}}"' for p in packages]
+
+
+def _run_installed_version(text: str, version: str, installed: dict[str, str], tmp_path: Path) -> str:
+    """The set-up's installed_version with `version` pinned and a fake dpkg-query that knows `installed`."""
+    functions = "".join(
+        text[(start := text.index(f"\n{name}() {{\n") + 1) : text.index("\n}\n", start) + 3]
+        for name in ("of_release", "installed_version")
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    cases = "".join(f"  {p}) echo -n '{v}' ;;\n" for p, v in installed.items())
+    (bin_dir / "dpkg-query").write_text(f'#!/bin/sh\ncase "$3" in\n{cases}  *) exit 1 ;;\nesac\n')
+    (bin_dir / "dpkg-query").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"set -euo pipefail\nversion={version}\n{functions}installed_version"],
+                          capture_output=True, text=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30,
+                          check=True)  # fmt: skip
+    return proc.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("version", "installed", "answer"),
+    [
+        ("25.11.5", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "installed 25.11.5-2"}, "25.11.5-2"),
+        ("25.11.5-2", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "installed 25.11.5-2"}, "25.11.5-2"),
+        # Another release, another revision, mixed revisions, one package missing or only its configuration left:
+        ("25.11.6", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "installed 25.11.5-2"}, ""),
+        ("25.11.5-1", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "installed 25.11.5-2"}, ""),
+        ("25.11.5", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "installed 25.11.5-1"}, ""),
+        ("25.11.5", {"slurm-smd": "installed 25.11.50-1", "slurm-smd-client": "installed 25.11.50-1"}, ""),
+        ("25.11.5", {"slurm-smd": "installed 25.11.5-2"}, ""),
+        ("25.11.5", {"slurm-smd": "installed 25.11.5-2", "slurm-smd-client": "config-files 25.11.5-2"}, ""),
+    ],
+)
+def test_already_installed_means_every_package_at_one_version_of_the_release(
+    version: str, installed: dict[str, str], answer: str, tmp_path: Path
+) -> None:
+    spec = spec_of(nodes=2)
+    text = machine_bootstrap(spec, "login").files["ndfleet-slurm-setup"]  # slurm-smd and slurm-smd-client
+    assert _run_installed_version(text, version, installed, tmp_path) == answer
 
 
 @pytest.mark.parametrize("role", ["controller", "login", "compute"])
@@ -231,16 +294,25 @@ def test_key_vault_403_and_404_are_retried_within_the_units_limit(prod: ClusterS
     text = machine_bootstrap(prod, "controller").files["ndfleet-slurm-setup"]
     assert "403|404|429|5??|000" in text
     assert f"secrets_deadline=$((SECONDS + {SECRET_WAIT_S}))" in text and f"sleep {SECRET_RETRY_S}" in text
-    # apt waits twice at most for the lock, then installs; then the secrets; all below the unit's limit.
-    assert 2 * DPKG_LOCK_TIMEOUT_S + SETUP_INSTALL_ALLOWANCE_S + SECRET_WAIT_S + SECRET_RETRY_S < SETUP_TIMEOUT_S
+    # ndfleet's apt lock (the node set-up holds it at most for its unit's limit), apt waits twice at most for dpkg's
+    # lock, then installs; then the secrets; all below the unit's limit, for every VM size.
+    for profile in PROFILES.values():
+        lock_wait = profile.thresholds.setup_timeout_s
+        assert (lock_wait + 2 * DPKG_LOCK_TIMEOUT_S + SETUP_INSTALL_ALLOWANCE_S + SECRET_WAIT_S + SECRET_RETRY_S
+                < SETUP_TIMEOUT_S), profile.name  # fmt: skip
     service = _ini(machine_bootstrap(prod, "controller").files["ndfleet-slurm-setup.service"])
     assert service["TimeoutStartSec"] == [str(SETUP_TIMEOUT_S)]
 
 
-def test_the_default_slurm_version_is_a_plausible_package_version() -> None:
+def test_the_default_slurm_version_is_a_release_without_package_revision() -> None:
     from ndfleet.stackconfig.settings import SlurmConfig
 
-    assert SlurmConfig().version == "25.11.5-1"
+    assert SlurmConfig().version == "25.11.5"
+
+
+@pytest.mark.parametrize("version", ["25.11.5", "25.11.5-1", "22.05.11", "24.11.7-12"])
+def test_a_release_or_an_exact_package_version_is_accepted(version: str) -> None:
+    assert spec_of(slurm={"version": version}).slurm.version == version  # type: ignore[union-attr]
 
 
 def test_compute_bootstrap_carries_the_slurm_files_only_with_slurm() -> None:
@@ -304,9 +376,13 @@ def test_rendered_scripts_pass_shellcheck(prod: ClusterSpec, tmp_path: Path) -> 
         ({"slurm": {"databaseSku": "Standard_F4s"}}, "ndfleet:slurm.databaseSku = 'Standard_F4s'"),
         ({"slurm": {"loginCount": 0}}, "ndfleet:slurm.loginCount = 0"),
         ({"slurm": {"version": "latest"}}, "ndfleet:slurm.version = 'latest'"),
-        ({"slurm": {"version": "21.08.8-1"}}, "Slurm 22.05 or newer"),
+        ({"slurm": {"version": "21.08.8-1"}}, "of 22.05 or newer"),
         ({"slurm": {"version": "25.13.1-1"}}, "YY.MM.P-R"),
-        ({"slurm": {"version": "25.11.5"}}, "YY.MM.P-R"),
+        ({"slurm": {"version": "25.13.1"}}, "a Slurm release YY.MM.P of 22.05 or newer"),
+        ({"slurm": {"version": "25.11"}}, "a Slurm release YY.MM.P"),
+        ({"slurm": {"version": "25.11.5-"}}, "YY.MM.P-R"),
+        ({"slurm": {"version": "25.11.5-0"}}, "YY.MM.P-R"),
+        ({"slurm": {"version": "25.11.5*"}}, "ndfleet:slurm.version = '25.11.5*'"),
         ({"slurm": {"version": "25.11.5-1\nx"}}, "YY.MM.P-R"),
         ({"slurm": {"controllerVmSizee": "x"}}, "ndfleet:slurm.controllerVmSizee is not a known setting"),
         ({"scheduler": "pbs"}, "ndfleet:scheduler = 'pbs'"),

@@ -3,7 +3,8 @@ its work is done, so a reboot or a second run redoes nothing (a reboot only re-a
 
 Steps, in order: nvme (RAID0 of the local NVMe disks, XFS, mounted), nccl (/etc/nccl.conf), fabricmanager
 (started and awaited), peermem (nvidia-peermem loaded and listed in modules-load.d), dcgm (started when
-installed), blob (each container through BlobFuse2 with the managed identity), lustre (when the stack has it).
+installed), blob (each container through BlobFuse2 with the managed identity; BlobFuse2 is installed first when the
+image lacks it, setup/apt.py), lustre (when the stack has it).
 Every tool call goes through the runner with the `setup_step` timeout; mounts are retried with backoff up to
 `timeouts.mount_retry` seconds in all. A step that fails is logged and set-up carries on: the validator judges
 the effect, and names the failed step in its check's message (the step results are in <state_dir>/setup.json).
@@ -18,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +49,8 @@ class SetupContext:
     def path(self, p: str) -> str:
         return self.sysroot + p
 
-    def run(self, *argv: str) -> ToolResult:
-        return self.runner.run(list(argv), float(self.config.timeouts.get("setup_step", 120)))
+    def run(self, *argv: str, env: Mapping[str, str] | None = None) -> ToolResult:
+        return self.runner.run(list(argv), float(self.config.timeouts.get("setup_step", 120)), env=env)
 
     def must(self, *argv: str) -> ToolResult:
         r = self.run(*argv)
@@ -68,13 +69,17 @@ class SetupContext:
         lines = self.read("/proc/mounts").splitlines()
         return any(len(f) >= 2 and f[1] == mountpoint for f in (ln.split() for ln in lines))
 
+    def unit_deadline(self) -> float:
+        """When set-up must stop retrying: its unit's timeout less a margin (it reports a failure instead of being
+        killed)."""
+        return self.started + float(self.config.timeouts.get("setup", 600)) - SETUP_MARGIN_S
+
     def mount_deadline(self) -> float:
         """One deadline for every storage mount's retries: `mount_retry` seconds from the first mount attempt, and
-        never later than the set-up unit's own timeout allows (set-up reports its failure instead of being killed)."""
+        never later than the set-up unit's own deadline."""
         if self._mount_deadline is None:
             retry = time.monotonic() + float(self.config.timeouts.get("mount_retry", 240))
-            unit = self.started + float(self.config.timeouts.get("setup", 600)) - SETUP_MARGIN_S
-            self._mount_deadline = min(retry, unit)
+            self._mount_deadline = min(retry, self.unit_deadline())
         return self._mount_deadline
 
     def retry(self, what: str, attempt: Callable[[], ToolResult], done: Callable[[], bool]) -> str:

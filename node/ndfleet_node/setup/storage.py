@@ -9,7 +9,9 @@ import os
 import urllib.error
 import urllib.request
 
+from ndfleet_node.runner import NOT_FOUND
 from ndfleet_node.setup import SetupContext, StepFailed
+from ndfleet_node.setup.apt import install_package
 
 IMDS_TRIES = 5
 
@@ -90,9 +92,11 @@ def setup_blob(ctx: SetupContext) -> str:
         tag = ctx.config.section("imds").get("tag_storage_account")
         raise StepFailed(f"the scale set has no {tag} tag (instance metadata); blob containers not mounted")
     client = _tag(ctx, "tag_identity_client_id")
-    if ctx.run("blobfuse2", "--version").rc == 127:
-        ctx.run("apt-get", "install", "-y", "-q", "blobfuse2")
     done, failed = [], []
+    # The Azure HPC image has no BlobFuse2 (Azure/azhpc-images installs none): installed here, only when a container
+    # is to be mounted, under the apt lock ndfleet-slurm-setup also takes (setup/apt.py).
+    if ctx.run("blobfuse2", "--version").rc == NOT_FOUND:
+        done.append(install_package(ctx, "blobfuse2"))
     for c in todo:
         mnt, cfg_path = str(c["mountpoint"]), str(c["config"])
         for d in (mnt, str(c["cache_dir"]), os.path.dirname(cfg_path)):
