@@ -58,7 +58,7 @@ int MPI_Init(int *argc, char ***argv);
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     argv[0] = "all_reduce_perf";
-    execv("/opt/twin-hw/fakes/all_reduce_perf.sh", argv);
+    execv("/opt/twin-hw/fakes/bin/all_reduce_perf-twin", argv);
     return 127;
 }
 """
@@ -106,8 +106,9 @@ def write_hpc_layer(layer: Path) -> None:
     (hw / "fakes").mkdir(parents=True, exist_ok=True)
     shutil.copytree(FAKES / "bin", hw / "fakes" / "bin", dirs_exist_ok=True)
     shutil.copytree(FAKES / "lib", hw / "fakes" / "lib", dirs_exist_ok=True)
-    shutil.copy(HERE / "fakes" / "all_reduce_perf", hw / "fakes" / "all_reduce_perf.sh")
-    for f in [*(hw / "fakes" / "bin").iterdir(), hw / "fakes" / "all_reduce_perf.sh"]:
+    # Beside the other fakes, whose common.sh it sources.
+    shutil.copy(HERE / "fakes" / "all_reduce_perf", hw / "fakes" / "bin" / "all_reduce_perf-twin")
+    for f in (hw / "fakes" / "bin").iterdir():
         f.chmod(0o755)
 
     def link(target: str, path: str) -> None:
