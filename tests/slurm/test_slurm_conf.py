@@ -31,14 +31,14 @@ from ndfleet.slurm.machines import (
     SETUP_TIMEOUT_S,
     machine_bootstrap,
     machine_user_data,
-    slurm_bootstrap_extensions,
     slurm_apt_preferences,
+    slurm_bootstrap_extensions,
     slurm_node_files,
 )
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
-from ndfleet.stackconfig.profiles import PROFILES
 from ndfleet.stackconfig.problems import SpecError
+from ndfleet.stackconfig.profiles import PROFILES
 from tests.conftest import base_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,7 +230,8 @@ def test_the_setup_installs_the_resolved_version_under_the_apt_lock(prod: Cluste
     prefs = f"printf '%s' {shlex.quote(slurm_apt_preferences())} > {APT_PREFERENCES_PATH}"
     lock = f'flock -w {prod.profile.thresholds.setup_timeout_s} "$apt_lock_fd"'
     order = [prefs, f"exec {{apt_lock_fd}}>{APT_LOCK}", lock, "apt_ update",
-             'resolved=$(resolve_release "$repo" stable) || exit 1', "apt_ install", "apt-mark", "exec {apt_lock_fd}>&-"]
+             'resolved=$(resolve_release "$repo" stable) || exit 1', "apt_ install", "apt-mark",
+             "exec {apt_lock_fd}>&-"]  # fmt: skip
     at = [text.index(step) for step in order]
     assert at == sorted(at)
     install = next(ln for ln in text.splitlines() if ln.strip().startswith("apt_ install"))
