@@ -176,17 +176,13 @@ def slurm_apt_preferences() -> str:
     administrator's `apt-get install slurm-smd-...`) on that channel too. tests/slurm/test_slurm_apt.py checks them
     with apt.
     """
-    ours, other = SLURM_CHANNEL, SLURM_OTHER_CHANNEL
-    records = []
-    for field in ("a", "n"):
-        records.append(f"Explanation: ndfleet: Slurm from the {ours} channel it configured\n"
-                       f"Package: slurm*\nPin: release {field}={ours}\nPin-Priority: 990\n")  # fmt: skip
-    for field in ("a", "n"):
-        records.append(f"Explanation: ndfleet: no Slurm only {other} offers (the Azure HPC image lists it for pmix)\n"
-                       f"Package: slurm*\nPin: release {field}={other}\nPin-Priority: -1\n")  # fmt: skip
-    records.append(f"Explanation: ndfleet: Slurm from {SLURM_REPO_HOST} before any other origin\n"
-                   f'Package: slurm*\nPin: origin "{SLURM_REPO_HOST}"\nPin-Priority: 990\n')  # fmt: skip
-    return "\n".join(records)
+    pins = [f"release {f}={SLURM_CHANNEL}" for f in "an"] + [f"release {f}={SLURM_OTHER_CHANNEL}" for f in "an"]
+    priorities = ["990", "990", "-1", "-1", "990"]
+    pins.append(f'origin "{SLURM_REPO_HOST}"')
+    return "\n".join(
+        f"Explanation: ndfleet (docs/slurm.md)\nPackage: slurm*\nPin: {pin}\nPin-Priority: {priority}\n"
+        for pin, priority in zip(pins, priorities, strict=True)
+    )
 
 
 def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
