@@ -75,13 +75,17 @@ def source_files() -> list[Path]:
     return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-# Packages only the Slurm controller runs, from its own copies (ndfleet/slurm/machines.py ships them): left out of the
-# nodes' zipapp, whose userData has a 64 KB limit.
-CONTROLLER_ONLY = ("elastic",)
+# What only the Slurm controller runs, from its own copies (ndfleet/slurm/machines.py ships them: the elastic
+# programs, the gone-node reaper's and the Slurm state exporter's timers): left out of the nodes' zipapp, whose
+# userData has a 64 KB limit. Paths relative to the package; a folder ends with "/".
+CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py")
 
 
 def bundled_files() -> list[Path]:
-    return [p for p in source_files() if p.relative_to(PACKAGE_DIR).parts[0] not in CONTROLLER_ONLY]
+    def controller_only(rel: str) -> bool:
+        return any(rel.startswith(c) if c.endswith("/") else rel == c for c in CONTROLLER_ONLY)
+
+    return [p for p in source_files() if not controller_only(p.relative_to(PACKAGE_DIR).as_posix())]
 
 
 @functools.lru_cache(maxsize=1)

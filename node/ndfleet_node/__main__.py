@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -23,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ndfleet-node", description="ndfleet's program on a cluster node.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(f"{__package__}.{name}").register(subparsers)
+        # The nodes' zipapp leaves out what only the controller runs (ndfleet.nodefiles.nodeapp.CONTROLLER_ONLY).
+        if importlib.util.find_spec(f"{__package__}.{name}") is not None:
+            importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
 
 

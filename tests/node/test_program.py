@@ -86,3 +86,4 @@ def test_the_nodes_zipapp_leaves_out_what_only_the_controller_runs():
     names = zipfile.ZipFile(io.BytesIO(nodeapp.build())).namelist()
     assert "ndfleet_node/burnin/slurm.py" in names
     assert not [n for n in names if n.startswith("ndfleet_node/elastic/")]
+    assert "ndfleet_node/slurm_reap.py" not in names and "ndfleet_node/slurm_export.py" not in names
