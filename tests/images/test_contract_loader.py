@@ -90,3 +90,19 @@ def test_not_json_and_unknown_name() -> None:
         load_text("{", "x.json")
     with pytest.raises(ImageContractError, match="no image contract named 'windows'"):
         load("windows")
+
+
+def test_docs_restate_the_contracts() -> None:
+    docs = IMAGES.parent.parent / "docs"
+    assert "(images.md)" in (docs / "sources.md").read_text()
+    page = (docs / "images.md").read_text()
+    for name in images.names():
+        c = load(name)
+        assert f"ndfleet/images/{name}.json" in page and c.image in page
+        for absent in c.absent:
+            assert absent.name.lower() in page.lower() or absent.name == "hpcx", absent.name
+    hpc = load("ubuntu-hpc-2204")
+    assert hpc.environments["hpcx"].home in page
+    for commit_url in hpc.sources.values():
+        if "/tree/" in commit_url:
+            assert commit_url.rsplit("/", 1)[1] in page, commit_url
