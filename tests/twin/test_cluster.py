@@ -123,7 +123,7 @@ def test_validated_nodes_register_in_their_island_drained_awaiting_burn_in(slurm
 
 
 def test_burn_in_resumes_the_good_nodes_and_keeps_the_bad_one_drained(slurm_up: Twin) -> None:
-    slurm_up.set_bad_hosts([BAD_CABLE_NODE])
+    assert slurm_up.bad_hosts == [BAD_CABLE_NODE]  # behind a bad cable from the start (conftest)
     ctl = controller(slurm_up)
     good = [tm.name for tm in healthy_nodes(slurm_up) if tm.name != BAD_CABLE_NODE]
 

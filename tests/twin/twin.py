@@ -74,6 +74,7 @@ class Twin:
         faults: dict[str, str] | None = None,
         nodes_per_island: dict[str, int] | None = None,
         never_boots: set[str] | None = None,
+        bad_hosts: list[str] | None = None,
     ):
         self.plan: PlanMachines = load(plan_json, nodes_per_island)
         self.workdir = workdir
@@ -91,6 +92,10 @@ class Twin:
         self.loops: list[str] = []
         self.timings: dict[str, list[float]] = {}  # what the tests measured, printed at the end of the run
         self.never_boots = never_boots or set()  # elastic scale sets whose new instances never boot
+        # Hosts behind a bad cable or HCA from the start (the multi-node all_reduce_perf stand-in reads the list): a
+        # fault a node has when it boots, not one that appears later (Slurm 24.11 registers a node awaiting burn-in
+        # at once, and the controller's timer may burn it in before any test runs).
+        self.bad_hosts = list(bad_hosts or [])
         self.arm: ResourceManager | None = None
         self.removed: list[str] = []  # machines the Resource Manager stand-in deleted and the twin removed
         self.azure_errors: list[str] = []
@@ -263,7 +268,7 @@ class Twin:
     def start(self, roles: tuple[str, ...] = ("controller", "login", "compute")) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.fleet_dir.mkdir(exist_ok=True)
-        (self.fleet_dir / "bad-hosts").write_text("")
+        self.set_bad_hosts(self.bad_hosts)
         self._network()
         self._build_hardware_lib()
         self._standins()
