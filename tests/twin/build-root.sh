@@ -29,7 +29,7 @@ hpc_pkgs=(libpmix2t64)
 # Served by the repository stand-ins, with every dependency the image lacks (installed at boot by the set-up).
 repo_pkgs=(slurmd slurmctld slurmdbd slurm-client slurm-wlm-basic-plugins slurm-wlm-mysql-plugin munge bash-completion jq nfs-common fuse3)
 
-stamp=$( (sed -n '/^# --- base ---/,/^# --- end base ---/p' "$0"; echo "$suite $image_pkgs ${repo_pkgs[*]}") \
+stamp=$( (sed -n '/^# --- base ---/,/^# --- end base ---/p' "$0"; echo "$suite $image_pkgs ${repo_pkgs[*]} ${hpc_pkgs[*]}") \
   | sha256sum | cut -c1-16)
 hpc_stamp=$( (echo "$stamp ${hpc_pkgs[*]}"; sed -n '/^# --- hpc ---/,$p' "$0"
   cat "$repo/ndfleet/images/"*.json "$here/image.py" "$here/fakes/all_reduce_perf"
@@ -70,11 +70,17 @@ if [ ! -f "$root/.ndfleet-twin-complete" ]; then
   mkdir -p "$root.new/var/cache/twin-pool/partial"
   chroot "$root.new" apt-get install -y -qq --download-only --no-install-recommends \
     -o Dir::Cache::archives=/var/cache/twin-pool "${repo_pkgs[@]}" >/dev/null
-  rm -rf "$root.new/var/cache/twin-pool/partial" "$root.new/var/cache/twin-pool/lock" "$root.new/var/lib/apt/lists/"*
-  rm -rf "$cache/pool-$stamp"
-  mkdir -p "$cache/pool-$stamp"
+  rm -rf "$root.new/var/cache/twin-pool/partial" "$root.new/var/cache/twin-pool/lock"
+  rm -rf "$cache/pool-$stamp" "$cache/hpcpool-$stamp"
+  mkdir -p "$cache/pool-$stamp" "$cache/hpcpool-$stamp"
   mv "$root.new/var/cache/twin-pool/"*.deb "$cache/pool-$stamp/"
-  rmdir "$root.new/var/cache/twin-pool"
+  # What the HPC layer installs, with every dependency the plain image lacks, kept so that the layer can be rebuilt
+  # without the mirror (it changes with the fakes; the twin itself runs without a network).
+  mkdir -p "$root.new/var/cache/twin-pool/partial"
+  chroot "$root.new" apt-get install -y -qq --download-only --no-install-recommends \
+    -o Dir::Cache::archives=/var/cache/twin-pool "${hpc_pkgs[@]}" >/dev/null
+  mv "$root.new/var/cache/twin-pool/"*.deb "$cache/hpcpool-$stamp/"
+  rm -rf "$root.new/var/cache/twin-pool" "$root.new/var/lib/apt/lists/"*
   : >"$root.new/etc/apt/sources.list"
   rm -f "$root.new/etc/apt/sources.list.d/"* "$root.new/var/cache/apt/archives/"*.deb
 
@@ -100,21 +106,18 @@ fi
 # --- end base ---
 
 # --- hpc ---
-# The HPC image's layer: PMIx installed through apt into an overlay of the root (so only what it adds lands in the
-# layer, held as the image holds it), then the contract's files (tests/twin/image.py).
+# The HPC image's layer: PMIx installed with dpkg into an overlay of the root (so only what it adds lands in the
+# layer, held as the image holds it), then the contract's files (tests/twin/image.py). Needs no network.
 if [ ! -f "$hpc/.ndfleet-twin-complete" ]; then
-  mirror=$(find_mirror)
   rm -rf "$hpc.new" "$cache/hpc-work" "$cache/hpc-mnt"
   mkdir -p "$hpc.new" "$cache/hpc-work" "$cache/hpc-mnt"
   mount -t overlay overlay -o "lowerdir=$root,upperdir=$hpc.new,workdir=$cache/hpc-work" "$cache/hpc-mnt"
   trap 'umount "$cache/hpc-mnt" 2>/dev/null || true' EXIT
-  cp /etc/resolv.conf "$cache/hpc-mnt/etc/resolv.conf"
-  echo "deb $mirror $suite main" >"$cache/hpc-mnt/etc/apt/sources.list.d/twin-build.list"
-  chroot "$cache/hpc-mnt" apt-get update -qq
-  chroot "$cache/hpc-mnt" apt-get install -y -qq --no-install-recommends "${hpc_pkgs[@]}" >/dev/null
+  mkdir -p "$cache/hpc-mnt/var/cache/twin-hpc"
+  cp "$cache/hpcpool-$stamp/"*.deb "$cache/hpc-mnt/var/cache/twin-hpc/"
+  chroot "$cache/hpc-mnt" sh -c 'dpkg -i /var/cache/twin-hpc/*.deb' >/dev/null
   chroot "$cache/hpc-mnt" apt-mark hold "${hpc_pkgs[@]}" >/dev/null
-  rm -rf "$cache/hpc-mnt/etc/apt/sources.list.d/twin-build.list" "$cache/hpc-mnt/var/lib/apt/lists/"* \
-    "$cache/hpc-mnt/var/cache/apt/"*.bin "$cache/hpc-mnt/var/cache/apt/archives/"*.deb "$cache/hpc-mnt/etc/resolv.conf"
+  rm -rf "$cache/hpc-mnt/var/cache/twin-hpc" "$cache/hpc-mnt/var/cache/apt/"*.bin
   umount "$cache/hpc-mnt"
   trap - EXIT
   rm -rf "$cache/hpc-work" "$cache/hpc-mnt"
@@ -126,6 +129,7 @@ fi
 # Older builds are replaced by this one.
 find "$cache" -maxdepth 1 -name 'root-*' ! -name "root-$stamp" -exec rm -rf {} +
 find "$cache" -maxdepth 1 -name 'pool-*' ! -name "pool-$stamp" -exec rm -rf {} +
+find "$cache" -maxdepth 1 -name 'hpcpool-*' ! -name "hpcpool-$stamp" -exec rm -rf {} +
 find "$cache" -maxdepth 1 -name 'hpc-*' ! -name "hpc-$hpc_stamp" -exec rm -rf {} +
 echo "$root"
 echo "$hpc"
