@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
 # Lowest layer first. A module may import from its own layer and the layers below it, never from one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("ndfleet.stackconfig", "ndfleet.regularfile"),  # the configuration model; reading bounded input files
+    ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images"),  # the configuration model; reading bounded
+    # input files; the image contracts
     ("ndfleet.nodefiles",),  # what is rendered for a node
     ("ndfleet.slurm", "ndfleet.monitoring", "ndfleet.cost"),  # their files and settings, on top of the node's;
     # what the VMs cost
