@@ -1,5 +1,9 @@
 """A throw-away certificate authority for the twin: the machines trust it (like the public CAs Azure's
-services present certificates from) and the HTTPS stand-ins serve a certificate it signed for their host names."""
+services present certificates from) and the HTTPS stand-ins serve a certificate it signed for their host names.
+
+Shaped as public CAs issue them (RFC 5280 4.2.1.1 and 4.2.1.2; CA/Browser Forum Baseline Requirements 7.1.2): key
+identifiers on both, key usage on the server's. Python 3.13's default TLS context verifies with VERIFY_X509_STRICT
+and refuses a certificate without an Authority Key Identifier (the twin's trixie machines found it)."""
 
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ def make_ca_and_server(folder: Path, hosts: list[str], ips: list[str]) -> tuple[
         .not_valid_after(now + datetime.timedelta(days=7))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -46,6 +51,9 @@ def make_ca_and_server(folder: Path, hosts: list[str], ips: list[str]) -> tuple[
         .not_valid_after(now + datetime.timedelta(days=7))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     folder.mkdir(parents=True, exist_ok=True)
