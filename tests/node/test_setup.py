@@ -337,3 +337,18 @@ def test_the_install_waits_for_the_slurm_setup_holding_the_same_lock(tmp_path, b
     assert update_log.endswith(APT_LOCK_LINE)
     # The first apt call came after the holder let go: its file existed before the set-up's apt-get ran.
     assert released.stat().st_mtime <= (node.root / "var" / "fake" / "apt-installs").stat().st_mtime
+
+
+def test_the_apt_lock_is_the_machines_own_not_the_hardware_trees(tmp_path, bundle):
+    # ndfleet-slurm-setup (shell, flock(1)) takes the machine's /run/ndfleet/apt.lock; the set-up must take the same
+    # file even where a hardware stand-in tree (NDFLEET_SYSROOT) is set, as in the twin, which found them apart.
+    from ndfleet_node.runner import Runner
+    from ndfleet_node.setup import SetupContext
+    from ndfleet_node.setup.apt import apt_lock
+
+    data = json.loads((bundle / "node.json").read_text())
+    data["paths"]["apt_lock"] = str(tmp_path / "machine-run" / "apt.lock")
+    ctx = SetupContext(parse(json.dumps(data)), Runner(), sysroot=str(tmp_path / "hardware-tree"))
+    with apt_lock(ctx, time.monotonic() + 10):
+        assert (tmp_path / "machine-run" / "apt.lock").exists()
+    assert not (tmp_path / "hardware-tree").exists()

@@ -29,7 +29,9 @@ LOCK_POLL_S = 0.5
 @contextlib.contextmanager
 def apt_lock(ctx: SetupContext, deadline: float) -> Iterator[None]:
     """Hold APT_LOCK (exclusive flock) until the block ends; StepFailed when it is still held at `deadline`."""
-    path = ctx.path(APT_LOCK)
+    # The machine's own /run, never the hardware stand-in's tree (NDFLEET_SYSROOT): ndfleet-slurm-setup takes the same
+    # file. The node JSON may name another (tests do); found by the twin, where the two took different files.
+    path = str(ctx.config.paths.get("apt_lock", APT_LOCK))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
