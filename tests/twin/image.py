@@ -18,16 +18,17 @@ holds the built roots to the contract).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from ndfleet.images import COMPUTE_IMAGE, Environment, ImageContract
+from ndfleet.images import load as contract
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-CONTRACTS = REPO / "ndfleet" / "images"
 FAKES = REPO / "tests" / "fakes"
 HW_DIR = "/opt/twin-hw"  # where the fake tools live in the HPC layer; the contract's paths link here
 
@@ -41,12 +42,8 @@ NOT_STOOD_IN = {
 FAKE_TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ib_write_bw", "lspci", "mdadm", "mkfs.xfs")
 
 
-def contract(name: str) -> dict:
-    return json.loads((CONTRACTS / f"{name}.json").read_text())
-
-
-def hpcx(c: dict) -> dict:
-    return c["environments"]["hpcx"]
+def hpcx(c: ImageContract) -> Environment:
+    return c.environments["hpcx"]
 
 
 # A stand-in for HPC-X's libmpi.so.40: the soname is what matters to the loader.
@@ -99,9 +96,9 @@ def _cc(args: list[str]) -> None:
 
 def write_hpc_layer(layer: Path) -> None:
     """The HPC image's additions (files only; build-root.sh installs PMIx into the same layer)."""
-    c = contract("ubuntu-hpc-2204")
+    c = contract(COMPUTE_IMAGE)
     env = hpcx(c)
-    tools = {t["name"]: t for t in c["tools"]}
+    tools = {t.name: t for t in c.tools}
     hw = layer / HW_DIR.lstrip("/")
     (hw / "fakes").mkdir(parents=True, exist_ok=True)
     shutil.copytree(FAKES / "bin", hw / "fakes" / "bin", dirs_exist_ok=True)
@@ -119,31 +116,29 @@ def write_hpc_layer(layer: Path) -> None:
         p.symlink_to(target)
 
     for name in FAKE_TOOLS:
-        link(f"{HW_DIR}/fakes/bin/{name}", tools[name]["path"])
+        link(f"{HW_DIR}/fakes/bin/{name}", tools[name].path)
 
     # HPC-X: its tree, its init script, its libmpi in ompi/lib only.
-    home = layer / env["home"].lstrip("/")
-    libdirs = [layer / d.lstrip("/") for d in env["lib_dirs"]]
+    home = layer / env.home.lstrip("/")
+    libdirs = [layer / d.lstrip("/") for d in env.lib_dirs]
     for d in libdirs:
         d.mkdir(parents=True, exist_ok=True)
     (home / "ompi" / "bin").mkdir(parents=True, exist_ok=True)
-    (layer / env["init"].lstrip("/")).write_text(
-        _HPCX_INIT.format(home=env["home"], lib_path=":".join(env["lib_dirs"]))
-    )
-    mpi_lib = next(lib for lib in c["libraries"] if lib["name"] == "libmpi.so.40")
+    (layer / env.init.lstrip("/")).write_text(_HPCX_INIT.format(home=env.home, lib_path=":".join(env.lib_dirs)))
+    mpi_lib = next(lib for lib in c.libraries if lib.name == "libmpi.so.40")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "libmpi.c"
         src.write_text(_LIBMPI_C)
-        target = layer / mpi_lib["path"].lstrip("/")
+        target = layer / mpi_lib.path.lstrip("/")
         _cc(["-shared", "-fPIC", "-Wl,-soname,libmpi.so.40", "-o", str(target), str(src)])
         main = Path(tmp) / "all_reduce_perf.c"
         main.write_text(_ALL_REDUCE_C)
-        arp = layer / tools["all_reduce_perf"]["path"].lstrip("/")
+        arp = layer / tools["all_reduce_perf"].path.lstrip("/")
         arp.parent.mkdir(parents=True, exist_ok=True)
         # Linked against the library (DT_NEEDED: its soname, libmpi.so.40); the binary carries only nccl-tests' rpath.
         _cc(["-o", str(arp), str(main), str(target), "-Wl,-rpath,$ORIGIN:$ORIGIN/verifiable"])
 
-    unit = in_layer(layer, tools["nvidia-fabricmanager"]["path"])
+    unit = in_layer(layer, tools["nvidia-fabricmanager"].path)
     unit.parent.mkdir(parents=True, exist_ok=True)
     unit.write_text(_FABRICMANAGER_UNIT)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from ndfleet.images import COMPUTE_IMAGE, SERVER_IMAGE
 from tests.twin.image import NOT_STOOD_IN, contract, in_layer
 
 
@@ -16,25 +17,22 @@ def _exists(layers: list[Path], path: str) -> bool:
 
 def test_the_hpc_image_has_every_contract_tool_at_its_path(twin_root: tuple[Path, Path, Path]) -> None:
     root, hpc, _ = twin_root
-    c = contract("ubuntu-hpc-2204")
-    missing = [
-        f"{t['name']} ({t['path']})"
-        for t in c["tools"]
-        if t["name"] not in NOT_STOOD_IN and not _exists([hpc, root], t["path"])
-    ]
+    c = contract(COMPUTE_IMAGE)
+    stood_in = [t for t in c.tools if t.name not in NOT_STOOD_IN]
+    missing = [f"{t.name} ({t.path})" for t in stood_in if not _exists([hpc, root], t.path)]
     assert not missing, f"the twin's HPC image lacks contract tools: {missing}"
-    assert set(NOT_STOOD_IN) <= {t["name"] for t in c["tools"]}
+    assert set(NOT_STOOD_IN) <= c.tool_names
 
 
 def test_neither_image_has_what_its_contract_says_is_absent(twin_root: tuple[Path, Path, Path]) -> None:
     root, hpc, _ = twin_root
     path_dirs = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
-    for name, layers in (("ubuntu-hpc-2204", [hpc, root]), ("ubuntu-server-2204", [root])):
-        for absent in contract(name)["absent"]:
-            paths = [absent["path"]] if absent.get("path") else []
-            paths += [f"{d}/{absent['name']}" for d in path_dirs]
+    for name, layers in ((COMPUTE_IMAGE, [hpc, root]), (SERVER_IMAGE, [root])):
+        for absent in contract(name).absent:
+            paths = [absent.path] if absent.path else []
+            paths += [f"{d}/{absent.name}" for d in path_dirs]
             found = [p for p in paths if _exists(layers, p)]
-            assert not found, f"{name}: the contract says {absent['name']} is absent, the twin has {found}"
+            assert not found, f"{name}: the contract says {absent.name} is absent, the twin has {found}"
 
 
 def test_only_the_hpc_image_has_pmix(twin_root: tuple[Path, Path, Path]) -> None:
@@ -46,8 +44,9 @@ def test_only_the_hpc_image_has_pmix(twin_root: tuple[Path, Path, Path]) -> None
 
 def test_all_reduce_perf_loads_only_with_hpcx_libraries(twin_root: tuple[Path, Path, Path]) -> None:
     _, hpc, _ = twin_root
-    c = contract("ubuntu-hpc-2204")
-    binary = next(in_layer(hpc, t["path"]) for t in c["tools"] if t["name"] == "all_reduce_perf")
+    tool = contract(COMPUTE_IMAGE).tool("all_reduce_perf")
+    assert tool is not None
+    binary = in_layer(hpc, tool.path)
     dynamic = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
     assert "Shared library: [libmpi.so.40]" in dynamic
     assert "[$ORIGIN:$ORIGIN/verifiable]" in dynamic  # nccl-tests' rpath, nothing of HPC-X's
