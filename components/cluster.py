@@ -11,6 +11,13 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
+from ndfleet_node.names import (
+    TAG_IDENTITY_CLIENT_ID,
+    TAG_LUSTRE_MGS,
+    TAG_METRICS_DCR,
+    TAG_METRICS_ENDPOINT,
+    TAG_STORAGE_ACCOUNT,
+)
 
 from ndfleet.components.elastic_scaling import ElasticScaling, ElasticScalingArgs
 from ndfleet.components.ib_island import HealthArgs, IbIsland, IbIslandArgs, ImageArgs
@@ -20,9 +27,7 @@ from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
-from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import alerts
-from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 from ndfleet.prepare import PreparedCluster
 from ndfleet.slurm.conf import island_partitions
 from ndfleet.slurm.elastic import elastic_scale_set_name

@@ -19,15 +19,14 @@ from typing import Literal
 
 import pulumi
 import pulumi_azure_native.compute as compute
+from ndfleet_node.names import TAG_ELASTIC, TAG_ISLAND
 
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
 from ndfleet.stackconfig.profiles import PROFILES
 from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
-TAG_ISLAND = "ndfleet:island"
 # On an elastic island's scale set: Slurm owns its capacity (`ndfleet diff` reads this tag and says so).
-TAG_ELASTIC = "ndfleet:elastic"
 
 # Fault domains of a scale set with singlePlacementGroup: true (decided per case, sources next to each):
 # - regional (no zone): 1, what Azure CycleCloud (and CycleCloud Workspace for Slurm) sets on every IB scale set;

@@ -8,13 +8,17 @@ from dataclasses import dataclass, field, replace
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
+from ndfleet_node.names import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT
 
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import KEY_VAULT_SECRETS_USER_ROLE_ID, SlurmHost, SlurmHostArgs, role_definition
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
-from ndfleet.slurm.machines import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT, machine_bootstrap, machine_user_data
+from ndfleet.slurm.machines import (
+    machine_bootstrap,
+    machine_user_data,
+)
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 

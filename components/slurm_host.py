@@ -16,10 +16,10 @@ import pulumi_azure_native.authorization as authorization
 import pulumi_azure_native.compute as compute
 import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
+from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_SLURM_ROLE
 
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
-from ndfleet.nodefiles.bootstrap import TAG_IDENTITY_CLIENT_ID
 from ndfleet.slurm.machines import STATE_DISK_LUN
 from ndfleet.stackconfig.profiles import MONITORING_METRICS_PUBLISHER_ROLE_ID
 
@@ -28,7 +28,6 @@ HOST_IMAGE = compute.ImageReferenceArgs(
     publisher="Canonical", offer="0001-com-ubuntu-server-jammy", sku="22_04-lts-gen2", version="latest"
 )
 KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
-TAG_SLURM_ROLE = "ndfleet:slurm-role"
 
 
 def role_definition(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.Output[str]:

@@ -115,3 +115,70 @@ def test_a_long_module_is_reported(tmp_path: Path) -> None:
     at_limit.write_text("x = 1\n" * MAX_LINES)
     over.write_text("x = 1\n" * (MAX_LINES + 1))
     assert long_files([at_limit, over]) == [f"{over}: {MAX_LINES + 1} lines"]
+
+
+def shared_name_copies(sources: Mapping[str, str], names: Mapping[str, str]) -> list[str]:
+    """Where a module other than ndfleet_node.names defines one of its names, or spells one of its values as a
+    string of its own (a tag key, a reason): the tool and the node must import them from the one module."""
+    problems = []
+    values = {value: name for name, value in names.items() if len(value) > len("ndfleet:")}
+    for module, source in sorted(sources.items()):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        problems.append(f"{module}:{node.lineno} defines {target.id}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in values:
+                problems.append(f"{module}:{node.lineno} spells {values[node.value]} ({node.value!r})")
+    return problems
+
+
+def shared_names() -> dict[str, str]:
+    from ndfleet_node import names
+
+    return {k: v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
+
+
+def tool_and_node_sources() -> dict[str, str]:
+    sources = package_sources()
+    node_root = REPO / "node" / "ndfleet_node"
+    for path in python_files(node_root):
+        if path.name != "names.py" or path.parent != node_root:
+            sources["ndfleet_node." + ".".join(path.relative_to(node_root).with_suffix("").parts)] = path.read_text()
+    return sources
+
+
+def test_each_shared_name_is_defined_once() -> None:
+    assert not shared_name_copies(tool_and_node_sources(), shared_names())
+
+
+def test_a_copied_shared_name_is_reported() -> None:
+    sources = {"ndfleet.x": 'TAG_ISLAND = "i"\n', "ndfleet_node.y": 'tags.get("ndfleet:island")\n',
+               "ndfleet_node.z": 'from ndfleet_node.names import TAG_ISLAND\ntags.get(TAG_ISLAND)\n'}
+    assert shared_name_copies(sources, {"TAG_ISLAND": "ndfleet:island"}) == [
+        "ndfleet.x:1 defines TAG_ISLAND", "ndfleet_node.y:1 spells TAG_ISLAND ('ndfleet:island')"]
+
+
+# Commands that only read (Azure, the workspace, the price list): they must not import Pulumi's components.
+READ_ONLY_COMMANDS = ("ndfleet.commands.status", "ndfleet.commands.impact", "ndfleet.commands.cost",
+                      "ndfleet.commands.preflight", "ndfleet.status", "ndfleet.preflight", "ndfleet.cost")
+
+
+def reachable(sources: Mapping[str, str], start: str) -> set[str]:
+    """Every ndfleet module start imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in sources:
+            continue
+        seen.add(module)
+        todo.extend(imported_modules(sources[module]))
+    return seen
+
+
+def test_read_only_commands_do_not_import_components() -> None:
+    sources = package_sources()
+    offenders = {m: sorted(c for c in reachable(sources, m) if c.startswith("ndfleet.components"))
+                 for m in sources if any(m == p or m.startswith(p + ".") for p in READ_ONLY_COMMANDS)}
+    assert not {m: c for m, c in offenders.items() if c}

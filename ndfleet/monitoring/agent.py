@@ -14,17 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
 from ndfleet.monitoring import exporters as ex
 from ndfleet.nodefiles.bootstrap import NODE_APP_PATH
-from ndfleet.nodefiles.nodeconfig import IMDS_TAGS_URL, REPORT_PATH, TAG_IDENTITY_CLIENT_ID
+from ndfleet.nodefiles.nodeconfig import (
+    IMDS_TAGS_URL,
+    REPORT_PATH,
+)
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 
-TAG_METRICS_ENDPOINT = "ndfleet:metrics-endpoint"
-TAG_METRICS_DCR = "ndfleet:metrics-dcr"
 
 # Azure Monitor's remote-write path on a data collection endpoint (Microsoft Learn: "Send Prometheus metrics from
 # virtual machines ... to an Azure Monitor workspace"): <metricsIngestion endpoint>/dataCollectionRules/<immutable

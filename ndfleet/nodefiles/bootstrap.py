@@ -52,6 +52,7 @@ from typing import Any
 import jinja2
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
 from ndfleet_node.config import NodeConfig
+from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet import images
 from ndfleet.images import COMPUTE_IMAGE
@@ -69,9 +70,6 @@ from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other 
     NVME_MOUNT,
     REPORT_PATH,
     STATE_DIR,
-    TAG_IDENTITY_CLIENT_ID,
-    TAG_LUSTRE_MGS,
-    TAG_STORAGE_ACCOUNT,
     node_config,
 )
 from ndfleet.nodefiles.nodeconfig import to_json as node_config_json

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from ndfleet_node.checks import PERF_IDS, QUICK_IDS
+from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
@@ -37,9 +38,6 @@ BLOB_ENDPOINT_SUFFIX = "blob.core.windows.net"
 
 # Values the node learns at boot from its scale set's tags (IMDS compute/tagsList), because Azure computes them
 # after the plan. Keeping them out of customData keeps customData deterministic.
-TAG_STORAGE_ACCOUNT = "ndfleet:storage-account"
-TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
-TAG_LUSTRE_MGS = "ndfleet:lustre-mgs"
 IMDS_TAGS_URL = "http://169.254.169.254/metadata/instance/compute/tagsList?api-version=2021-02-01"
 
 # PCIe signalling rate per generation as lspci prints it (PCI-SIG; not a VM figure).

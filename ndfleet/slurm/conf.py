@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import jinja2
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
 from ndfleet.nodefiles.templating import environment
@@ -37,7 +37,6 @@ HEALTH_CHECK_PROGRAM = "/usr/local/sbin/ndfleet-slurm-health"
 MAX_NODE_HEADROOM_FRACTION = 0.2
 MAX_NODE_HEADROOM_MIN = 8
 # The drain reason every ndfleet drain starts with; a node is resumed only when its reason starts with it.
-DRAIN_REASON_PREFIX = "ndfleet:"
 
 
 def island_feature(island: str) -> str:

@@ -16,8 +16,14 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    TAG_DB_HOST,
+    TAG_IDENTITY_CLIENT_ID,
+    TAG_NFS_ACCOUNT,
+    TAG_VAULT,
+)
 from ndfleet_node.setup.apt import APT_LOCK
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from ndfleet.monitoring.agent import controller_config, controller_files
 from ndfleet.nodefiles.bootstrap import (
@@ -27,7 +33,6 @@ from ndfleet.nodefiles.bootstrap import (
     NODE_APP_PATH,
     NODE_PATH,
     REPORT_PATH,
-    TAG_IDENTITY_CLIENT_ID,
     VALIDATE_NODE_PATH,
     BootstrapExtensions,
     BootstrapTooLarge,
@@ -80,9 +85,6 @@ ROLE_PACKAGES = {
     "compute": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmd"),
 }
 # Values Azure computes at deployment, read by the machines from their tags (instance metadata).
-TAG_VAULT = "ndfleet:slurm-vault"
-TAG_NFS_ACCOUNT = "ndfleet:slurm-nfs"
-TAG_DB_HOST = "ndfleet:slurm-db-host"
 IMDS_TOKEN_URL = (
     "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
 )
@@ -121,11 +123,11 @@ class NodeFile:
 # The controller has no node program: the modules slurm_reap needs are shipped as files and run with
 # `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
-REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "slurm_states", "runner", "hpcx", "text")
+REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "names", "runner", "hpcx", "text")
 # ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
 # with nodes awaiting it: what burnin/slurm.py imports, standard library only.
 BURNIN_MODULES = (
-    "config", "slurm_states", "hpcx", "burnin/__init__", "burnin/hosts", "burnin/notify", "burnin/parser",
+    "config", "names", "hpcx", "burnin/__init__", "burnin/hosts", "burnin/notify", "burnin/parser",
     "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
 )  # fmt: skip
 # ...and the elastic islands' programs (`python3 -m ndfleet_node.elastic.programs`, docs/elastic.md); shipped to every

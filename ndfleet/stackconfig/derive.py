@@ -10,6 +10,8 @@ import ipaddress
 import math
 import re
 
+from ndfleet_node.names import TAG_PREFIX, TAG_STACK
+
 from ndfleet.stackconfig.clusterspec import (
     ClusterSpec,
     ElasticSpec,
@@ -264,7 +266,7 @@ def build_spec(
             f"{NAMESPACE}:slurm is set but {NAMESPACE}:scheduler = {config.scheduler!r}: set {NAMESPACE}:scheduler to "
             "'slurm' to deploy the Slurm cluster, or remove the slurm section"
         )
-    reserved_tags = [k for k in config.tags if k.startswith("ndfleet:")]
+    reserved_tags = [k for k in config.tags if k.startswith(TAG_PREFIX)]
     if reserved_tags:
         problems.append(f"{NAMESPACE}:tags: names starting with 'ndfleet:' are set by ndfleet itself: {reserved_tags}")
     image = ImageSpec.from_urn(config.image)
@@ -302,7 +304,7 @@ def build_spec(
         proximity_placement_group=config.proximity_placement_group,
         bastion=config.bastion,
         os_disk_size_gb=config.os_disk_size_gb,
-        tags={**config.tags, "ndfleet:stack": stack},
+        tags={**config.tags, TAG_STACK: stack},
         preflight=config.preflight,
         subscription_id=config.subscription_id,
         warnings=tuple(warnings),

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.components.ib_island import TAG_ISLAND
+from ndfleet_node.names import TAG_ISLAND
+
 from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
 from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.errors import CannotCheck

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
 
 from ndfleet.cost.prices import table_price
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -20,9 +20,6 @@ HEALTH_STATES = ("healthy", "starting", "unhealthy", "unknown")
 REPAIR_STATES = ("none", "pending", "in-progress", "suspended", "off", "protected", "unknown")
 # Provisioning states of an instance Azure is working on (creating, reimaging, deleting it).
 TRANSITIONAL = ("Creating", "Updating", "Deleting", "Migrating")
-# Slurm reasons ndfleet sets (node/ndfleet_node/slurm_states.py, slurm_health.py).
-HEALTH_CHECK_REASON_PREFIX = "ndfleet:"
-BURNIN_REASON_PREFIX = "ndfleet:burnin:"
 
 
 @dataclass(frozen=True)
@@ -188,7 +185,7 @@ def _actions(node: Instance, scale_set: ScaleSet, validation: Validation, slurm:
         if slurm.reason.startswith(BURNIN_REASON_PREFIX):
             if slurm.reason != AWAITING_BURNIN_REASON:
                 out.append(f"held by the fabric burn-in ({slurm.reason}): see docs/burnin.md before resuming it")
-        elif slurm.reason.startswith(HEALTH_CHECK_REASON_PREFIX):
+        elif slurm.reason.startswith(DRAIN_REASON_PREFIX):
             out.append(f"drained by the health check ({slurm.reason}) while Azure sees it healthy: read "
                        "/run/ndfleet/report.json on the node; it resumes itself when the check passes again")
         else:

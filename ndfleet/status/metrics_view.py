@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ndfleet_node.names import SLURM_STATES as CONTROLLER_SLURM_STATES
+
 from ndfleet.status.prometheus import Sample, flag
 
 # Validation states, in the order the docs list them.
 VALIDATION_STATES = ("passed", "failed", "pending", "unknown", "not-collected")
-# Slurm states the controller publishes (slurm_export.SLURM_STATES) plus "absent": the node is not in Slurm.
-SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
-                "awaiting_burnin", "other", "absent")
+# Slurm states the controller publishes (ndfleet_node.names.SLURM_STATES) plus "absent": the node is not in Slurm.
+SLURM_STATES = (*CONTROLLER_SLURM_STATES, "absent")
 # States in which the node takes jobs (or runs them).
 SLURM_SERVING = ("idle", "allocated", "mixed", "completing")
 

@@ -50,6 +50,7 @@ from typing import Any
 
 from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
+from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID
 from ndfleet_node.report import write_atomic
 from ndfleet_node.text import clip, decode
 
@@ -62,7 +63,6 @@ IMDS_INSTANCE_API = "2021-02-01"
 ARM = "https://management.azure.com"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
-IDENTITY_TAG = "ndfleet:identity-client-id"  # scale-set tag the bootstrap also reads (docs/bootstrap.md)
 HTTP_TIMEOUT_S = 20  # each connect, send or receive
 HTTP_DEADLINE_S = 60  # the whole request, however the server paces it
 MAX_BODY_BYTES = 64 * 1024  # IMDS and Resource Manager answers here are a few KiB; the rest is not read
@@ -416,7 +416,7 @@ def _file_all(
         host = physical_host_name(kvp_pool)
         instance = imds_instance(imds, send)
         # Which identity: the node JSON's, else the scale set's tag (set when a VM carries several identities).
-        client_id = str(settings.get("identity_client_id") or instance.tags.get(IDENTITY_TAG, ""))
+        client_id = str(settings.get("identity_client_id") or instance.tags.get(TAG_IDENTITY_CLIENT_ID, ""))
         token = imds_token(imds, client_id, arm + "/", send) if enabled else ""
     except ImpactError as exc:
         log(str(exc))

@@ -4,7 +4,7 @@
 Runs `scontrol show node --oneliner` (timeout, bounded output), reads each line field by field with the health
 check's parser (a "State=" inside a reason does not count), and writes node_exporter's textfile format atomically:
 
-  ndfleet_slurm_node_state{slurm_node, state, reason} 1   one series per node; state is one of SLURM_STATES
+  ndfleet_slurm_node_state{slurm_node, state, reason} 1   one series per node; state is one of names.SLURM_STATES
   ndfleet_slurm_export_success 0|1                         0: scontrol failed, hung or said something unreadable
   ndfleet_slurm_export_last_run_timestamp_seconds          when this file was written
 
@@ -22,13 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ndfleet_node.metrics import escape_label, write_atomically
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 from ndfleet_node.runner import run_tool
 from ndfleet_node.slurm_health import UnparsableNode, parse_node
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 from ndfleet_node.text import decode
 
-SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
-                "awaiting_burnin", "other")
 DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_slurm.prom"
 # The same bound as the reaper's listing: a few KiB per node at MaxNodeCount.
 MAX_LIST_BYTES = 64 * 1024 * 1024
@@ -38,7 +36,7 @@ _BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
 
 
 def slurm_state(states: Sequence[str], reason: str) -> str:
-    """One of SLURM_STATES for scontrol's State= words (base state plus flags, e.g. IDLE+DRAIN)."""
+    """One of names.SLURM_STATES for scontrol's State= words (base state plus flags, e.g. IDLE+DRAIN)."""
     words = {s.upper() for s in states}
     drain = bool(words & {"DRAIN", "DRAINED", "DRAINING"})
     if drain and reason.startswith(AWAITING_BURNIN_REASON):

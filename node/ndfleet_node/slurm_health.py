@@ -8,7 +8,7 @@ not the bandwidth tests), then:
 - a passing node that this program drained (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
   administrator or by the burn-in (any other reason) is left alone;
 - a passing node that has never been put in line for burn-in on this OS disk (no `--burnin-marker` file) is
-  drained `ndfleet:burnin:awaiting` (slurm_states.AWAITING_BURNIN_REASON), then the marker is written. A new VM
+  drained `ndfleet:burnin:awaiting` (names.AWAITING_BURNIN_REASON), then the marker is written. A new VM
   registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
   case the registration cannot: a reimaged VM that comes back under its old name, which slurmctld still knows.
 
@@ -33,12 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
 from ndfleet_node.runner import run_tool
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 from ndfleet_node.text import decode, first_line
 
-DRAIN_REASON_PREFIX = "ndfleet:"
-BURNIN_REASON_PREFIX = "ndfleet:burnin:"
 CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"

@@ -19,7 +19,7 @@ import pytest
 from ndfleet_node.__main__ import main
 from ndfleet_node.burnin import slurm as slurm_module
 from ndfleet_node.burnin.slurm import AWAITING_REASON, held_by_burnin, parse_node_line
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from tests.burnin.test_fleet import alive
 from tests.fakes.fleet import FakeFleet, host_names
@@ -340,11 +340,6 @@ def test_node_lines_are_read_by_field(state: str, reason: str, expect_reason: st
 
 def test_the_shared_reason_is_the_one_registration_sets() -> None:
     assert AWAITING_REASON == AWAITING_BURNIN_REASON == "ndfleet:burnin:awaiting"
-    source = Path(__file__).resolve().parents[2] / "node" / "ndfleet_node" / "slurm_states.py"
-    assert source.read_text() == (
-        '"""Slurm node reasons ndfleet sets, shared by the node\'s health check, registration and burn-in."""\n\n'
-        'AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"\n'
-    )
 
 
 @pytest.mark.parametrize(

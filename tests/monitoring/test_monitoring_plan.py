@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
+from ndfleet_node.names import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
-from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, alerts
 from ndfleet.plans.build import Plan
 from ndfleet.plans.policy_rules import evaluate_plan

@@ -26,7 +26,7 @@ from ndfleet_node.elastic.programs import (
 )
 from ndfleet_node.elastic.slurm import Scontrol
 from ndfleet_node.elastic.state import island_state
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from tests.impact.arm_server import loopback_up
 

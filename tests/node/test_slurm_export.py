@@ -48,8 +48,11 @@ def test_not_responding_node_is_down() -> None:
     assert slurm_export.node_states(text)[1] == ("prod-ib00-000004", "down", "Not responding")
 
 
-def test_states_are_the_ones_status_reads() -> None:
-    assert set(slurm_export.SLURM_STATES) <= set(STATUS_SLURM_STATES)
+def test_every_state_the_export_writes_is_one_status_reads() -> None:
+    """Each State= word the controller may see maps to a state `status` knows (names.SLURM_STATES, plus absent)."""
+    words = ["IDLE", "ALLOCATED", "MIXED", "COMPLETING", "IDLE+DRAIN", "ALLOCATED+DRAIN", "DOWN", "IDLE+POWERED_DOWN",
+             "IDLE+CLOUD+POWERED_DOWN", "FUTURE", "REBOOT_REQUESTED", "IDLE+NOT_RESPONDING"]
+    assert {slurm_export.slurm_state(w.split("+"), "") for w in words} <= set(STATUS_SLURM_STATES)
 
 
 def test_reason_is_escaped_in_the_label() -> None:

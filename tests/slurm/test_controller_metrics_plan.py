@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ndfleet_node.names import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
-from ndfleet.monitoring.agent import TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 from ndfleet.plans.build import Plan, PlannedResource, _fake_uuid
 from ndfleet.stackconfig.profiles import MONITORING_METRICS_PUBLISHER_ROLE_ID
 from tests.conftest import ROLE, VMSS, base_config, of_type, one, plan_of

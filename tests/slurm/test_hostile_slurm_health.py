@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 from ndfleet_node.slurm_health import (
     MAX_SCONTROL_BYTES,
     Scontrol,
@@ -17,7 +18,6 @@ from ndfleet_node.slurm_health import (
     parse_node,
     run_validation,
 )
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
 
 from tests.slurm.test_slurm_health_unit import FakeScontrol
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from ndfleet_node.health import health_state
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.stackconfig.config import load_spec

@@ -7,11 +7,11 @@ import gzip
 import json
 
 import pytest
+from ndfleet_node.names import TAG_NFS_ACCOUNT, TAG_VAULT
 
 from ndfleet.plans import plandiff
 from ndfleet.plans.build import MOCK_SECRET_PREFIX, Plan
 from ndfleet.plans.policy_rules import evaluate_plan, has_mandatory
-from ndfleet.slurm.machines import TAG_NFS_ACCOUNT, TAG_VAULT
 from tests.conftest import IDENTITY, LOCK, PRIVATE_ENDPOINT, ROLE, VMSS, base_config, dig, of_type, one, plan_of
 
 VM = "azure-native:compute:VirtualMachine"

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet_node.names import TAG_ELASTIC
+
 from ndfleet.plans.plandiff.resources import (
     AML_FILESYSTEM_TYPE,
     BLOB_CONTAINER_TYPE,
@@ -167,7 +169,7 @@ def _rule_for(resource_type: str, change: PropertyChange) -> ConsequenceRule | N
     return None
 
 
-ELASTIC_TAG = "ndfleet:elastic"  # components/ib_island.py TAG_ELASTIC
+ELASTIC_TAG = TAG_ELASTIC
 
 
 def _elastic(res: Mapping[str, Any] | None) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet_node.names import TAG_ISLAND
+
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
 LONG_VALUE_CHARS = 200
 HASH_PREFIX_CHARS = 12
@@ -58,7 +60,7 @@ LOCK_BLOCKED_TYPES = (
     STORAGE_ACCOUNT_TYPE,
     AML_FILESYSTEM_TYPE,
 )
-ISLAND_TAG = "ndfleet:island"
+ISLAND_TAG = TAG_ISLAND
 CUSTOM_DATA_PATH = "virtualMachineProfile.osProfile.customData"
 IMAGE_REFERENCE_PATH = "virtualMachineProfile.storageProfile.imageReference"
 

@@ -8,7 +8,7 @@ test is a Slurm job step (`srun --mpi=pmix`) on the compute nodes themselves, wh
 all_reduce_perf (`hpcx.with_hpcx`).
 
 1. Find the nodes: `scontrol -o show node`, read field by field (`parse_node_line`). A new node registers DRAINED
-   with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.slurm_states.AWAITING_BURNIN_REASON`); without
+   with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.names.AWAITING_BURNIN_REASON`); without
    `--nodes` every such node (of `--partition`, when given) is burnt in, with up to `--idle-partners N` idle
    in-service nodes as partners; with `--nodes`, exactly those (a node drained by anyone else is left out).
 2. Reserve them: `scontrol create reservation ReservationName=ndfleet-burnin-<id> Nodes=... StartTime=now
@@ -61,12 +61,11 @@ from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.report import summary_lines
 from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
 from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX
 
 AWAITING_REASON = AWAITING_BURNIN_REASON
 # The reason earlier releases documented (no release set it): still the burn-in's to lift, not to select.
 LEGACY_AWAITING_REASON = "ndfleet: awaiting burn-in"
-BURNIN_REASON_PREFIX = "ndfleet:burnin:"
 SLURM_TIMEOUT_S = 60  # each scontrol call: slurmctld answers in well under a second when it is up
 # The reservation outlives the longest burn-in this run can be (every round at its longest test) by this much, so
 # it never expires under a running test; the run deletes it as soon as it ends.

@@ -30,13 +30,15 @@ from ndfleet_node.elastic.arm import ArmError, ScaleSetApi, ScaleSetInstance
 from ndfleet_node.elastic.slurm import Scontrol, SlurmError, SlurmNode
 from ndfleet_node.elastic.state import IslandState, NodeEntry, island_state
 from ndfleet_node.impact import IMDS, ImpactError, imds_instance, imds_token
-from ndfleet_node.slurm_states import AWAITING_BURNIN_REASON
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    RESUME_FAILED_REASON,
+    TAG_IDENTITY_CLIENT_ID,
+)
 
-RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"
 MAX_CONFIG_BYTES = 256 * 1024
 MAX_RESUME_FILE_BYTES = 16 * 1024 * 1024
 MAX_LOG_BYTES = 4 * 1024 * 1024
-TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"
 # What one island's step may fail with; the other islands still get theirs, and the failure is reported.
 FAILURES = (ArmError, ImpactError, SlurmError, TimeoutError, OSError, ValueError)
 

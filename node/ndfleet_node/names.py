@@ -1,0 +1,31 @@
+"""The names the tool and the node program share: one definition each.
+
+The tool (Pulumi components, `status`, `plan`'s diff) writes these names onto Azure resources and Slurm nodes; the
+node program, running on the VMs, reads them back. This module is the node package's, standard library only, so it
+ships in the node bundle and the tool imports it from here; neither side spells a name of its own.
+"""
+
+# Scale-set and VM tags (Azure resource tags: keys up to 512 characters, values up to 256; docs/bootstrap.md).
+TAG_PREFIX = "ndfleet:"
+TAG_STACK = "ndfleet:stack"  # every resource: the Pulumi stack that made it
+TAG_ISLAND = "ndfleet:island"  # a compute scale set: its island's name
+TAG_ELASTIC = "ndfleet:elastic"  # a compute scale set: "true" when Slurm's power saving sizes it
+TAG_SLURM_ROLE = "ndfleet:slurm-role"  # a Slurm machine: controller or login
+TAG_IDENTITY_CLIENT_ID = "ndfleet:identity-client-id"  # the managed identity the machine's programs use
+TAG_STORAGE_ACCOUNT = "ndfleet:storage-account"  # the cluster's storage account (BlobFuse2, reports)
+TAG_LUSTRE_MGS = "ndfleet:lustre-mgs"  # Managed Lustre's MGS address
+TAG_METRICS_ENDPOINT = "ndfleet:metrics-endpoint"  # the data collection endpoint's ingestion URL
+TAG_METRICS_DCR = "ndfleet:metrics-dcr"  # the data collection rule's immutable id
+TAG_VAULT = "ndfleet:slurm-vault"  # the Key Vault holding Slurm's secrets
+TAG_NFS_ACCOUNT = "ndfleet:slurm-nfs"  # the storage account of the Slurm share (NFS)
+TAG_DB_HOST = "ndfleet:slurm-db-host"  # the accounting database's host name
+
+# Slurm node reasons ndfleet sets, and reads back to tell its own drains from an operator's.
+DRAIN_REASON_PREFIX = "ndfleet:"  # the health check's drains: "ndfleet:" and the failed check ids
+BURNIN_REASON_PREFIX = "ndfleet:burnin:"  # the burn-in's drains and holds
+AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"  # a node registered, not yet burned in
+RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"  # an elastic node Azure did not deliver
+
+# The Slurm states the controller publishes (slurm_export) and `status` reads back.
+SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
+                "awaiting_burnin", "other")
