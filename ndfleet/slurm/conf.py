@@ -15,6 +15,7 @@ Why the files look the way they do (docs/slurm.md has the sources):
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from dataclasses import asdict, dataclass
@@ -206,6 +207,10 @@ def _environment() -> jinja2.Environment:
     return environment(TEMPLATES_DIR, hash_comments=True)
 
 
+# Cached per site: asdict deep-copies every island, and a stack renders a dozen templates per island from the same
+# site (103 islands: 648 renders, 1.4 million asdict calls uncached). Callers copy it ({**ctx, **extra}); the
+# templates only read it.
+@functools.lru_cache(maxsize=4)
 def _context(site: SlurmSite) -> dict[str, Any]:
     ctx = asdict(site)
     ctx["islands"] = [asdict(i) for i in site.islands]
