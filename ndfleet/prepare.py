@@ -27,6 +27,7 @@ from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
     BootstrapTooLarge,
     RenderedBootstrap,
+    merge_extensions,
     render_bootstrap,
     validation_budget_s,
 )
@@ -92,25 +93,14 @@ def explicit_probe_grace_period(spec: ClusterSpec) -> int | None:
 
 
 def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
-    """What optional features add to an island's bootstrap: Slurm's slurmd set-up (ndfleet/slurm/machines.py) and
-    the metrics agent (ndfleet/monitoring/agent.py)."""
-    ext: BootstrapExtensions | None = None
-    if spec.scheduler == "slurm":
-        from ndfleet.slurm.machines import slurm_bootstrap_extensions
+    """What optional features add to an island's bootstrap, merged in this order: Slurm's slurmd set-up
+    (ndfleet/slurm/machines.py) and the metrics agent (ndfleet/monitoring/agent.py). Each says itself whether the
+    stack turns it on (None: off); a new feature is one more entry here."""
+    from ndfleet.monitoring import agent as monitoring_agent
+    from ndfleet.slurm import machines as slurm_machines
 
-        ext = slurm_bootstrap_extensions(spec, island)
-    if spec.monitoring.enabled:
-        from ndfleet.monitoring import agent as monitoring_agent
-
-        base = ext or BootstrapExtensions()
-        ext = BootstrapExtensions(
-            files=[*base.files, *monitoring_agent.bootstrap_files(spec, island)],
-            enable_units=[*base.enable_units, *monitoring_agent.ENABLE_UNITS],
-            start_units=[*base.start_units, *monitoring_agent.START_UNITS],
-            runcmd=list(base.runcmd),
-            node_sections=dict(base.node_sections),
-        )
-    return ext
+    features = (slurm_machines, monitoring_agent)
+    return merge_extensions([feature.bootstrap_extensions(spec, island) for feature in features])
 
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:

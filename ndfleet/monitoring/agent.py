@@ -9,7 +9,6 @@ bootstrap adds them to the node's cloud-config and starts `START_UNITS`. Values 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import jinja2
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
 from ndfleet.monitoring import exporters as ex
-from ndfleet.nodefiles.bootstrap import NODE_APP_PATH
+from ndfleet.nodefiles.bootstrap import NODE_APP_PATH, BootstrapExtensions
+from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodeconfig import (
     IMDS_TAGS_URL,
     REPORT_PATH,
@@ -62,56 +62,48 @@ ENABLE_UNITS = ("ndfleet-monitoring-setup.timer",)
 START_UNITS = ("ndfleet-monitoring-setup.timer",)
 
 
-@dataclass(frozen=True)
-class MonitoringFile:
-    name: str
-    path: str
-    mode: str
-    content: str
-
-
-# (template, name, path on the node, mode)
+# (template, name, path on the node, mode); the name is the path's base name, as `ndfleet render` shows it.
 _FILES = (
-    ("prometheus.yml.j2", "prometheus.yml.in", PROMETHEUS_CONFIG_TEMPLATE, "0644"),
-    (None, "dcgm-counters.csv", DCGM_COUNTERS_PATH, "0644"),
-    ("ndfleet-monitoring-setup.sh.j2", "ndfleet-monitoring-setup", SETUP_PATH, "0755"),
+    ("prometheus.yml.j2", "prometheus.yml.in", PROMETHEUS_CONFIG_TEMPLATE, 0o644),
+    (None, "dcgm-counters.csv", DCGM_COUNTERS_PATH, 0o644),
+    ("ndfleet-monitoring-setup.sh.j2", "ndfleet-monitoring-setup", SETUP_PATH, 0o755),
     (
         "ndfleet-monitoring-setup.service.j2",
         "ndfleet-monitoring-setup.service",
         "/etc/systemd/system/ndfleet-monitoring-setup.service",
-        "0644",
+        0o644,
     ),
     (
         "ndfleet-prometheus.service.j2",
         "ndfleet-prometheus.service",
         "/etc/systemd/system/ndfleet-prometheus.service",
-        "0644",
+        0o644,
     ),
     (
         "ndfleet-dcgm-exporter.service.j2",
         "ndfleet-dcgm-exporter.service",
         "/etc/systemd/system/ndfleet-dcgm-exporter.service",
-        "0644",
+        0o644,
     ),
     (
         "ndfleet-monitoring-setup.timer.j2",
         "ndfleet-monitoring-setup.timer",
         "/etc/systemd/system/ndfleet-monitoring-setup.timer",
-        "0644",
+        0o644,
     ),
-    ("ndfleet-metrics.service.j2", "ndfleet-metrics.service", "/etc/systemd/system/ndfleet-metrics.service", "0644"),
-    ("ndfleet-metrics.timer.j2", "ndfleet-metrics.timer", "/etc/systemd/system/ndfleet-metrics.timer", "0644"),
+    ("ndfleet-metrics.service.j2", "ndfleet-metrics.service", "/etc/systemd/system/ndfleet-metrics.service", 0o644),
+    ("ndfleet-metrics.timer.j2", "ndfleet-metrics.timer", "/etc/systemd/system/ndfleet-metrics.timer", 0o644),
     (
         "ndfleet-slurm-export.service.j2",
         "ndfleet-slurm-export.service",
         "/etc/systemd/system/ndfleet-slurm-export.service",
-        "0644",
+        0o644,
     ),
     (
         "ndfleet-slurm-export.timer.j2",
         "ndfleet-slurm-export.timer",
         "/etc/systemd/system/ndfleet-slurm-export.timer",
-        "0644",
+        0o644,
     ),
 )
 BASH_FILES = ("ndfleet-monitoring-setup",)
@@ -194,7 +186,7 @@ def _environment() -> jinja2.Environment:
     return environment(TEMPLATES_DIR, hash_comments=True)
 
 
-def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:
+def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MachineFile]:
     """Every monitoring file of one island's nodes; empty when the stack has monitoring off."""
     if not spec.monitoring.enabled:
         return []
@@ -204,7 +196,7 @@ def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MonitoringFile]:
         if name not in _NODE_FILES:
             continue
         content = ex.dcgm_counters_csv() if template is None else _environment().get_template(template).render(ctx)
-        out.append(MonitoringFile(name, path, mode, content))
+        out.append(MachineFile.text(path, mode, content, name))
     return out
 
 
@@ -228,7 +220,7 @@ def controller_context(spec: ClusterSpec, lib_dir: str) -> dict[str, Any]:
     }
 
 
-def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MonitoringFile]:
+def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MachineFile]:
     """The Slurm controller's agent, in its customData whether or not the stack has monitoring on.
 
     Monitoring on or off (or a new scrape interval) must not rebuild the controller, so what depends on it travels
@@ -238,7 +230,7 @@ def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MonitoringFile]:
     ctx = controller_context(spec, lib_dir)
     env = _environment()
     return [
-        MonitoringFile(name, path, mode, env.get_template(template).render(ctx))
+        MachineFile.text(path, mode, env.get_template(template).render(ctx), name)
         for template, name, path, mode in _FILES
         if name in _CONTROLLER_FILES and template is not None
     ]
@@ -252,6 +244,10 @@ def controller_config(spec: ClusterSpec, lib_dir: str) -> dict[str, str]:
     return {PROMETHEUS_CONFIG_TEMPLATE: _environment().get_template("prometheus.yml.j2").render(ctx)}
 
 
-def bootstrap_files(spec: ClusterSpec, island: IslandSpec) -> list[dict[str, str]]:
-    """The node files as cloud-init write_files entries ({path, permissions, content}); empty when off."""
-    return [{"path": f.path, "permissions": f.mode, "content": f.content} for f in node_files(spec, island)]
+def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
+    """What the metrics agent adds to an island's bootstrap (ndfleet.prepare merges it); None when off."""
+    if not spec.monitoring.enabled:
+        return None
+    return BootstrapExtensions(
+        files=node_files(spec, island), enable_units=list(ENABLE_UNITS), start_units=list(START_UNITS)
+    )

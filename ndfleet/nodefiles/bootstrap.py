@@ -30,7 +30,7 @@ stack: node/ndfleet_node, built by ndfleet/nodefiles/nodeapp.py), its per-stack 
   ndfleet-health.service     `ndfleet-node health`: the endpoint for Azure's Application Health extension
 
 Other features add content without editing the templates, through `BootstrapExtensions` (every list empty by
-default): `files` ({path, permissions, content} text files, or {path, permissions, content_bytes} binary ones),
+default): `files` (`MachineFile`s, ndfleet/nodefiles/machinefile.py: path, integer mode, bytes),
 `enable_units` / `start_units` (systemd units to enable at boot / start with --no-block after daemon-reload),
 `runcmd` (extra commands, argv lists or shell strings, run once the files are on disk and before validation
 starts: the boot step runs them where cloud-init's runcmd ran them before), and
@@ -45,7 +45,7 @@ import functools
 import gzip
 import json
 import math
-import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from ndfleet import images
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.nodefiles.machinefile import MachineFile, render_name
 from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
@@ -94,6 +95,7 @@ __all__ = [
     "RenderedBootstrap",
     "build_context",
     "custom_data",
+    "merge_extensions",
     "render_bootstrap",
     "render_output_files",
     "validation_budget_s",
@@ -117,25 +119,21 @@ NODE_TOOL_DIRS = images.load(COMPUTE_IMAGE).off_path_dirs(STANDARD_PATH)
 NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
-# Text files the user data carries: (template, name, path on the node, mode).
+# Text files the node bundle carries: (template, path on the node, mode); each is shown under its base name.
 _NODE_FILES = (
-    ("node/validate-node.j2", "validate-node", VALIDATE_NODE_PATH, "0755"),
-    ("node/nccl.conf.j2", "nccl.conf", f"{CONFIG_DIR}/nccl.conf", "0644"),
-    ("systemd/ndfleet-setup.service.j2", "ndfleet-setup.service", "/etc/systemd/system/ndfleet-setup.service", "0644"),
-    ("systemd/ndfleet-validate.service.j2", "ndfleet-validate.service",
-     "/etc/systemd/system/ndfleet-validate.service", "0644"),
-    ("systemd/ndfleet-validated.target.j2", "ndfleet-validated.target",
-     "/etc/systemd/system/ndfleet-validated.target", "0644"),
-    ("systemd/ndfleet-health.service.j2", "ndfleet-health.service",
-     "/etc/systemd/system/ndfleet-health.service", "0644"),
+    ("node/validate-node.j2", VALIDATE_NODE_PATH, 0o755),
+    ("node/nccl.conf.j2", f"{CONFIG_DIR}/nccl.conf", 0o644),
+    ("systemd/ndfleet-setup.service.j2", "/etc/systemd/system/ndfleet-setup.service", 0o644),
+    ("systemd/ndfleet-validate.service.j2", "/etc/systemd/system/ndfleet-validate.service", 0o644),
+    ("systemd/ndfleet-validated.target.j2", "/etc/systemd/system/ndfleet-validated.target", 0o644),
+    ("systemd/ndfleet-health.service.j2", "/etc/systemd/system/ndfleet-health.service", 0o644),
 )  # fmt: skip
-# The boot step customData carries: the units (template, name, path on the node, mode), then the script itself
-# (Python, shipped as it is) and its manifest.
+# The boot step customData carries: the script itself (Python, shipped as it is), its manifest, then the units
+# (template, path on the node, mode).
 BUNDLE_UNIT = "ndfleet-bundle.service"
 _BOOT_UNITS = (
-    ("systemd/ndfleet-bundle.service.j2", BUNDLE_UNIT, f"/etc/systemd/system/{BUNDLE_UNIT}", "0644"),
-    ("systemd/ndfleet-bundle-failed.service.j2", "ndfleet-bundle-failed.service",
-     "/etc/systemd/system/ndfleet-bundle-failed.service", "0644"),
+    ("systemd/ndfleet-bundle.service.j2", f"/etc/systemd/system/{BUNDLE_UNIT}", 0o644),
+    ("systemd/ndfleet-bundle-failed.service.j2", "/etc/systemd/system/ndfleet-bundle-failed.service", 0o644),
 )  # fmt: skip
 UNPACK_SOURCE = TEMPLATES_DIR / "node" / "ndfleet-unpack.py"
 UNPACK_NAME = "ndfleet-unpack"
@@ -152,11 +150,32 @@ class BootstrapTooLarge(Exception):
 class BootstrapExtensions:
     """What other features add to a node's bootstrap without editing the templates (all empty by default)."""
 
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[MachineFile] = field(default_factory=list)
     enable_units: list[str] = field(default_factory=list)
     start_units: list[str] = field(default_factory=list)
     runcmd: list[Any] = field(default_factory=list)
     node_sections: dict[str, Any] = field(default_factory=dict)
+
+
+def merge_extensions(parts: Sequence[BootstrapExtensions | None]) -> BootstrapExtensions | None:
+    """Several features' additions as one, each list in the order given; None when no feature adds anything.
+    Two features may not fill the same node JSON section (one would silently replace the other)."""
+    given = [p for p in parts if p is not None]
+    if not given:
+        return None
+    sections: dict[str, Any] = {}
+    for part in given:
+        taken = sections.keys() & part.node_sections.keys()
+        if taken:
+            raise ValueError(f"bootstrap extensions: node JSON section(s) {sorted(taken)} filled twice")
+        sections.update(part.node_sections)
+    return BootstrapExtensions(
+        files=[f for p in given for f in p.files],
+        enable_units=[u for p in given for u in p.enable_units],
+        start_units=[u for p in given for u in p.start_units],
+        runcmd=[c for p in given for c in p.runcmd],
+        node_sections=sections,
+    )
 
 
 @dataclass(frozen=True)
@@ -267,7 +286,7 @@ def build_context(
         "health_nofile": HEALTH_NOFILE,
         "impact_timeout_s": IMPACT_UNIT_TIMEOUT_S,
         # generic lists other features fill (BootstrapExtensions); empty by default
-        "extra_files": [dict(f) for f in ext.files],
+        "extra_files": list(ext.files),
         "enable_units": list(ext.enable_units),
         "start_units": list(ext.start_units),
         "extra_runcmd": list(ext.runcmd),
@@ -283,14 +302,6 @@ def _environment() -> jinja2.Environment:
 @functools.cache
 def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
-
-
-def _file_name(path: str) -> str:
-    """The name `ndfleet render` writes a node file under: its base name, or `<folder>-<name>` for a systemd
-    drop-in (`slurmd.service.d/ndfleet.conf` -> `slurmd.service.d-ndfleet.conf`)."""
-    folder, name = posixpath.split(path)
-    parent = posixpath.basename(folder)
-    return f"{parent}-{name}" if parent.endswith(".d") else name
 
 
 def _argv(command: Any) -> list[str]:
@@ -337,28 +348,23 @@ def render_bootstrap(
     BootstrapTooLarge over either limit."""
     ext = extensions or BootstrapExtensions()
     ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
-    files = {name: _template(tpl).render(ctx) for tpl, name, _, _ in _NODE_FILES}
-    files["node.json"] = _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
-    app = nodeapp.build()
-    binary_files = {"ndfleet-node": app}
-    paths = {name: path for _, name, path, _ in _NODE_FILES}
-    modes = {name: mode for _, name, _, mode in _NODE_FILES}
-    paths["node.json"], modes["node.json"] = NODE_CONFIG_PATH, "0644"
-    paths["ndfleet-node"], modes["ndfleet-node"] = NODE_APP_PATH, "0755"
+    node = [
+        *(MachineFile.text(path, mode, _template(tpl).render(ctx)) for tpl, path, mode in _NODE_FILES),
+        MachineFile.text(
+            NODE_CONFIG_PATH, 0o644, _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+        ),
+        MachineFile(NODE_APP_PATH, 0o755, nodeapp.build()),
+    ]
+    reserved = ("user-data", UNPACK_NAME, MANIFEST_NAME, *(render_name(p) for _, p, _ in _BOOT_UNITS))
+    names = {f.name: f.path for f in node}
     for f in ext.files:
-        name = _file_name(f["path"])
-        if name in paths or name in ("user-data", UNPACK_NAME, MANIFEST_NAME, *(n for _, n, _, _ in _BOOT_UNITS)):
-            raise ValueError(f"bootstrap file {f['path']!r}: its name {name!r} is taken by {paths.get(name, name)!r}")
-        paths[name], modes[name] = f["path"], f.get("permissions", "0644")
-        if f.get("content_bytes") is not None:
-            binary_files[name] = f["content_bytes"]
-        else:
-            files[name] = f.get("content") or ""
-    contents = {**{n: t.encode() for n, t in files.items()}, **binary_files}
+        if f.name in names or f.name in reserved:
+            taken = names.get(f.name, f.name)
+            raise ValueError(f"bootstrap file {f.path!r}: its name {f.name!r} is taken by {taken!r}")
+        names[f.name] = f.path
+    node += ext.files
     commands = activation(ext)
-    bundle = nodebundle.pack(
-        [nodebundle.BundleFile(paths[name], modes[name], contents[name]) for name in paths], commands
-    )
+    bundle = nodebundle.pack(node, commands)
 
     # The boot step: all customData carries.
     manifest = nodebundle.manifest(bundle, spec.health.probe_port)
@@ -369,24 +375,27 @@ def render_bootstrap(
         "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
         "bundle_unit": BUNDLE_UNIT,
     }
-    boot = {name: _template(tpl).render(boot_ctx) for tpl, name, _, _ in _BOOT_UNITS}
-    boot[UNPACK_NAME] = UNPACK_SOURCE.read_text(encoding="utf-8")
-    boot[MANIFEST_NAME] = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
-    boot_paths = {name: path for _, name, path, _ in _BOOT_UNITS}
-    boot_paths[UNPACK_NAME], boot_paths[MANIFEST_NAME] = nodebundle.UNPACK_PATH, nodebundle.MANIFEST_PATH
-    boot_modes = {name: mode for _, name, _, mode in _BOOT_UNITS}
-    boot_modes[UNPACK_NAME], boot_modes[MANIFEST_NAME] = "0755", "0644"
-    order = (UNPACK_NAME, MANIFEST_NAME, *(name for _, name, _, _ in _BOOT_UNITS))
-    write = [{"path": boot_paths[n], "mode": boot_modes[n], "content": boot[n]} for n in order]
-    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": write})
+    boot = [
+        MachineFile.text(nodebundle.UNPACK_PATH, 0o755, UNPACK_SOURCE.read_text(encoding="utf-8"), UNPACK_NAME),
+        MachineFile.text(nodebundle.MANIFEST_PATH, 0o644, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
+        *(MachineFile.text(path, mode, _template(tpl).render(boot_ctx)) for tpl, path, mode in _BOOT_UNITS),
+    ]
+    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
+    files = {"user-data": user_data}
+    binary_files: dict[str, bytes] = {}
+    for f in (*boot, *node):
+        try:
+            files[f.name] = f.content
+        except UnicodeDecodeError:  # the zipapp
+            binary_files[f.name] = f.data
     rendered = RenderedBootstrap(
         user_data=user_data,
-        files={"user-data": user_data, **boot, **files},
+        files=files,
         binary_files=binary_files,
-        node_paths={**boot_paths, **paths},
-        modes={**boot_modes, **modes},
+        node_paths={f.name: f.path for f in (*boot, *node)},
+        modes={f.name: f.octal for f in (*boot, *node)},
         bundle=bundle,
-        custom_data_names=order,
+        custom_data_names=tuple(f.name for f in boot),
         activate=tuple(tuple(c) for c in commands),
     )
     problems = []

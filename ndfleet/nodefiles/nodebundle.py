@@ -24,9 +24,9 @@ import hashlib
 import json
 import lzma
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
 
 FORMAT = 1
@@ -57,13 +57,6 @@ class BundleError(ValueError):
     """A userData value that is not a node bundle this renderer could have written."""
 
 
-@dataclass(frozen=True)
-class BundleFile:
-    path: str
-    mode: str  # octal, e.g. "0644"
-    data: bytes
-
-
 def fetch_budget_s(attempts: int = FETCH_ATTEMPTS) -> int:
     """Longest the boot step can spend fetching: every attempt at its timeout plus every pause between them."""
     pauses = sum(min(2**i, FETCH_BACKOFF_MAX_S) for i in range(attempts - 1))
@@ -75,11 +68,11 @@ def unit_timeout_s(activate: Sequence[Sequence[str]]) -> int:
     return fetch_budget_s() + COMMAND_TIMEOUT_S * max(1, len(activate))
 
 
-def pack(files: Iterable[BundleFile], activate: Sequence[Sequence[str]]) -> bytes:
+def pack(files: Iterable[MachineFile], activate: Sequence[Sequence[str]]) -> bytes:
     """The bundle's bytes (what userData decodes to): deterministic, so plans and diffs are."""
     doc = {
         "format": FORMAT,
-        "files": [{"path": f.path, "mode": f.mode, "data": f.data.decode("latin-1")} for f in files],
+        "files": [{"path": f.path, "mode": f.octal, "data": f.data.decode("latin-1")} for f in files],
         "activate": [list(argv) for argv in activate],
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("ascii")
@@ -104,7 +97,15 @@ def manifest(bundle: bytes, health_port: int) -> dict[str, Any]:
     }
 
 
-def unpack(user_data: str | bytes) -> tuple[list[BundleFile], list[list[str]]]:
+def _bundle_file(entry: dict[str, Any]) -> MachineFile:
+    """One entry of the bundle's `files`; ValueError, KeyError or TypeError when it is not one pack writes."""
+    mode = entry["mode"]
+    if not isinstance(mode, str) or len(mode) != 4 or not set(mode) <= set("01234567"):
+        raise ValueError(f"mode {mode!r} is not four octal digits")
+    return MachineFile(entry["path"], int(mode, 8), entry["data"].encode("latin-1"))
+
+
+def unpack(user_data: str | bytes) -> tuple[list[MachineFile], list[list[str]]]:
     """A userData value (base64 text) or the bundle's bytes -> (files, activation commands). Raises BundleError."""
     raw = user_data
     if isinstance(user_data, str):
@@ -122,7 +123,7 @@ def unpack(user_data: str | bytes) -> tuple[list[BundleFile], list[list[str]]]:
         raise BundleError(f"userData decompresses to more than {MAX_UNPACKED_BYTES:,} bytes or is truncated")
     try:
         doc = json.loads(text)
-        files = [BundleFile(f["path"], f["mode"], f["data"].encode("latin-1")) for f in doc["files"]]
+        files = [_bundle_file(f) for f in doc["files"]]
         activate = [[str(a) for a in argv] for argv in doc["activate"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BundleError(f"userData is not a node bundle: {e}") from None
@@ -133,7 +134,6 @@ def unpack(user_data: str | bytes) -> tuple[list[BundleFile], list[list[str]]]:
 
 __all__ = [
     "BundleError",
-    "BundleFile",
     "FORMAT",
     "IMDS_USER_DATA_URL",
     "MANIFEST_PATH",

@@ -13,7 +13,6 @@ import functools
 import importlib.resources
 import json
 import posixpath
-from dataclasses import dataclass
 from typing import Any
 
 from ndfleet_node.names import (
@@ -38,6 +37,7 @@ from ndfleet.nodefiles.bootstrap import (
     BootstrapTooLarge,
     RenderedBootstrap,
 )
+from ndfleet.nodefiles.machinefile import MachineFile, unique_names
 from ndfleet.nodefiles.nodeapp import strip
 from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
@@ -110,14 +110,6 @@ REAP_CALL_TIMEOUT_S = 30
 REAP_TIMEOUT_S = 600
 HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 HTTP_TIMEOUT_S = 20
-
-
-@dataclass(frozen=True)
-class NodeFile:
-    name: str  # the name `ndfleet render` would show it under
-    path: str  # where cloud-init writes it
-    mode: str
-    content: str
 
 
 # The controller has no node program: the modules slurm_reap needs are shipped as files and run with
@@ -271,47 +263,50 @@ def _render(template: str, site: SlurmSite, ctx: dict[str, Any]) -> str:
     return render(template, site, **ctx)
 
 
-def _setup_files(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> list[NodeFile]:
+def _setup_files(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> list[MachineFile]:
     ctx = _setup_context(spec, site, role, island)
     return [
-        NodeFile("ndfleet-slurm-setup", "/usr/local/sbin/ndfleet-slurm-setup", "0755",
-                 _render("slurm/ndfleet-slurm-setup.sh.j2", site, ctx)),
+        MachineFile.text(
+            "/usr/local/sbin/ndfleet-slurm-setup", 0o755, _render("slurm/ndfleet-slurm-setup.sh.j2", site, ctx)
+        ),
         _unit("ndfleet-slurm-setup.service", site, ctx),
     ]
 
 
-def _unit(name: str, site: SlurmSite, ctx: dict[str, Any]) -> NodeFile:
+def _unit(name: str, site: SlurmSite, ctx: dict[str, Any]) -> MachineFile:
     """A systemd unit ndfleet writes to /etc/systemd/system from templates/slurm/systemd/<name>.j2."""
-    return NodeFile(name, f"/etc/systemd/system/{name}", "0644", _render(f"slurm/systemd/{name}.j2", site, ctx))
+    return MachineFile.text(f"/etc/systemd/system/{name}", 0o644, _render(f"slurm/systemd/{name}.j2", site, ctx))
 
 
-def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[NodeFile]:
+def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[MachineFile]:
     """Files a compute node of `island` gets in its bootstrap when the cluster runs Slurm."""
     site = slurm_site(spec)
     ctx = _setup_context(spec, site, "compute", island.name)
     return [
         *_setup_files(spec, site, "compute", island.name),
-        NodeFile("slurmd-ndfleet.conf", "/etc/systemd/system/slurmd.service.d/ndfleet.conf", "0644",
-                 _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
+        MachineFile.text("/etc/systemd/system/slurmd.service.d/ndfleet.conf", 0o644,
+                         _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
         _unit("ndfleet-slurmd.service", site, ctx),
-        NodeFile("validated-wants-slurmd.conf", "/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf", "0644",
-                 _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
-        NodeFile("ndfleet-slurm-health", HEALTH_CHECK_PROGRAM, "0755",
-                 _render("slurm/ndfleet-slurm-health.sh.j2", site, ctx)),
-        *([NodeFile("ndfleet-slurm-name", ELASTIC_NAME_PROGRAM, "0755",
-                    _render("slurm/ndfleet-slurm-name.sh.j2", site, ctx))] if ctx["elastic_name_program"] else []),
+        MachineFile.text("/etc/systemd/system/ndfleet-validated.target.d/slurmd.conf", 0o644,
+                         _render("slurm/systemd/validated-wants-slurmd.conf.j2", site, ctx)),
+        MachineFile.text(HEALTH_CHECK_PROGRAM, 0o755, _render("slurm/ndfleet-slurm-health.sh.j2", site, ctx)),
+        *([MachineFile.text(ELASTIC_NAME_PROGRAM, 0o755, _render("slurm/ndfleet-slurm-name.sh.j2", site, ctx))]
+          if ctx["elastic_name_program"] else []),
     ]
 
 
-def slurm_bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions:
+def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
     """What Slurm adds to an island's bootstrap (ndfleet.prepare passes it to render_bootstrap).
 
     The Slurm set-up is enabled (every boot) and started at first boot, beside validation. slurmd is started by
     ndfleet-slurmd.service, which the validated target wants and which waits for both the target and the set-up:
     a node that fails validation never starts slurmd (docs/slurm.md, "How slurmd starts on a compute node").
+    None when the stack runs no Slurm.
     """
+    if spec.scheduler != "slurm":
+        return None
     return BootstrapExtensions(
-        files=[{"path": f.path, "permissions": f.mode, "content": f.content} for f in slurm_node_files(spec, island)],
+        files=slurm_node_files(spec, island),
         enable_units=[SETUP_UNIT],
         start_units=[SETUP_UNIT],
     )
@@ -349,8 +344,9 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
     ctx = _setup_context(spec, site, role, None)
     files = [
         *_setup_files(spec, site, role, None),
-        NodeFile("ndfleet-slurm-config", "/usr/local/sbin/ndfleet-slurm-config", "0755",
-                 _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)),
+        MachineFile.text(
+            "/usr/local/sbin/ndfleet-slurm-config", 0o755, _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)
+        ),
         _unit("ndfleet-slurm-config.service", site, ctx),
         _unit("ndfleet-slurm-config.timer", site, ctx),
     ]
@@ -358,34 +354,34 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         files += [
             _unit("ndfleet-slurm-reap.service", site, ctx),
             _unit("ndfleet-slurm-reap.timer", site, ctx),
-            *(NodeFile(f"ndfleet_node/{m}.py", f"{LIB_DIR}/ndfleet_node/{m}.py", "0644", _node_module(m))
+            *(MachineFile.text(f"{LIB_DIR}/ndfleet_node/{m}.py", 0o644, _node_module(m), f"ndfleet_node/{m}.py")
               for m in dict.fromkeys((*REAP_MODULES, *BURNIN_MODULES, *ELASTIC_MODULES, *EXPORT_MODULES))),
-            *(NodeFile(path.rsplit("/", 1)[1], path, "0755",
-                       _render("slurm/ndfleet-elastic.sh.j2", site, {**ctx, "program": program, "slurm_setting": what}))
+            *(MachineFile.text(path, 0o755, _render("slurm/ndfleet-elastic.sh.j2", site,
+                                                    {**ctx, "program": program, "slurm_setting": what}))
               for path, program, what in ELASTIC_PROGRAMS),
             _unit("ndfleet-elastic.service", site, ctx),
             _unit("ndfleet-elastic.timer", site, ctx),
-            NodeFile("burnin-node.json", BURNIN_CONFIG, "0644", to_json(node_config(spec, spec.islands[0]))),
-            NodeFile("ndfleet-burnin", "/usr/local/sbin/ndfleet-burnin", "0755",
-                     _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
+            MachineFile.text(BURNIN_CONFIG, 0o644, to_json(node_config(spec, spec.islands[0]))),
+            MachineFile.text("/usr/local/sbin/ndfleet-burnin", 0o755, _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),
-            *(NodeFile(f.name, f.path, f.mode, f.content) for f in controller_files(spec, LIB_DIR)),
+            *controller_files(spec, LIB_DIR),
         ]
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",
         site,
-        {**ctx, "files": [{"path": f.path, "mode": f.mode, "content": f.content} for f in files]},
+        {**ctx, "files": files},
     )
+    unique_names(files, f"the Slurm {role}")
     rendered = RenderedBootstrap(
         user_data=user_data,
         files={"user-data": user_data, **{f.name: f.content for f in files}},
         node_paths={f.name: f.path for f in files},
-        modes={f.name: f.mode for f in files},
+        modes={f.name: f.octal for f in files},
     )
     if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
         raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
     return rendered
 
 
-__all__ = ["machine_bootstrap", "machine_user_data", "slurm_bootstrap_extensions", "slurm_node_files"]
+__all__ = ["bootstrap_extensions", "machine_bootstrap", "machine_user_data", "slurm_node_files"]
