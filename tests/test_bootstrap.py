@@ -27,6 +27,7 @@ from ndfleet.nodefiles.bootstrap import (
     render_output_files,
     validation_budget_s,
 )
+from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.prepare import bootstrap_extensions
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
@@ -98,7 +99,7 @@ def test_custom_data_and_user_data_carry_every_file_byte_for_byte(stack_render):
 def test_every_feature_file_travels_in_the_bundle(stack_render):
     _, spec, r = stack_render
     ext = bootstrap_extensions(spec, spec.islands[0])
-    feature_files = {f["path"] for f in ext.files} if ext else set()
+    feature_files = {f.path for f in ext.files} if ext else set()
     assert feature_files <= set(_bundled(r))
     assert {"/opt/ndfleet/bin/ndfleet-node", "/etc/ndfleet/node.json"} <= set(_bundled(r))
 
@@ -291,7 +292,7 @@ def test_changing_a_threshold_changes_only_the_thresholds_file():
 def test_extensions_add_files_units_and_commands_without_editing_templates():
     spec = spec_of("dev")
     ext = BootstrapExtensions(
-        files=[{"path": "/etc/slurm/slurm.conf", "permissions": "0644", "content": "ClusterName=x\n"}],
+        files=[MachineFile.text("/etc/slurm/slurm.conf", 0o644, "ClusterName=x\n")],
         enable_units=["slurmd.service"],
         start_units=["slurmd.service"],
         runcmd=[["echo", "hello"]],
@@ -321,7 +322,7 @@ def test_a_shell_string_command_runs_under_sh_after_the_units_are_loaded():
 
 def test_two_feature_files_with_one_name_are_refused():
     spec = spec_of("dev")
-    same_name = [{"path": "/etc/a/x.conf", "content": "1"}, {"path": "/etc/b/x.conf", "content": "2"}]
+    same_name = [MachineFile.text("/etc/a/x.conf", 0o644, "1"), MachineFile.text("/etc/b/x.conf", 0o644, "2")]
     ext = BootstrapExtensions(files=same_name)
     with pytest.raises(ValueError, match="x.conf"):
         render_bootstrap(spec, spec.islands[0], ext)

@@ -23,7 +23,7 @@ def feature_file_names(stack: str) -> set[str]:
     """The names of the files Slurm and monitoring add to the stack's bundle (a drop-in as `<unit>.d-<name>`)."""
     spec = load_spec(load_stack(stack).ndfleet_config, stack)
     ext = bootstrap_extensions(spec, spec.islands[0])
-    return {bootstrap._file_name(f["path"]) for f in ext.files} if ext else set()
+    return {f.name for f in ext.files} if ext else set()
 
 
 def test_single_island_stack_writes_every_file(tmp_path):

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from ndfleet.nodefiles import bootstrap, nodebundle
+from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.prepare import bootstrap_extensions
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
@@ -131,7 +132,7 @@ def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_pat
     for f in files:
         on_disk = n.root / f.path.lstrip("/")
         assert on_disk.read_bytes() == f.data, f.path
-        assert stat.S_IMODE(on_disk.stat().st_mode) == int(f.mode, 8), f.path
+        assert stat.S_IMODE(on_disk.stat().st_mode) == f.mode, f.path
     assert [["systemctl", *c] for c in n.activated()] == activate
     stamp = (n.root / "var/lib/ndfleet/bundle.sha256").read_text().strip()
     assert stamp == json.loads(dev.files["bundle.json"])["sha256"]
@@ -200,7 +201,7 @@ def test_a_failed_activation_leaves_no_stamp_so_the_next_boot_redoes_it(tmp_path
 
 
 def test_a_bundle_path_outside_the_normal_form_is_refused(tmp_path, dev):
-    bad = nodebundle.pack([nodebundle.BundleFile("/etc/../root/x", "0644", b"x")], [])
+    bad = nodebundle.pack([MachineFile("/etc/../root/x", 0o644, b"x")], [])
     with imds([(200, base64.b64encode(bad))]) as service:
         n = node(tmp_path, dev, service.url, size=len(bad), sha256=hashlib.sha256(bad).hexdigest())
         done = n.run()

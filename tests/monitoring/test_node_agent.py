@@ -16,6 +16,7 @@ import yaml
 
 from ndfleet.monitoring import agent, exporters
 from ndfleet.nodefiles import bootstrap
+from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
@@ -35,7 +36,7 @@ BOOT_VALUES = {
 }
 
 
-def files_of(spec: ClusterSpec) -> dict[str, agent.MonitoringFile]:
+def files_of(spec: ClusterSpec) -> dict[str, MachineFile]:
     return {f.name: f for f in agent.node_files(spec, spec.islands[0])}
 
 

@@ -32,8 +32,10 @@ from ndfleet.slurm.machines import (
     machine_bootstrap,
     machine_user_data,
     slurm_apt_preferences,
-    slurm_bootstrap_extensions,
     slurm_node_files,
+)
+from ndfleet.slurm.machines import (
+    bootstrap_extensions as slurm_bootstrap_extensions,
 )
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
