@@ -200,10 +200,11 @@ def node_files(spec: ClusterSpec, island: IslandSpec) -> list[MachineFile]:
     return out
 
 
-def controller_context(spec: ClusterSpec, lib_dir: str) -> dict[str, Any]:
+def controller_context(spec: ClusterSpec, python_path: str) -> dict[str, Any]:
     """The compute nodes' context, changed where the Slurm controller differs: no GPU (node_exporter only), the
     label `role` instead of `island`, the Slurm states instead of the validation metrics, the Slurm set-up first.
-    `lib_dir` is where the controller keeps the node-program modules it runs (ndfleet/slurm/machines.py)."""
+    `python_path` is where the controller's Python finds the node-program modules it runs
+    (ndfleet/slurm/machines.py)."""
     return {
         **build_context(spec, spec.islands[0]),
         "gpu": False,
@@ -212,7 +213,7 @@ def controller_context(spec: ClusterSpec, lib_dir: str) -> dict[str, Any]:
         "setup_after": "ndfleet-slurm-setup.service",
         "start_units": "ndfleet-slurm-export.timer",
         "off_without_tags": True,
-        "lib_dir": lib_dir,
+        "python_path": python_path,
         "slurm_textfile_path": f"{ex.TEXTFILE_DIR}/{ex.SLURM_TEXTFILE_NAME}",
         "slurm_export_every_s": SLURM_EXPORT_EVERY_S,
         "slurm_export_call_timeout_s": SLURM_EXPORT_CALL_TIMEOUT_S,
@@ -220,14 +221,14 @@ def controller_context(spec: ClusterSpec, lib_dir: str) -> dict[str, Any]:
     }
 
 
-def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MachineFile]:
+def controller_files(spec: ClusterSpec, python_path: str) -> list[MachineFile]:
     """The Slurm controller's agent, in its customData whether or not the stack has monitoring on.
 
     Monitoring on or off (or a new scrape interval) must not rebuild the controller, so what depends on it travels
     elsewhere: the agent's configuration in userData (`controller_config`, updated in place) and the ingestion
     endpoint in the VM's tags. Without those tags the set-up stops the agent and says monitoring is off.
     """
-    ctx = controller_context(spec, lib_dir)
+    ctx = controller_context(spec, python_path)
     env = _environment()
     return [
         MachineFile.text(path, mode, env.get_template(template).render(ctx), name)
@@ -236,11 +237,11 @@ def controller_files(spec: ClusterSpec, lib_dir: str) -> list[MachineFile]:
     ]
 
 
-def controller_config(spec: ClusterSpec, lib_dir: str) -> dict[str, str]:
+def controller_config(spec: ClusterSpec, python_path: str) -> dict[str, str]:
     """{path: content} of the controller's agent configuration for its userData; empty when monitoring is off."""
     if not spec.monitoring.enabled:
         return {}
-    ctx = controller_context(spec, lib_dir)
+    ctx = controller_context(spec, python_path)
     return {PROMETHEUS_CONFIG_TEMPLATE: _environment().get_template("prometheus.yml.j2").render(ctx)}
 
 

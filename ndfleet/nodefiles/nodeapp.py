@@ -88,17 +88,88 @@ def bundled_files() -> list[Path]:
     return [p for p in source_files() if not controller_only(p.relative_to(PACKAGE_DIR).as_posix())]
 
 
-@functools.lru_cache(maxsize=1)
-def build() -> bytes:
-    """The zipapp's bytes (cached: the source does not change while the tool runs)."""
+def _archive(paths: list[Path], *, app: bool) -> bytes:
     buf = io.BytesIO()
-    buf.write(SHEBANG)  # before the archive, as zipapp does: the archive's offsets then count it
+    if app:
+        buf.write(SHEBANG)  # before the archive, as zipapp does: the archive's offsets then count it
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(*_entry("__main__.py", ROOT_MAIN))
-        for path in bundled_files():
+        if app:
+            z.writestr(*_entry("__main__.py", ROOT_MAIN))
+        for path in paths:
             name = "ndfleet_node/" + path.relative_to(PACKAGE_DIR).as_posix()
             z.writestr(*_entry(name, strip(path.read_text(encoding="utf-8")).encode()))
     return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def build() -> bytes:
+    """The zipapp's bytes (cached: the source does not change while the tool runs)."""
+    return _archive(bundled_files(), app=True)
+
+
+def _module_file(dotted: str) -> Path | None:
+    """node/ndfleet_node/... for `ndfleet_node.a.b` (a module or a package), None for anything else."""
+    parts = dotted.split(".")
+    if parts[0] != "ndfleet_node":
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _dotted(path: Path) -> str:
+    rel = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+    return ".".join(("ndfleet_node", *(rel[:-1] if rel[-1] == "__init__" else rel)))
+
+
+def _imports(path: Path) -> set[str]:
+    """The ndfleet_node modules `path` imports anywhere (lazy imports inside functions too), each a dotted name."""
+    package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return {name for name in found if _module_file(name) is not None}
+
+
+def import_closure(entries: list[str]) -> list[Path]:
+    """The files of `entries` (dotted ndfleet_node modules) and of every ndfleet_node module they import, directly
+    or not, with the packages that hold them; sorted. ValueError for an entry that is no module of the package."""
+    todo, seen = list(entries), set()
+    for entry in entries:
+        if _module_file(entry) is None:
+            raise ValueError(f"{entry!r} is no module of the node program")
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # the module and every package above it (Python imports those first)
+            path = _module_file(".".join(parts[:i]))
+            if path is not None and path not in seen:
+                seen.add(path)
+                todo.extend(_imports(path))
+    return sorted(seen)
+
+
+def library(entries: tuple[str, ...]) -> bytes:
+    """A machine without the node program (the Slurm controller) gets the modules it runs the same way: an
+    archive of `entries` and what they import, stripped as in the zipapp, for its PYTHONPATH (`python3 -m
+    ndfleet_node.slurm_reap` imports from a zip, docs.python.org/3/library/zipimport.html). Without the zipapp's
+    `#!` line and `__main__.py`: it is a library, not a program."""
+    return _library(tuple(sorted(entries)))
+
+
+@functools.lru_cache(maxsize=4)
+def _library(entries: tuple[str, ...]) -> bytes:
+    return _archive(import_closure(list(entries)), app=False)
 
 
 def source_lines() -> int:

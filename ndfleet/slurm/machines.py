@@ -9,10 +9,10 @@ deployment (vault name, NFS account, database host) come from the machine's tags
 from __future__ import annotations
 
 import base64
-import functools
-import importlib.resources
+import gzip
 import json
 import posixpath
+import re
 from typing import Any
 
 from ndfleet_node.names import (
@@ -38,7 +38,7 @@ from ndfleet.nodefiles.bootstrap import (
     RenderedBootstrap,
 )
 from ndfleet.nodefiles.machinefile import MachineFile, unique_names
-from ndfleet.nodefiles.nodeapp import strip
+from ndfleet.nodefiles.nodeapp import library
 from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     CONTROLLER_STATE_MOUNT,
@@ -112,22 +112,14 @@ HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 HTTP_TIMEOUT_S = 20
 
 
-# The controller has no node program: the modules slurm_reap needs are shipped as files and run with
-# `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
+# The controller has no node program: the node-program modules it runs (`python3 -m ndfleet_node.slurm_reap`, the
+# burn-in, the elastic programs, the Slurm exporter) reach it as one archive built like the nodes' zipapp
+# (ndfleet/nodefiles/nodeapp.py `library`), on their PYTHONPATH. Which modules: every `python3 -m ndfleet_node.X`
+# the controller's own files run, and what those import (`controller_library`), so no list is kept by hand. Shipped
+# to every controller, so that making an island elastic changes only userData (slurm.conf, elastic.json).
 LIB_DIR = "/usr/local/lib/ndfleet"
-REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "names", "runner", "hpcx", "text")
-# ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
-# with nodes awaiting it: what burnin/slurm.py imports, standard library only.
-BURNIN_MODULES = (
-    "config", "names", "hpcx", "burnin/__init__", "burnin/hosts", "burnin/notify", "burnin/parser",
-    "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
-)  # fmt: skip
-# ...and the elastic islands' programs (`python3 -m ndfleet_node.elastic.programs`, docs/elastic.md); shipped to every
-# controller, so that making an island elastic changes only userData (slurm.conf, elastic.json), never customData.
-ELASTIC_MODULES = (
-    "impact", "impact_categories", "report", "elastic/__init__", "elastic/arm", "elastic/state", "elastic/slurm",
-    "elastic/programs",
-)  # fmt: skip
+NODE_LIBRARY = f"{LIB_DIR}/ndfleet-node.zip"
+_RUNS_MODULE = re.compile(r"python3 -m (ndfleet_node(?:\.\w+)+)")
 RECONCILE_PROGRAM = "/usr/local/sbin/ndfleet-elastic-reconcile"
 # (program file, the program's argument, the slurm.conf setting that runs it)
 ELASTIC_PROGRAMS = (
@@ -137,9 +129,6 @@ ELASTIC_PROGRAMS = (
     (RECONCILE_PROGRAM, "reconcile", "reconcile timer"),
 )
 ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
-# ...and the Slurm state exporter (`python3 -m ndfleet_node.slurm_export`, every minute, for the controller's
-# metrics agent: ndfleet/monitoring/agent.py controller_files).
-EXPORT_MODULES = ("metrics", "slurm_health", "slurm_export")
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
@@ -147,11 +136,10 @@ BURNIN_LEVEL = "quick"
 BURNIN_TIMEOUT_S = 3600
 
 
-@functools.cache
-def _node_module(name: str) -> str:
-    """A node-program module's source, shipped to a machine that has no node program."""
-    # Without comments and docstrings, as in the node program's zipapp (customData is bounded).
-    return strip(importlib.resources.files("ndfleet_node").joinpath(f"{name}.py").read_text())
+def controller_library(files: list[MachineFile]) -> MachineFile:
+    """The node-program modules `files` run with `python3 -m`, and what they import, as one archive."""
+    entries = sorted({m for f in files for m in _RUNS_MODULE.findall(f.content)})
+    return MachineFile(NODE_LIBRARY, 0o644, library(tuple(entries)))
 
 
 def slurm_apt_preferences() -> str:
@@ -201,7 +189,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "secret_retry_s": SECRET_RETRY_S,
         "reap_call_timeout_s": REAP_CALL_TIMEOUT_S,
         "reap_timeout_s": REAP_TIMEOUT_S,
-        "lib_dir": LIB_DIR,
+        "python_path": NODE_LIBRARY,
         "node_path": NODE_PATH,
         "awaiting_reason": AWAITING_BURNIN_REASON,
         "burnin_config": BURNIN_CONFIG,
@@ -327,9 +315,16 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
         files[ELASTIC_CONFIG] = elastic_config(spec)
         # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
-        files.update(controller_config(spec, LIB_DIR))
+        files.update(controller_config(spec, NODE_LIBRARY))
     doc = {"version": spec.slurm.version, "files": files}
     return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
+
+
+def _gz_b64(data: bytes) -> str:
+    """A binary file as cloud-init's write_files takes it (`encoding: gz+b64`, cloudinit.readthedocs.io/en/latest/
+    reference/modules.html#write-files): gzip (mtime 0: the same bytes each run) then base64. The stored archive
+    gzips to about what its modules did as text, so customData stays the size it was."""
+    return base64.b64encode(gzip.compress(data, compresslevel=9, mtime=0)).decode()
 
 
 def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
@@ -354,8 +349,6 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         files += [
             _unit("ndfleet-slurm-reap.service", site, ctx),
             _unit("ndfleet-slurm-reap.timer", site, ctx),
-            *(MachineFile.text(f"{LIB_DIR}/ndfleet_node/{m}.py", 0o644, _node_module(m), f"ndfleet_node/{m}.py")
-              for m in dict.fromkeys((*REAP_MODULES, *BURNIN_MODULES, *ELASTIC_MODULES, *EXPORT_MODULES))),
             *(MachineFile.text(path, 0o755, _render("slurm/ndfleet-elastic.sh.j2", site,
                                                     {**ctx, "program": program, "slurm_setting": what}))
               for path, program, what in ELASTIC_PROGRAMS),
@@ -365,17 +358,19 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             MachineFile.text("/usr/local/sbin/ndfleet-burnin", 0o755, _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),
-            *controller_files(spec, LIB_DIR),
+            *controller_files(spec, NODE_LIBRARY),
         ]
+        files.append(controller_library(files))
     user_data = _render(
         "slurm/machine-cloud-config.yaml.j2",
         site,
-        {**ctx, "files": files},
+        {**ctx, "files": files, "gz_b64": {f.path: _gz_b64(f.data) for f in files if f.path == NODE_LIBRARY}},
     )
     unique_names(files, f"the Slurm {role}")
     rendered = RenderedBootstrap(
         user_data=user_data,
-        files={"user-data": user_data, **{f.name: f.content for f in files}},
+        files={"user-data": user_data, **{f.name: f.content for f in files if f.path != NODE_LIBRARY}},
+        binary_files={f.name: f.data for f in files if f.path == NODE_LIBRARY},
         node_paths={f.name: f.path for f in files},
         modes={f.name: f.octal for f in files},
     )

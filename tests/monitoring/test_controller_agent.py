@@ -24,6 +24,7 @@ from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 from tests.monitoring.conftest import run_promtool
 from tests.monitoring.test_node_agent import BOOT_VALUES, SHELLCHECK
+from tests.slurm.controller_library import library_modules, written_library
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "node" / "ndfleet_node"
 TIMEOUT_S = 60
@@ -132,15 +133,15 @@ def _imports(module: str) -> set[str]:
     }  # fmt: skip
 
 
-def test_controller_ships_every_module_the_exporter_imports(controller: dict[str, str]) -> None:
+def test_controller_ships_every_module_the_exporter_imports(spec_on: ClusterSpec, tmp_path: Path) -> None:
+    shipped = library_modules(machines.machine_bootstrap(spec_on, "controller"), tmp_path)
     needed, todo = set(), ["slurm_export"]
     while todo:
         module = todo.pop()
         if module not in needed:
             needed.add(module)
             todo += _imports(module)
-    shipped = {name.removeprefix("ndfleet_node/").removesuffix(".py") for name in controller if name.endswith(".py")}
-    assert needed | {"__init__"} <= shipped
+    assert {f"ndfleet_node/{m.replace('.', '/')}.py" for m in needed | {"__init__"}} <= shipped
 
 
 def test_controller_setup_script_passes_shellcheck(controller: dict[str, str], tmp_path: Path) -> None:
@@ -178,14 +179,8 @@ def test_without_the_metrics_tags_the_controller_stops_its_agent_and_installs_no
 
 def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
     """`python3 -m ndfleet_node.slurm_export` from the shipped files alone (no node program installed)."""
-    lib = tmp_path / "lib"
     spec = slurm_spec(monitoring=True)
-    for f in machines.machine_bootstrap(spec, "controller").files.items():
-        name, content = f
-        if name.startswith("ndfleet_node/"):
-            target = lib / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+    lib = written_library(machines.machine_bootstrap(spec, "controller"), tmp_path)
     scontrol = tmp_path / "scontrol"
     line = "NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count"
     scontrol.write_text(f"#!/bin/sh\necho '{line}'\n")

@@ -42,6 +42,7 @@ from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.profiles import PROFILES
 from tests.conftest import base_config
+from tests.slurm.controller_library import library_modules
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -449,10 +450,10 @@ def test_a_burn_in_hands_over_at_once_to_the_elastic_reconcile(burn_in_run: Path
     assert (burn_in_run / "systemctl").read_text().splitlines() == ["start --no-block ndfleet-elastic.service"]
 
 
-def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec) -> None:
+def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec, tmp_path: Path) -> None:
     # Bug 5: nothing ran the burn-in, so nodes drained awaiting it would stay drained for ever.
     boot = machine_bootstrap(prod, "controller")
-    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in boot.files
+    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in library_modules(boot, tmp_path)
     assert "systemctl enable --now ndfleet-burnin.timer" in boot.files["ndfleet-slurm-setup"]
     script = boot.files["ndfleet-burnin"]
     assert "python3 -m ndfleet_node.burnin.slurm" in script and "--partition" in script

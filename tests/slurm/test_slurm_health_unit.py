@@ -132,19 +132,15 @@ def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_
 
 def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> None:
     # On the controller (no node program there) slurm_reap runs as `python3 -m ndfleet_node.slurm_reap` from
-    # /usr/local/lib/ndfleet, holding only the modules machines.py ships.
-    from ndfleet.slurm.machines import LIB_DIR, machine_bootstrap
+    # the archive of node-program modules machines.py ships, alone on PYTHONPATH.
+    from ndfleet.slurm.machines import machine_bootstrap
     from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
+    from tests.slurm.controller_library import written_library
 
-    rendered = machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller")
-    for name, path in rendered.node_paths.items():
-        if path.startswith(LIB_DIR + "/"):
-            target = tmp_path / path[len(LIB_DIR) + 1 :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(rendered.files[name])
-    proc = subprocess.run([sys.executable, "-m", "ndfleet_node.slurm_reap", "--help"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=False)
+    lib = written_library(machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller"), tmp_path)
+    proc = subprocess.run([sys.executable, "-S", "-m", "ndfleet_node.slurm_reap", "--help"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(lib)}, check=False)
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
 
 
