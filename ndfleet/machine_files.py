@@ -10,7 +10,7 @@ Machine kinds and where `ndfleet render --out DIR` puts their files:
 Each folder holds `user-data` (the cloud-config customData decodes to), `custom-data.b64` (customData as Azure
 receives it), `vm-user-data.b64` (the VM or scale-set userData, when the machine has one) and every file the machine
 receives from either, under its name: the base name, a systemd drop-in as `<unit>.d-<name>`, and the controller's
-node-program modules under `ndfleet_node/...`. A compute node's userData is the node bundle
+node-program modules in `ndfleet-node.zip`. A compute node's userData is the node bundle
 (ndfleet/nodefiles/nodebundle.py);
 a Slurm machine's is the Slurm release and configuration (ndfleet/slurm/machines.py, `machine_user_data`).
 """

@@ -47,10 +47,20 @@ def render_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("render")
 
 
+def written_content(entry: dict[str, str]) -> bytes:
+    """A write_files entry's bytes as cloud-init writes them: plain text, or `encoding: gz+b64` (base64, then
+    gunzip; cloudinit.readthedocs.io/en/latest/reference/modules.html#write-files); no other encoding is rendered."""
+    encoding = entry.get("encoding")
+    assert encoding in (None, "gz+b64"), entry["path"]
+    if encoding == "gz+b64":
+        return gzip.decompress(base64.b64decode(entry["content"], validate=True))
+    return entry["content"].encode()
+
+
 def received(custom_data: str, user_data: str, compute: bool) -> list[bytes]:
     """Every file the machine writes from its customData and userData, decoded as the machine decodes them."""
     cloud_config = yaml.safe_load(gzip.decompress(base64.b64decode(custom_data)))
-    files = [f["content"].encode() for f in cloud_config["write_files"]]
+    files = [written_content(f) for f in cloud_config["write_files"]]
     if compute:
         bundle_files, _ = nodebundle.unpack(user_data)
         files += [f.data for f in bundle_files]

@@ -13,7 +13,7 @@ Each holds the cloud-init user data (`user-data`), its gzip+base64 form as Azure
 the VM or scale-set userData (`vm-user-data.b64`: a compute node's bundle, a Slurm machine's configuration) and every
 file the machine receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the
 `ndfleet-node` zipapp, `node.json`, `nccl.conf`, `slurm.conf`, `*.service`, `*.target`, a drop-in as
-`<unit>.d-<name>`, the controller's node-program modules under `ndfleet_node/`). Exit 1 with the configuration's
+`<unit>.d-<name>`, the controller's node-program modules in `ndfleet-node.zip`). Exit 1 with the configuration's
 message when the stack is invalid.
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
