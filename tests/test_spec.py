@@ -320,8 +320,17 @@ def test_lustre_in_a_region_the_table_does_not_know_warns() -> None:
     assert any("not in ndfleet's region table" in w for w in spec.warnings)
 
 
-def test_a_misspelt_region_gets_a_suggestion() -> None:
-    assert any("did you mean 'eastus2'" in w for w in spec_of(location="eastu2").warnings)
+@pytest.mark.parametrize(("location", "first_guess"), [("eastu2", "eastus2"), ("useast", "eastus"),
+                                                       ("eastus3", "eastus"), ("uswest2", "westus2")])
+def test_an_unknown_region_is_refused_with_a_suggestion(location: str, first_guess: str) -> None:
+    found = [p for p in problems_of(base_config(location=location)).splitlines() if f"ndfleet:location = '{location}'" in p]
+    assert len(found) == 1 and f"did you mean '{first_guess}'" in found[0] and "ndfleet:newRegion: true" in found[0]
+
+
+def test_a_region_said_to_be_new_is_accepted_with_a_warning() -> None:
+    spec = spec_of(location="eastus3", newRegion=True)
+    assert spec.location == "eastus3"
+    assert any("not in ndfleet's region table" in w and "taken as given" in w for w in spec.warnings)
 
 
 def test_spot_max_price_with_spot_is_accepted() -> None:

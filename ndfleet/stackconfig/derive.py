@@ -24,7 +24,7 @@ from ndfleet.stackconfig.clusterspec import (
 )
 from ndfleet.stackconfig.problems import show_value
 from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES, RDMA_RESERVED_CIDR
-from ndfleet.stackconfig.regions import REGIONS_SOURCE, closest, has_zones
+from ndfleet.stackconfig.regions import OTHER_CLOUD_REGIONS, REGIONS_SOURCE, candidates, has_zones
 from ndfleet.stackconfig.settings import (
     AZURE_RESERVED_ADDRESSES_PER_SUBNET,
     BASTION_SUBNET_PREFIX,
@@ -206,13 +206,20 @@ def build_spec(
                 ),
             )
 
-    # Region: known to the table (else a warning: a new region or another cloud).
+    # Region: known to the table, or said to be newer than it (a misspelt region fails only at `pulumi up`).
     if ok("location") and has_zones(config.location) is None:
-        guess = closest(config.location)
-        warnings.append(
-            f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE})"
-            + (f"; did you mean {guess!r}?" if guess else "; check the name")
-        )
+        guesses = " or ".join(repr(g) for g in candidates(config.location))
+        if config.new_region or config.location in OTHER_CLOUD_REGIONS:
+            warnings.append(
+                f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE}); "
+                "taken as given" + (f"; did you mean {guesses}?" if guesses and config.new_region else "")
+            )
+        else:
+            problems.append(
+                f"{NAMESPACE}:location = {config.location!r} is not an Azure region ({REGIONS_SOURCE})"
+                + (f"; did you mean {guesses}?" if guesses else "")
+                + f" A region newer than that list: set {NAMESPACE}:newRegion: true"
+            )
 
     # Storage: Managed Lustre capacity must be a step of its SKU, and the file system sits in one zone where
     # the region has zones.
