@@ -323,7 +323,8 @@ def test_lustre_in_a_region_the_table_does_not_know_warns() -> None:
 @pytest.mark.parametrize(("location", "first_guess"), [("eastu2", "eastus2"), ("useast", "eastus"),
                                                        ("eastus3", "eastus"), ("uswest2", "westus2")])
 def test_an_unknown_region_is_refused_with_a_suggestion(location: str, first_guess: str) -> None:
-    found = [p for p in problems_of(base_config(location=location)).splitlines() if f"ndfleet:location = '{location}'" in p]
+    lines = problems_of(base_config(location=location)).splitlines()
+    found = [line for line in lines if f"ndfleet:location = '{location}'" in line]
     assert len(found) == 1 and f"did you mean '{first_guess}'" in found[0] and "ndfleet:newRegion: true" in found[0]
 
 
@@ -436,3 +437,10 @@ def test_rsa_keys_below_2048_bits_are_refused() -> None:
 
 def test_example_key_is_accepted() -> None:
     assert spec_of(sshPublicKey=dev_ssh_key()).ssh_public_key.startswith("ssh-ed25519 ")
+
+
+def test_a_one_node_elastic_island_is_refused() -> None:
+    config = base_config(scheduler="slurm", islands=[{"name": "solo", "elastic": {"maxNodes": 1}}])
+    del config["nodes"]
+    assert "ndfleet:islands[0].elastic.maxNodes = 1: an elastic island's new nodes must pass the fabric burn-in" in (
+        problems_of(config))

@@ -335,6 +335,13 @@ def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, 
             f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
             "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
         )
+    if elastic.max_nodes < 2 and scheduler == "slurm":
+        # A resumed node waits drained for the fabric burn-in, which tests an island's nodes in pairs
+        # (node/ndfleet_node/burnin/planner.py; burnin-slurm refuses fewer than 2): alone, it would never serve.
+        problems.append(
+            f"{key}.elastic.maxNodes = {elastic.max_nodes}: an elastic island's new nodes must pass the fabric "
+            "burn-in, which tests them in pairs; set maxNodes to 2 or more (or make it a fixed island)"
+        )
     if elastic.min_nodes > elastic.max_nodes:
         problems.append(
             f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "
