@@ -236,7 +236,11 @@ class Cluster(pulumi.ComponentResource):
                     ),
                     controller_principal_id=slurm.controller_principal_id,
                     scale_set_ids=elastic,
-                    role_name=f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack})",
+                    subnet_id=net.compute_subnet_id,
+                    node_identity_id=identity.id,
+                    role_name=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
+                        lambda a: f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack}; {a[1]} in {a[0]})"
+                    ),
                 ),
                 opts=child,
             )
