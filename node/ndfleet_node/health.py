@@ -33,12 +33,12 @@ import time
 from typing import Any
 
 from ndfleet_node import config as node_config
+from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.text import header_safe
 
 MAX_REQUEST_HEAD = 8192
 ACCEPT_BATCH = 64  # connections accepted per loop pass, so ready connections are never starved by new ones
 POLL_S = 0.25  # the loop wakes at least this often to close connections past the idle timeout
-MAX_REPORT_BYTES = 4 * 1024 * 1024
 DEFAULTS = {"port": 18300, "max_connections": 256, "idle_timeout_s": 5.0, "backlog": 1024}
 
 
@@ -58,8 +58,7 @@ def _skipped_ids(checks: object) -> list[str]:
 def health_state(report: str, failed_marker: str) -> tuple[str, str]:
     """(state, reason) from the validator's report and the failure marker. Never raises."""
     try:
-        with open(report, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        raw: bytes | None = read_regular(report)
     except FileNotFoundError:
         raw = None
     except OSError as e:
@@ -84,10 +83,9 @@ def health_state(report: str, failed_marker: str) -> tuple[str, str]:
         if status in ("healthy", "unhealthy"):
             return "Unhealthy", "validate-node failed: " + (", ".join(ids) or str(status))
         return "Unhealthy", f"validate-node could not run: {data.get('error', status)}"
-    if os.path.exists(failed_marker):
+    if os.path.lexists(failed_marker):
         try:
-            with open(failed_marker, "rb") as f:
-                why = " ".join(f.read(4096).decode("utf-8", "replace").split())
+            why = " ".join(read_regular(failed_marker, 4096)[:4096].decode("utf-8", "replace").split())
         except OSError:
             why = ""
         return "Unhealthy", why or "set-up or validation could not run"

@@ -7,14 +7,35 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from typing import Any, Protocol
 
 from ndfleet_node.text import clip, decode
 
 MESSAGE_MAX = 2000  # characters of a check's message or value kept in the report
+MAX_REPORT_BYTES = 4 * 1024 * 1024  # a validator report larger than this is not one
+
+
+def read_regular(path: str, limit: int = MAX_REPORT_BYTES) -> bytes:
+    """At most `limit` + 1 bytes of the regular file at `path` (more than `limit` back means too large). Opened
+    with O_NONBLOCK and refused unless regular: a FIFO put there would otherwise hold open() or read() until a
+    writer came, and the single-threaded health endpoint with it. FileNotFoundError when absent, else OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class CheckResult(Protocol):
