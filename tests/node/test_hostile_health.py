@@ -14,6 +14,7 @@ and floods that stop by themselves (tests/node/health_flood.py).
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,3 +159,32 @@ def test_a_probe_whose_request_has_not_arrived_yet_is_not_closed_to_make_room(tm
         assert answer(probe).startswith(b"HTTP/1.1 200 OK")
     finally:
         h.close()
+
+
+def test_a_fifo_at_the_reports_path_never_wedges_the_endpoint(tmp_path: Path) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the one-thread endpoint must not open it that way."""
+    loopback_up()
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    with health_server(tmp_path) as running:
+        assert get(running.port).startswith(b"HTTP/1.1 200 OK")
+        assert b"not a regular file" in get(running.port)
+        fifo.unlink()
+        fifo.write_text(json.dumps({"status": "healthy", "checks": []}))
+        assert b'"Healthy"' in get(running.port)
+
+
+def test_a_fifo_at_the_failure_markers_path_is_no_wedge_either(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "failed")
+    with health_server(tmp_path) as running:
+        assert b'"Unhealthy"' in get(running.port)
+
+
+def get(port: int) -> bytes:
+    """The endpoint's whole answer to one probe; b"" when none came within SOCKET_TIMEOUT_S."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S) as s:
+            s.sendall(PROBE)
+            return answer(s)
+    except OSError:
+        return b""
