@@ -47,7 +47,7 @@ from typing import Any
 from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID
-from ndfleet_node.net import ARM, IMDS, IMDS_CAP, IMPACT_CAP, FetchError, Http, Reply, Service
+from ndfleet_node.net import ARM, IMDS, IMDS_CAP, IMPACT_CAP, FetchError, Http, Reply, Service, fetch
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular, write_atomic
 from ndfleet_node.text import clip, decode
 
@@ -105,15 +105,15 @@ class Instance:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def _imds_get(imds: str, url: str, send: Http | None) -> Reply:
+def _imds_get(imds: str, url: str) -> Reply:
     try:
-        return (send or Service("imds", imds, IMDS_CAP).send)("GET", url, {}, None)
+        return fetch(Service("imds", imds, IMDS_CAP), "GET", url, {})
     except FetchError as exc:
         raise ImpactError(f"instance metadata: {exc}") from None
 
 
-def imds_instance(imds: str = IMDS, send: Http | None = None) -> Instance:
-    reply = _imds_get(imds, f"{imds}/metadata/instance/compute?api-version={IMDS_INSTANCE_API}", send)
+def imds_instance(imds: str = IMDS) -> Instance:
+    reply = _imds_get(imds, f"{imds}/metadata/instance/compute?api-version={IMDS_INSTANCE_API}")
     doc = reply.json()
     if reply.status != 200 or not isinstance(doc, dict):
         raise ImpactError(f"instance metadata answered HTTP {reply.status}")
@@ -124,12 +124,12 @@ def imds_instance(imds: str = IMDS, send: Http | None = None) -> Instance:
         raise ImpactError(f"instance metadata lacks {exc}") from None
 
 
-def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/", send: Http | None = None) -> str:
+def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/") -> str:
     query = {"api-version": IMDS_TOKEN_API, "resource": resource}
     if client_id:
         query["client_id"] = client_id
     url = f"{imds}/metadata/identity/oauth2/token?{urllib.parse.urlencode(query)}"
-    reply = _imds_get(imds, url, send)
+    reply = _imds_get(imds, url)
     doc = reply.json()
     if reply.status != 200 or not isinstance(doc, dict) or not doc.get("access_token"):
         detail = doc.get("error_description", "") if isinstance(doc, dict) else ""

@@ -37,8 +37,7 @@ HTTP_DEADLINE_S = 60  # one whole answer, however the server paces it
 IMDS_CAP = 128 << 10
 # Impact: the workloadImpact resource echoed back (impactDescription is cut at 1,000 characters) or an error body.
 IMPACT_CAP = 64 << 10
-SUFFIXES = {"arm": ("management.azure.com", "management.usgovcloudapi.net", "management.chinacloudapi.cn")}
-LOOPBACK = "127.0.0.1"
+ARM_SUFFIXES = ("management.azure.com", "management.usgovcloudapi.net", "management.chinacloudapi.cn")
 
 
 class FetchError(Exception):
@@ -77,20 +76,18 @@ def origin(url: str) -> tuple[str, str, int]:
 
 @dataclass(frozen=True)
 class Service:
-    kind: str  # "imds" or a key of SUFFIXES
+    kind: str  # "imds" or "arm" (Resource Manager, Impact)
     base: str
     cap: int
     deadline_s: float | None = None  # None: HTTP_DEADLINE_S
 
     def __post_init__(self) -> None:
         scheme, host, _ = origin(self.base)
-        if scheme == "http" and host == LOOPBACK:
-            return
         if self.kind == "imds":
-            ok = (scheme, host) == ("http", IMDS.split("//")[1])
+            ok = f"{scheme}://{host}" == IMDS
         else:
-            ok = scheme == "https" and any(host == s or host.endswith("." + s) for s in SUFFIXES[self.kind])
-        if not ok:
+            ok = scheme == "https" and any(host == s or host.endswith("." + s) for s in ARM_SUFFIXES)
+        if not ok and f"{scheme}://{host}" != "http://127.0.0.1":
             raise FetchError(f"{self.base!r} is not a {self.kind} endpoint this node may talk to")
 
     def allows(self, url: str) -> bool:

@@ -24,18 +24,10 @@ def read_regular(path: str, limit: int = MAX_REPORT_BYTES) -> bytes:
     """At most `limit` + 1 bytes of the regular file at `path` (more than `limit` back means too large). Opened
     with O_NONBLOCK and refused unless regular: a FIFO put there would otherwise hold open() or read() until a
     writer came, and the single-threaded health endpoint with it. FileNotFoundError when absent, else OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return f.read(limit + 1)
 
 
 class CheckResult(Protocol):
