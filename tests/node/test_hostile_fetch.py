@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 from ndfleet_node import net
+from ndfleet_node.config import NodeConfig
 from ndfleet_node.elastic import arm
 from ndfleet_node.elastic.arm import ArmError, ScaleSetApi
+from ndfleet_node.runner import Runner
+from ndfleet_node.setup import SetupContext
+from ndfleet_node.setup.storage import IMDS_TRIES, imds_tags
 
 from tests.impact.arm_server import Reply, serve
 
@@ -191,3 +195,35 @@ def test_the_metadata_service_always_gets_its_header() -> None:
     with serve({("GET", "/metadata"): [Reply(200, raw=b"[]")]}) as imds:
         net.Service("imds", imds.base, net.IMDS_CAP).send("GET", f"{imds.base}/metadata/x", {})
     assert imds.requests[0].headers["Metadata"] == "true"
+
+
+# ---------------------------------------------------------------------------------------------- the tags reader
+
+TAGS = ("GET", "/metadata/instance/compute/tagsList")
+# IMDS answers the tags as a JSON list of {"name", "value"} (https://learn.microsoft.com/en-us/azure/virtual-machines/
+# instance-metadata-service, "compute/tagsList").
+TAGS_LIST = b'[{"name": "ndfleet:slurm-vault", "value": "kvprod1"}]'
+
+
+def read_tags(base: str) -> tuple[dict[str, str], list[float]]:
+    waits: list[float] = []
+    ctx = SetupContext(NodeConfig({"imds": {"tags_url": f"{base}{TAGS[1]}"}}), Runner(), sleep=waits.append)
+    return imds_tags(ctx), waits
+
+
+def test_the_set_up_reads_the_tags_through_the_bounded_fetch() -> None:
+    with serve({TAGS: [Reply(503), Reply(200, raw=TAGS_LIST)]}) as imds:
+        tags, waits = read_tags(imds.base)
+    assert tags == {"ndfleet:slurm-vault": "kvprod1"} and waits == [1]
+    assert imds.requests[0].headers["Metadata"] == "true"
+
+
+@pytest.mark.parametrize("hostile", ["drip", "over the cap"])
+def test_hostile_tags_answers_end_in_no_tags_after_the_bounded_tries(hostile: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: E501
+    monkeypatch.setattr(net, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
+    drip = Reply(200, raw=TAGS_LIST, drip="body", drip_s=0.5)
+    reply = drip if hostile == "drip" else Reply(200, stream_bytes=64 << 20)
+    with serve({TAGS: [reply]}) as imds:
+        tags, waits = read_tags(imds.base)
+        assert imds.drips_outlasted == 0
+    assert tags == {} and len(waits) == IMDS_TRIES
