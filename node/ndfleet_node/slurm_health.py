@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
 from ndfleet_node.text import decode, first_line
 
@@ -49,7 +50,6 @@ BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
 # The validator's report is a few KiB; scontrol's answer for one node well under one. More is not understood.
-MAX_REPORT_BYTES = 4 * 1024 * 1024
 MAX_SCONTROL_BYTES = 1024 * 1024
 
 
@@ -94,8 +94,7 @@ def run_validation(validator: Sequence[str], report: Path, timeout_s: float) -> 
     if result.rc is None or result.rc == 127:
         return Verdict(False, ("validate-error",))
     try:
-        with report.open("rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        raw = read_regular(str(report))
     except OSError:
         return Verdict(False, ("validate-error",))
     if len(raw) > MAX_REPORT_BYTES:
