@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ndfleet_node.checks import level_ids
+
 from ndfleet.monitoring import exporters
-from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor pricing page (azure.microsoft.com/pricing/details/monitor), Metrics tab, meter "Metrics ingestion
@@ -82,7 +83,7 @@ def _per_collector(spec: ClusterSpec) -> dict[str, int]:
 
 
 def estimate(spec: ClusterSpec) -> Cost:
-    checks = len(QUICK_CHECKS) + (len(PERF_CHECKS) if spec.health.validation_level == "full" else 0)
+    checks = len(level_ids(spec.health.validation_level))
     sources = {
         "dcgm-exporter": len(exporters.DCGM_COUNTERS) * spec.profile.gpus_per_vm,
         **{f"node_exporter {k}": v for k, v in _per_collector(spec).items()},
