@@ -12,6 +12,7 @@ import ipaddress
 
 from ndfleet.plans.build import Plan
 from ndfleet.stackconfig.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.stackconfig.summary import vcpu_quota
 from tests.conftest import (
     ACCOUNT,
     BASTION,
@@ -167,7 +168,7 @@ def test_spot_priority_sets_eviction_and_price() -> None:
 def test_h200_plans_with_its_own_size() -> None:
     plan = plan_of(base_config(vmSize="Standard_ND96isr_H200_v5", nodes=16))
     assert dig(one(plan, VMSS).inputs, "sku.name") == "Standard_ND96isr_H200_v5"
-    assert plan.spec.vcpu_quota == {"standardNDISRH200V5Family": 1536}
+    assert vcpu_quota(plan.spec) == {"standardNDISRH200V5Family": 1536}
 
 
 # --- Network ------------------------------------------------------------------------------------------
