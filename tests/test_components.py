@@ -341,9 +341,9 @@ def test_slurm_topology_selects_each_island_by_feature_not_by_host_names(zonal_l
         "NodeSet=ns-ib00 Feature=island-ib00",
         "NodeSet=ns-ib01 Feature=island-ib01",
         "NodeSet=ns-ib02 Feature=island-ib02",
-        "PartitionName=ib00 Nodes=ns-ib00 MaxTime=INFINITE State=UP",
-        "PartitionName=ib01 Nodes=ns-ib01 MaxTime=INFINITE State=UP",
-        "PartitionName=ib02 Nodes=ns-ib02 MaxTime=INFINITE State=UP",
+        "PartitionName=ib00 Nodes=ns-ib00 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
+        "PartitionName=ib01 Nodes=ns-ib01 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
+        "PartitionName=ib02 Nodes=ns-ib02 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
         "JobSubmitPlugins=all_partitions",
     ]
 

@@ -114,7 +114,6 @@ _FILES = (
         "0644",
     ),
 )
-BASH_FILES = ("ndfleet-monitoring-setup",)
 # What a compute node gets, and what the Slurm controller gets in its customData (its prometheus.yml.in comes in
 # userData: controller_config).
 _NODE_FILES = (

@@ -21,7 +21,6 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec
 # managed Prometheus became generally available (May 2023). Our machines cannot reach the page: re-check it (or
 # the Azure Retail Prices API, docs/monitoring.md) for your region before you budget.
 USD_PER_10M_SAMPLES = 0.16
-PRICE_SOURCE = "Azure Monitor pricing, Metrics tab, 'Metrics ingestion' (USD 0.16 / 10M samples, East US, May 2023)"
 
 # Image-dependent counts (estimates, Ubuntu 22.04 HPC image): file systems besides the stack's own mounts
 # (/, /boot, /boot/efi, /mnt, /run, /dev/shm, /run/lock, /run/user), block devices besides the NVMe disks (OS

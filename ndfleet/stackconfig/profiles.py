@@ -329,8 +329,6 @@ MONITORING_DATA_READER_ROLE_ID = "b0d8363b-8ddd-447d-831f-62ca05bff136"
 IMPACT_REPORTER_ROLE_ID = "36e80216-a7e8-4f42-a7e1-f12c98cbaf8a"
 # Key Vault Secrets User: a Slurm host or the nodes read one secret (the munge key; components/slurm.py).
 KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
-# Impact Reader: read-only access to reported impacts and categories (for `ndfleet impact list|show` users).
-IMPACT_READER_ROLE_ID = "68ff5d27-c7f5-4fa9-a21c-785d0df7bd9e"
 
 
 # ----------------------------------------------------------------------------------------------------------
