@@ -13,6 +13,7 @@ from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING, split_islands
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, node_headroom
 from ndfleet.stackconfig.sshkeys import is_example_key
+from ndfleet.stackconfig.summary import vcpu_quota
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 PINNED_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
@@ -62,8 +63,8 @@ def test_default_limit_gives_no_warning() -> None:
 
 
 def test_vcpu_quota_is_nodes_times_vcpus_per_family() -> None:
-    assert spec_of(nodes=10).vcpu_quota == {"standardNDSH100v5Family": 960}
-    assert spec_of(nodes=3, vmSize="Standard_ND96isr_H200_v5").vcpu_quota == {"standardNDISRH200V5Family": 288}
+    assert vcpu_quota(spec_of(nodes=10)) == {"standardNDSH100v5Family": 960}
+    assert vcpu_quota(spec_of(nodes=3, vmSize="Standard_ND96isr_H200_v5")) == {"standardNDISRH200V5Family": 288}
 
 
 def test_compute_subnet_has_room_for_nodes_and_headroom() -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_MARKER, DRAIN_REASON_PREFIX
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
 from ndfleet_node.text import decode, first_line
@@ -42,9 +42,6 @@ CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
-# The drain marker the node's metrics read (ndfleet_node.metrics.DEFAULT_DRAIN_FILE; this file also runs standalone,
-# so it cannot import it: a test keeps the two equal).
-DRAIN_MARKER = "/var/lib/ndfleet/drained"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).

@@ -8,9 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from ndfleet_node.metrics import DEFAULT_DRAIN_FILE
 from ndfleet_node.slurm_health import (
-    DRAIN_MARKER,
     NodeState,
     Verdict,
     act,
@@ -196,10 +194,6 @@ def test_drain_marker_follows_the_node(tmp_path: Path) -> None:
     resumed = FakeScontrol("NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]")
     mirror_drain(marker, act(resumed, "n", PASS))  # type: ignore[arg-type]
     assert not marker.exists()
-
-
-def test_drain_marker_is_the_one_the_metrics_read() -> None:
-    assert DRAIN_MARKER == DEFAULT_DRAIN_FILE
 
 
 HEALTHY = 'json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}, open(report, "w"))'
