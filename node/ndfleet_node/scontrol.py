@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ndfleet_node.runner import run_tool
-from ndfleet_node.text import clip, decode
+from ndfleet_node.text import clip, decode, first_line
 
 # A listing of every node: up to 16,384 lines (MaxNodeCount of the largest plan, 10,240 nodes, is 12,288 with
 # ndfleet/slurm/conf.py's 20 % headroom) of 4 KiB each (a Slurm 23.11 / 24.11 line with an ordinary reason is about
@@ -23,7 +23,7 @@ MAX_LIST_BYTES = 16384 * 4096
 MAX_CALL_BYTES = 1024 * 1024
 # scontrol reports Slurm's failures with slurm_perror ("slurm_load_node error: Socket timed out on send/recv
 # operation", SchedMD src/scontrol/scontrol.c) and error() ("scontrol: error: ..."), at times with exit status 0.
-FAILED = re.compile(r"\berror\b|timed out|unable to contact", re.IGNORECASE)
+FAILED = re.compile(r"(?i)\berror\b|timed out|unable to contact")
 # The fixed fields come before the free-text "Reason=<text> [<user>@<time>]"; optional fields (Comment=, Extra=,
 # InstanceId=, ReservationName=, Topology=, ... in 24.x) may follow it (SchedMD src/api/node_info.c).
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(\S*)")
@@ -41,10 +41,9 @@ class SlurmError(RuntimeError):
 class SlurmNode:
     name: str
     state: str  # scontrol's State as printed, e.g. "IDLE+DRAIN", "DOWN*+DYNAMIC_NORM"
-    reason: str = ""  # without its "[user@time]" stamp
-    reason_time: str = ""  # the stamp's time ("2026-12-03T08:00:00"); "" without a stamp
-    partitions: tuple[str, ...] = ()
-    fields: dict[str, str] = field(default_factory=dict, compare=False)  # every fixed field, first of each key
+    reason: str  # without its "[user@time]" stamp
+    reason_time: str  # the stamp's time ("2026-12-03T08:00:00"); "" without a stamp
+    partitions: tuple[str, ...]
 
     @property
     def flags(self) -> set[str]:
@@ -58,14 +57,6 @@ class SlurmNode:
     @property
     def not_responding(self) -> bool:
         return "*" in self.state or "NOT_RESPONDING" in self.flags
-
-    @property
-    def powered_down(self) -> bool:
-        return bool(self.flags & {"POWERED_DOWN", "POWERING_DOWN"})
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.flags & {"ALLOCATED", "MIXED", "COMPLETING"})
 
 
 def parse_line(line: str) -> SlurmNode | None:
@@ -85,8 +76,8 @@ def parse_line(line: str) -> SlurmNode | None:
             reason = rest[: after.start()] if after else rest
     if not fields.get("NodeName") or "State" not in fields:
         return None
-    parts = tuple(p for p in fields.get("Partitions", "").split(",") if p)
-    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts, fields)
+    parts = tuple(fields.get("Partitions", "").split(","))
+    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts)
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:
@@ -115,18 +106,17 @@ class Scontrol:
         out, said = decode(result.stdout), decode(result.stderr)
         if args[:1] != ("show",):
             said += "\n" + out
-        if FAILED.search(said):
-            raise SlurmError(f"{what}: exit 0 but Slurm says: {clip(' '.join(said.split()), 300)}")
+        if m := FAILED.search(said):
+            raise SlurmError(f"{what}: exit 0 but says {first_line(said[m.start():])}")
         return out
 
     def nodes(self) -> dict[str, SlurmNode]:
         return parse_nodes(self.call("show", "node", "--oneliner", max_bytes=MAX_LIST_BYTES))
 
     def node(self, name: str) -> SlurmNode:
-        text = self.call("show", "node", name, "--oneliner")
-        node = parse_line(text.split("\n", 1)[0])
-        if node is None:
-            raise SlurmError(f"no NodeName=/State= field in scontrol's answer ({clip(text.strip(), 120)!r})")
+        """This node's line (NodeName=<name>, with a State=); SlurmError without one."""
+        if (node := parse_nodes(self.call("show", "node", name, "--oneliner")).get(name)) is None:
+            raise SlurmError(f"scontrol show node {name}: no NodeName=/State= line for it")
         return node
 
     def hostnames(self, hostlist: str) -> list[str]:
@@ -134,5 +124,11 @@ class Scontrol:
 
     def update(self, nodes: Sequence[str], *settings: str) -> None:
         if not nodes:
-            raise SlurmError("scontrol update: no node named")  # `NodeName=` alone would not name nothing safely
+            raise SlurmError("scontrol update: no node")  # `NodeName=` alone would not name nothing safely
         self.call("update", f"NodeName={','.join(nodes)}", *settings)
+
+    def drain(self, name: str, reason: str) -> None:
+        self.update([name], "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, name: str) -> None:
+        self.update([name], "State=RESUME")

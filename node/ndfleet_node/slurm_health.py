@@ -121,10 +121,6 @@ def queued_for_burnin(node: SlurmNode) -> bool:
     return node.drained and node.reason.startswith(BURNIN_REASON_PREFIX)
 
 
-def drain(scontrol: Scontrol, name: str, reason: str) -> None:
-    scontrol.update([name], "State=DRAIN", f"Reason={reason}")
-
-
 @dataclass(frozen=True)
 class Outcome:
     message: str  # what was done, for the log
@@ -143,14 +139,14 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
-        drain(scontrol, node, verdict.reason)
+        scontrol.drain(node, verdict.reason)
         return Outcome(f"{node}: drained: {verdict.reason}", True)
     if state.drained and not state.reason:
         # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the
         # registration's Reason (SchedMD commit 1696951860): scontrol refuses a drain without a reason, so
         # nobody else made this one. Give it the burn-in's reason, whether or not this disk is marked yet (it is
         # marked at slurmd's first start, before the node registers).
-        drain(scontrol, node, AWAITING_BURNIN_REASON)
+        scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: registered drained: {AWAITING_BURNIN_REASON}", True, queued_for_burnin=True)
     if not burnin_queued:
         if queued_for_burnin(state):
@@ -158,11 +154,11 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
         if state.drained and not drained_by_health_check(state):
             # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
             return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)
-        drain(scontrol, node, AWAITING_BURNIN_REASON)
+        scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
     if drained_by_health_check(state):
-        scontrol.update([node], "State=RESUME")
+        scontrol.resume(node)
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained)
 

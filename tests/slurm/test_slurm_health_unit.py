@@ -116,7 +116,7 @@ def test_parse_node_reads_a_25_11_line_field_by_field() -> None:
     assert node is not None
     assert (node.flags, node.reason) == ({"IDLE", "DRAIN", "DYNAMIC_NORM"}, "swap DIMM, then State=DOWN")
     assert node.reason_time == "2026-12-03T07:00:00"
-    assert node.fields["Partitions"] == "ib00" and "Comment" not in node.fields and "Topology" not in node.fields
+    assert node.partitions == ("ib00",)
 
 
 def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_path: Path) -> None:
@@ -165,9 +165,11 @@ class FakeScontrol:
         assert node is not None
         return node
 
-    def update(self, nodes: list[str], *settings: str) -> None:
-        reason = settings[-1].removeprefix("Reason=")
-        self.calls.append("resume" if settings == ("State=RESUME",) else f"drain {reason}")
+    def drain(self, name: str, reason: str) -> None:
+        self.calls.append(f"drain {reason}")
+
+    def resume(self, name: str) -> None:
+        self.calls.append("resume")
 
 
 FAIL = Verdict(False, ("gpu.ecc",))

@@ -97,7 +97,7 @@ class Slurm(Scontrol):
         # scontrol confirms with "Reservation created: <name>" (SchedMD src/scontrol/create_res.c); without it the
         # outcome is unknown.
         if f"Reservation created: {name}" not in said:
-            raise SlurmError(f"scontrol create reservation {name}: no confirmation ({clip(said.strip(), 200)!r})")
+            raise SlurmError(f"scontrol create reservation {name}: not confirmed: {clip(said, 200)!r}")
 
     def delete_reservation(self, name: str) -> None:
         """Deleted, or confirmed gone (never made, or deleted already)."""
@@ -106,12 +106,6 @@ class Slurm(Scontrol):
         except SlurmError as exc:
             if GONE not in str(exc):
                 raise
-
-    def resume(self, node: str) -> None:
-        self.update([node], "State=RESUME")
-
-    def drain(self, node: str, reason: str) -> None:
-        self.update([node], "State=DRAIN", f"Reason={reason}")
 
 
 def choose_hosts(
@@ -273,7 +267,7 @@ def _burn_in_reserved(
             if node.drained:
                 resumed.append(node)  # before the call: a resume whose outcome is unknown is undone as well
                 slurm.resume(node.name)
-        executor = srun_executor(settings, args.level, workdir, name, (chosen[0].partitions or ("",))[0])
+        executor = srun_executor(settings, args.level, workdir, name, chosen[0].partitions[0])
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
         for line in summary_lines(report):

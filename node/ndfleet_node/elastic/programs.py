@@ -318,7 +318,7 @@ def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> No
                 doomed: dict[str, str] = {}
                 for node in names:
                     entry = state.nodes.get(node)
-                    if skip_busy and node in slurm_nodes and slurm_nodes[node].busy:
+                    if skip_busy and node in slurm_nodes and busy(slurm_nodes[node]):
                         ctx.log(f"{node} runs a job: its VM is kept", problem=True)
                         continue
                     if entry is not None and entry.instance_id:
@@ -388,16 +388,24 @@ def _keep_minimum(ctx: Context, island: IslandSettings, slurm_nodes: dict[str, S
     """Power up nodes until minNodes of the island are up or on their way (SuspendExcNodes keeps them up after)."""
     mine = sorted((n for n in slurm_nodes.values() if ctx.settings.island_of(n.name) is island),
                   key=lambda n: island_and_index(n.name) or (n.name, 0))  # fmt: skip
-    up = [n for n in mine if not n.powered_down]
-    wanted = [n.name for n in mine if n.powered_down][: max(0, island.min_nodes - len(up))]
+    up = [n for n in mine if not powered_down(n)]
+    wanted = [n.name for n in mine if powered_down(n)][: max(0, island.min_nodes - len(up))]
     if wanted:
         ctx.scontrol.update(wanted, "State=POWER_UP")
         ctx.log(f"{island.name}: powering up {','.join(wanted)} to keep minNodes = {island.min_nodes}")
 
 
+def powered_down(node: SlurmNode) -> bool:
+    return bool(node.flags & {"POWERED_DOWN", "POWERING_DOWN"})
+
+
+def busy(node: SlurmNode) -> bool:
+    return bool(node.flags & {"ALLOCATED", "MIXED", "COMPLETING"})
+
+
 def _given_up(node: SlurmNode) -> bool:
     """Powered down again: its resume failed (resume-fail) or it idled out before its burn-in could pass."""
-    return node.powered_down and "POWERING_UP" not in node.flags
+    return powered_down(node) and "POWERING_UP" not in node.flags
 
 
 def _not_ready(node: SlurmNode) -> bool:
