@@ -163,3 +163,26 @@ def test_a_hung_scontrol_is_a_named_error(tmp_path: Path) -> None:
 def test_an_unparsable_answer_is_an_scontrol_error(tmp_path: Path) -> None:
     with pytest.raises(SlurmError, match="NodeName=/State="):
         Scontrol(_script(tmp_path, "scontrol", "print('garbage')"), timeout_s=30).node("n")
+
+
+# --- a drain that exits 0 but says it failed (issue 31), through the real entry point
+
+
+def test_a_drain_that_says_it_timed_out_is_not_taken_for_a_drain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ndfleet_node.__main__ import main
+
+    failing = ('json.dump({"status": "unhealthy", "checks": [{"id": "gpu.ecc", "status": "fail"}]}, '
+               "open(sys.argv[-1], 'w')); sys.exit(1)")
+    validator = _script(tmp_path, "validate", f"import json\n{failing}")
+    # `show node` answers the node idle; `update` exits 0 but prints slurm_perror's words for a lost answer.
+    scontrol = _script(tmp_path, "scontrol", "if sys.argv[1] == 'show': print('NodeName=n1 State=IDLE')\n"
+                       "else: print('slurm_update error: Socket timed out on send/recv operation', file=sys.stderr)")
+    marker = tmp_path / "drained"
+    code = main(["slurm-health", "--validator", *validator, "--report", str(tmp_path / "r.json"),
+                 "--scontrol", *scontrol, "--node-name", "n1", "--drain-marker", str(marker),
+                 "--burnin-marker", str(tmp_path / "queued")])  # fmt: skip
+    assert code == 1
+    assert not marker.exists()  # the node is not known to be drained: no marker says so
+    assert "Socket timed out" in capsys.readouterr().err
