@@ -117,6 +117,15 @@ def test_a_held_job_is_released_when_its_node_list_is_too_long(world: Any, tmp_p
     assert any("more than" in p for p in ctx.problems)
 
 
+def test_a_hold_whose_answer_was_lost_is_undone(world: Any, tmp_path: Path) -> None:
+    ctx, _, scontrol = world
+    scontrol.refuse.update({"hold", "requeuehold"})  # e.g. timed out: the job may be held all the same
+    resume_file = tmp_path / "resume.json"
+    resume_file.write_text(json.dumps({"jobs": [{"job_id": 45, "nodes_resume": "gpu-1"}]}))
+    assert resume(ctx, ["gpu-1"], str(resume_file)) == 1
+    assert ("release", "45") in scontrol.calls
+
+
 def test_a_job_whose_release_fails_too_stays_on_record_for_reconcile(world: Any, tmp_path: Path) -> None:
     ctx, _, scontrol = world
     scontrol.refuse.update({"show", "release"})

@@ -213,6 +213,7 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
             hold(ctx.scontrol, job)
         except SlurmError as exc:
             ctx.log(f"job {job} keeps its new nodes before their burn-in (not requeueable: {exc})", problem=True)
+            _unhold(ctx, job, list(wanted), exc)  # a hold whose answer was lost (timed out) may still be in place
             continue
         try:
             held[job] = ctx.scontrol.hostnames(job_nodes) if job_nodes else list(wanted)
@@ -232,11 +233,12 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
 
 
 def _unhold(ctx: Context, job: str, wanted: list[str], why: SlurmError) -> None:
-    """The job is held but the nodes it waits for cannot be read: release it now rather than hold it for ever; if
-    the release fails too, keep the hold on record with this resume's nodes, so that reconcile releases it."""
+    """The job may be held but is not on record (the hold's answer was lost, or the nodes it waits for cannot be
+    read): release it now rather than hold it for ever; if the release fails too, keep the hold on record with this
+    resume's nodes, so that reconcile releases it (or finds the job not held, and forgets it)."""
     try:
         ctx.scontrol.call("release", job)
-        ctx.log(f"job {job} released again: its nodes cannot be read ({why})", problem=True)
+        ctx.log(f"job {job} released again ({why})", problem=True)
     except SlurmError as exc:
         try:
             for name, names in _by_island(ctx, wanted).items():
