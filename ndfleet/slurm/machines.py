@@ -134,7 +134,7 @@ BURNIN_MODULES = (
 # controller, so that making an island elastic changes only userData (slurm.conf, elastic.json), never customData.
 ELASTIC_MODULES = (
     "impact", "impact_categories", "report", "elastic/__init__", "elastic/arm", "elastic/state", "scontrol",
-    "elastic/programs",
+    "elastic/programs", "net",
 )  # fmt: skip
 RECONCILE_PROGRAM = "/usr/local/sbin/ndfleet-elastic-reconcile"
 # (program file, the program's argument, the slurm.conf setting that runs it)

@@ -133,8 +133,9 @@ def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_
     assert log.read_text().splitlines() == ["delete nodename=prod-ib00-00000c"]
 
 
-def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> None:
-    # On the controller (no node program there) slurm_reap runs as `python3 -m ndfleet_node.slurm_reap` from
+@pytest.mark.parametrize("module", ["slurm_reap", "slurm_export", "burnin.slurm", "elastic.programs"])
+def test_each_controller_program_runs_from_the_files_the_controller_gets(tmp_path: Path, module: str) -> None:
+    # On the controller (no node program there) each runs as `python3 -m ndfleet_node.<module>` from
     # /usr/local/lib/ndfleet, holding only the modules machines.py ships.
     from ndfleet.slurm.machines import LIB_DIR, machine_bootstrap
     from ndfleet.stackconfig.config import load_spec
@@ -146,7 +147,7 @@ def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> N
             target = tmp_path / path[len(LIB_DIR) + 1 :]
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(rendered.files[name])
-    proc = subprocess.run([sys.executable, "-m", "ndfleet_node.slurm_reap", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-S", "-m", f"ndfleet_node.{module}", "--help"], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=False)
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
 
