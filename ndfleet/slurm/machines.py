@@ -123,18 +123,18 @@ class NodeFile:
 # The controller has no node program: the modules slurm_reap needs are shipped as files and run with
 # `python3 -m ndfleet_node.slurm_reap` from here (PYTHONPATH).
 LIB_DIR = "/usr/local/lib/ndfleet"
-REAP_MODULES = ("__init__", "slurm_reap", "slurm_health", "names", "runner", "hpcx", "text")
+REAP_MODULES = ("__init__", "slurm_reap", "scontrol", "names", "runner", "hpcx", "text")
 # ...and the burn-in (`python3 -m ndfleet_node.burnin.slurm`), which the controller runs on a timer for every island
 # with nodes awaiting it: what burnin/slurm.py imports, standard library only.
 BURNIN_MODULES = (
     "config", "names", "hpcx", "burnin/__init__", "burnin/hosts", "burnin/notify", "burnin/parser",
-    "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm",
+    "burnin/planner", "burnin/report", "burnin/runner", "burnin/settings", "burnin/slurm", "scontrol",
 )  # fmt: skip
 # ...and the elastic islands' programs (`python3 -m ndfleet_node.elastic.programs`, docs/elastic.md); shipped to every
 # controller, so that making an island elastic changes only userData (slurm.conf, elastic.json), never customData.
 ELASTIC_MODULES = (
-    "impact", "impact_categories", "report", "elastic/__init__", "elastic/arm", "elastic/state", "elastic/slurm",
-    "elastic/programs",
+    "impact", "impact_categories", "report", "elastic/__init__", "elastic/arm", "elastic/state", "scontrol",
+    "elastic/programs", "net",
 )  # fmt: skip
 RECONCILE_PROGRAM = "/usr/local/sbin/ndfleet-elastic-reconcile"
 # (program file, the program's argument, the slurm.conf setting that runs it)
@@ -147,7 +147,7 @@ ELASTIC_PROGRAMS = (
 ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
 # ...and the Slurm state exporter (`python3 -m ndfleet_node.slurm_export`, every minute, for the controller's
 # metrics agent: ndfleet/monitoring/agent.py controller_files).
-EXPORT_MODULES = ("metrics", "slurm_health", "slurm_export")
+EXPORT_MODULES = ("metrics", "scontrol", "slurm_export")
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
