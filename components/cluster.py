@@ -7,6 +7,7 @@ part only what it needs through its own `...Args`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -28,10 +29,11 @@ from ndfleet.components.network import Network, NetworkArgs
 from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.monitoring.alerts import alerts
-from ndfleet.prepare import PreparedCluster
+from ndfleet.prepare import PreparedCluster, PreparedIsland
 from ndfleet.slurm.conf import island_partitions
 from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.summary import spec_summary
 
 
 def slurm_topology(spec: ClusterSpec) -> str:
@@ -59,6 +61,137 @@ def network_args(spec: ClusterSpec) -> NetworkArgs:
     )
 
 
+def storage_args(
+    prepared: PreparedCluster, net: Network, identity: NodeIdentity, subscription_id: pulumi.Output[str]
+) -> StorageArgs:
+    spec = prepared.spec
+    lustre = spec.storage.lustre
+    if lustre is not None and net.lustre_subnet_id is None:
+        raise ValueError("the spec has Managed Lustre but the network has no Lustre subnet")
+    return StorageArgs(
+        resource_group_name=net.resource_group_name,
+        location=spec.location,
+        account_name=subscription_id.apply(lambda sub: storage_account_name(spec.name_prefix, sub, spec.stack)),
+        private_endpoint_subnet_id=net.storage_subnet_id,
+        vnet_id=net.vnet_id,
+        account_sku=spec.storage.account_sku,
+        soft_delete_days=spec.storage.soft_delete_days,
+        containers=spec.storage.containers,
+        blob_data_principal_id=identity.principal_id,
+        subscription_id=subscription_id,
+        cloud=prepared.cloud,
+        lustre=(
+            LustreArgs(
+                sku=lustre.sku.name,
+                capacity_tib=lustre.capacity_tib,
+                subnet_id=net.lustre_subnet_id,  # type: ignore[arg-type]  # checked above
+                zone=spec.zone,
+            )
+            if lustre is not None
+            else None
+        ),
+        tags=spec.tags,
+    )
+
+
+def monitoring_args(
+    spec: ClusterSpec, net: Network, identity: NodeIdentity, subscription_id: pulumi.Output[str]
+) -> MonitoringArgs:
+    return MonitoringArgs(
+        resource_group_name=net.resource_group_name,
+        location=spec.location,
+        stack=spec.stack,
+        name_prefix=spec.name_prefix,
+        vnet_id=net.vnet_id,
+        private_endpoint_subnet_id=net.storage_subnet_id,
+        node_principal_id=identity.principal_id,
+        subscription_id=subscription_id,
+        alerts=alerts(spec),
+        emails=spec.monitoring.emails,
+        webhooks=spec.monitoring.webhooks,
+        tags=spec.tags,
+    )
+
+
+def island_args(
+    spec: ClusterSpec,
+    p: PreparedIsland,
+    net: Network,
+    identity: NodeIdentity,
+    image: ImageArgs,
+    health: HealthArgs,
+    node_tags: Mapping[str, pulumi.Input[str]],
+    node_boot_dependencies: Sequence[pulumi.Resource],
+) -> IbIslandArgs:
+    return IbIslandArgs(
+        resource_group_name=net.resource_group_name,
+        location=spec.location,
+        subnet_id=net.compute_subnet_id,
+        identity_id=identity.id,
+        ssh_public_key=spec.ssh_public_key,
+        custom_data=p.bootstrap.custom_data,
+        user_data=p.bootstrap.vm_user_data or None,
+        # An elastic island starts empty: Slurm's power saving creates its VMs (docs/elastic.md).
+        node_count=0 if p.island.elastic is not None else p.island.nodes,
+        elastic=p.island.elastic is not None,
+        scale_set_name=elastic_scale_set_name(spec, p.island) if p.island.elastic is not None else None,
+        vm_size=spec.profile.name,
+        island_name=p.island.name,
+        computer_name_prefix=f"{spec.name_prefix}-{p.island.name}-",
+        admin_username=spec.admin_username,
+        zone=spec.zone,
+        image=image,
+        os_disk_size_gb=spec.os_disk_size_gb,
+        health=health,
+        priority="Spot" if spec.priority == "Spot" else "Regular",
+        spot_max_price=spec.spot_max_price,
+        proximity_placement_group=spec.proximity_placement_group,
+        tags=node_tags,
+        # First boot needs every private endpoint it reaches, their DNS records and the node
+        # identity's role assignments: blob storage, and with them on, Slurm and monitoring.
+        boot_dependencies=node_boot_dependencies,
+    )
+
+
+
+def cluster_outputs(
+    prepared: PreparedCluster,
+    net: Network,
+    store: Storage,
+    islands: Sequence[IbIsland],
+    monitoring: Monitoring | None,
+    slurm: SlurmCluster | None,
+) -> dict[str, pulumi.Input[object]]:
+    """The stack's outputs (`pulumi stack output`)."""
+    spec = prepared.spec
+    outputs: dict[str, pulumi.Input[object]] = {
+        "resourceGroupName": net.resource_group_name,
+        "islands": {
+            p.island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
+            for p, component in zip(prepared.islands, islands, strict=True)
+        },
+        "storage": {
+            "accountName": store.account_name,
+            "blobEndpoint": store.blob_endpoint,
+            "containers": list(spec.storage.containers),
+            "lustreMgsAddress": store.lustre_mgs_address,
+        },
+        "natPublicIp": net.nat_public_ip,
+        "bastionName": net.bastion_host_name,
+        "slurmTopology": slurm_topology(spec),
+        "summary": spec_summary(spec),
+    }
+    if monitoring is not None:
+        outputs["monitoring"] = {
+            "workspaceId": monitoring.workspace_id,
+            "grafanaName": monitoring.grafana_name,
+            "grafanaEndpoint": monitoring.grafana_endpoint,
+        }
+    if slurm is not None:
+        outputs["slurm"] = slurm.outputs
+    return outputs
+
+
 class Cluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Cluster", name, None, opts)
@@ -76,35 +209,9 @@ class Cluster(pulumi.ComponentResource):
             opts=child,
         )
         self.identity = identity
-        lustre = spec.storage.lustre
-        if lustre is not None and net.lustre_subnet_id is None:
-            raise ValueError("the spec has Managed Lustre but the network has no Lustre subnet")
         store = Storage(
             f"{name}-data",
-            StorageArgs(
-                resource_group_name=net.resource_group_name,
-                location=spec.location,
-                account_name=subscription_id.apply(lambda sub: storage_account_name(spec.name_prefix, sub, spec.stack)),
-                private_endpoint_subnet_id=net.storage_subnet_id,
-                vnet_id=net.vnet_id,
-                account_sku=spec.storage.account_sku,
-                soft_delete_days=spec.storage.soft_delete_days,
-                containers=spec.storage.containers,
-                blob_data_principal_id=identity.principal_id,
-                subscription_id=subscription_id,
-                cloud=prepared.cloud,
-                lustre=(
-                    LustreArgs(
-                        sku=lustre.sku.name,
-                        capacity_tib=lustre.capacity_tib,
-                        subnet_id=net.lustre_subnet_id,  # type: ignore[arg-type]  # checked above
-                        zone=spec.zone,
-                    )
-                    if lustre is not None
-                    else None
-                ),
-                tags=spec.tags,
-            ),
+            storage_args(prepared, net, identity, subscription_id),
             opts=child,
         )
         self.storage = store
@@ -123,20 +230,7 @@ class Cluster(pulumi.ComponentResource):
         if spec.monitoring.enabled:
             monitoring = Monitoring(
                 f"{name}-mon",
-                MonitoringArgs(
-                    resource_group_name=net.resource_group_name,
-                    location=spec.location,
-                    stack=spec.stack,
-                    name_prefix=spec.name_prefix,
-                    vnet_id=net.vnet_id,
-                    private_endpoint_subnet_id=net.storage_subnet_id,
-                    node_principal_id=identity.principal_id,
-                    subscription_id=subscription_id,
-                    alerts=alerts(spec),
-                    emails=spec.monitoring.emails,
-                    webhooks=spec.monitoring.webhooks,
-                    tags=spec.tags,
-                ),
+                monitoring_args(spec, net, identity, subscription_id),
                 opts=child,
             )
             metrics_tags: dict[str, pulumi.Input[str]] = {
@@ -190,34 +284,7 @@ class Cluster(pulumi.ComponentResource):
         self.islands = [
             IbIsland(
                 f"{name}-{p.island.name}",
-                IbIslandArgs(
-                    resource_group_name=net.resource_group_name,
-                    location=spec.location,
-                    subnet_id=net.compute_subnet_id,
-                    identity_id=identity.id,
-                    ssh_public_key=spec.ssh_public_key,
-                    custom_data=p.bootstrap.custom_data,
-                    user_data=p.bootstrap.vm_user_data or None,
-                    # An elastic island starts empty: Slurm's power saving creates its VMs (docs/elastic.md).
-                    node_count=0 if p.island.elastic is not None else p.island.nodes,
-                    elastic=p.island.elastic is not None,
-                    scale_set_name=elastic_scale_set_name(spec, p.island) if p.island.elastic is not None else None,
-                    vm_size=spec.profile.name,
-                    island_name=p.island.name,
-                    computer_name_prefix=f"{spec.name_prefix}-{p.island.name}-",
-                    admin_username=spec.admin_username,
-                    zone=spec.zone,
-                    image=image,
-                    os_disk_size_gb=spec.os_disk_size_gb,
-                    health=health,
-                    priority="Spot" if spec.priority == "Spot" else "Regular",
-                    spot_max_price=spec.spot_max_price,
-                    proximity_placement_group=spec.proximity_placement_group,
-                    tags=node_tags,
-                    # First boot needs every private endpoint it reaches, their DNS records and the node
-                    # identity's role assignments: blob storage, and with them on, Slurm and monitoring.
-                    boot_dependencies=node_boot_dependencies,
-                ),
+                island_args(spec, p, net, identity, image, health, node_tags, node_boot_dependencies),
                 opts=child,
             )
             for p in prepared.islands
@@ -236,34 +303,14 @@ class Cluster(pulumi.ComponentResource):
                     ),
                     controller_principal_id=slurm.controller_principal_id,
                     scale_set_ids=elastic,
-                    role_name=f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack})",
+                    subnet_id=net.compute_subnet_id,
+                    node_identity_id=identity.id,
+                    role_name=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
+                        lambda a: f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack}; {a[1]} in {a[0]})"
+                    ),
                 ),
                 opts=child,
             )
 
-        self.outputs: dict[str, pulumi.Input[object]] = {
-            "resourceGroupName": net.resource_group_name,
-            "islands": {
-                p.island.name: {"scaleSetId": component.scale_set_id, "nodeCount": component.node_count}
-                for p, component in zip(prepared.islands, self.islands, strict=True)
-            },
-            "storage": {
-                "accountName": store.account_name,
-                "blobEndpoint": store.blob_endpoint,
-                "containers": list(spec.storage.containers),
-                "lustreMgsAddress": store.lustre_mgs_address,
-            },
-            "natPublicIp": net.nat_public_ip,
-            "bastionName": net.bastion_host_name,
-            "slurmTopology": slurm_topology(spec),
-            "summary": spec.summary(),
-        }
-        if monitoring is not None:
-            self.outputs["monitoring"] = {
-                "workspaceId": monitoring.workspace_id,
-                "grafanaName": monitoring.grafana_name,
-                "grafanaEndpoint": monitoring.grafana_endpoint,
-            }
-        if slurm is not None:
-            self.outputs["slurm"] = slurm.outputs
+        self.outputs = cluster_outputs(prepared, net, store, self.islands, monitoring, slurm)
         self.register_outputs(self.outputs)

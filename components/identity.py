@@ -13,6 +13,13 @@ import pulumi
 import pulumi_azure_native.managedidentity as managedidentity
 
 
+def role_definition_id(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.Output[str]:
+    """A built-in role's definition id in the subscription (role ids are the same in every Azure cloud)."""
+    return pulumi.Output.from_input(subscription_id).apply(
+        lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role_id}"
+    )
+
+
 @dataclass(frozen=True)
 class NodeIdentityArgs:
     resource_group_name: pulumi.Input[str]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_azure_native.authorization as authorization
 
+from ndfleet.components.identity import role_definition_id
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID
 
@@ -39,10 +40,7 @@ class ImpactReporting(pulumi.ComponentResource):
                 scope=subscription.apply(lambda sub: f"/subscriptions/{sub}"),
                 principal_id=args.principal_id,
                 principal_type="ServicePrincipal",
-                role_definition_id=subscription.apply(
-                    lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
-                    f"{IMPACT_REPORTER_ROLE_ID}"
-                ),
+                role_definition_id=role_definition_id(subscription, IMPACT_REPORTER_ROLE_ID),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.boot_dependencies.append(grant)

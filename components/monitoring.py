@@ -30,6 +30,7 @@ import pulumi_azure_native.monitor as monitor
 import pulumi_azure_native.network as network
 import pulumi_azure_native.privatedns as privatedns
 
+from ndfleet.components.identity import role_definition_id
 from ndfleet.monitoring.agent import INGEST_STREAM
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
 from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
@@ -37,12 +38,6 @@ from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITOR
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
 # Alerts that stay true resolve on their own this long after the condition clears.
 ALERT_AUTO_RESOLVE = "PT10M"
-
-
-def role_definition_id(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.Output[str]:
-    return pulumi.Output.from_input(subscription_id).apply(
-        lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role_id}"
-    )
 
 
 def grafana_name(name_prefix: str) -> str:
@@ -85,11 +80,37 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("ndfleet:cluster:Monitoring", name, None, opts)
-        rg, location, stack = args.resource_group_name, args.location, args.stack
+        # Named steps, registered in this order (each resource's name and parent as ever: the same URNs).
+        workspace = self._workspace(name, args)
+        dce, dcr, publish_grant = self._ingestion(name, args, workspace)
+        # What a node needs before its agent first writes: the endpoint in the scope, the private path to it (the
+        # endpoint, the zone's VNet link, the A records) and its Monitoring Metrics Publisher assignment.
+        self.path_dependencies: list[pulumi.Resource] = self._private_path(name, args, dce)
+        self.boot_dependencies: list[pulumi.Resource] = [*self.path_dependencies, publish_grant]
+        grafana = self._grafana(name, args, workspace)
+        self._alerts(name, args, workspace)
+        self.workspace_id = workspace.id
+        # The rule another identity (the Slurm controller's) is given Monitoring Metrics Publisher on.
+        self.rule_id = dcr.id
+        self.ingest_endpoint = dce.metrics_ingestion.apply(lambda m: (m.endpoint or "") if m else "")
+        self.rule_immutable_id = dcr.immutable_id.apply(lambda i: i or "")
+        self.grafana_endpoint = grafana.properties.apply(lambda p: (p.endpoint or "") if p else "")
+        self.grafana_name = grafana.name
+        self.register_outputs(
+            {
+                "workspaceId": self.workspace_id,
+                "ingestEndpoint": self.ingest_endpoint,
+                "ruleImmutableId": self.rule_immutable_id,
+                "grafanaEndpoint": self.grafana_endpoint,
+                "grafanaName": self.grafana_name,
+            }
+        )
+
+    def _workspace(self, name: str, args: MonitoringArgs) -> monitor.AzureMonitorWorkspace:
+        rg, location = args.resource_group_name, args.location
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
-
-        workspace = monitor.AzureMonitorWorkspace(
+        return monitor.AzureMonitorWorkspace(
             f"{name}-amw",
             resource_group_name=rg,
             location=location,
@@ -98,7 +119,13 @@ class Monitoring(pulumi.ComponentResource):
             opts=child,
         )
 
-        # --- ingestion: endpoint + rule, reached privately from the VNet ------------------------------------
+    def _ingestion(
+        self, name: str, args: MonitoringArgs, workspace: monitor.AzureMonitorWorkspace
+    ) -> tuple[monitor.DataCollectionEndpoint, monitor.DataCollectionRule, authorization.RoleAssignment]:
+        """The data collection endpoint and rule (reached privately from the VNet) and the nodes' grant on it."""
+        rg, location, stack = args.resource_group_name, args.location, args.stack
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
         dce = monitor.DataCollectionEndpoint(
             f"{name}-dce",
             resource_group_name=rg,
@@ -139,7 +166,15 @@ class Monitoring(pulumi.ComponentResource):
             role_definition_id=role_definition_id(args.subscription_id, MONITORING_METRICS_PUBLISHER_ROLE_ID),
             opts=child,
         )
+        return dce, dcr, publish_grant
 
+    def _private_path(
+        self, name: str, args: MonitoringArgs, dce: monitor.DataCollectionEndpoint
+    ) -> list[pulumi.Resource]:
+        """The private link scope holding the endpoint, its private endpoint, DNS zone, VNet link and zone group."""
+        rg, location = args.resource_group_name, args.location
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
         scope = monitor.PrivateLinkScope(
             f"{name}-ampls",
             resource_group_name=rg,
@@ -197,12 +232,15 @@ class Monitoring(pulumi.ComponentResource):
             private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="monitor", private_dns_zone_id=zone.id)],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[endpoint, dns_link]),
         )
-        # What a node needs before its agent first writes: the endpoint in the scope, the private path to it (the
-        # endpoint, the zone's VNet link, the A records) and its Monitoring Metrics Publisher assignment.
-        self.path_dependencies: list[pulumi.Resource] = [scoped_dce, endpoint, dns_link, dns_group]
-        self.boot_dependencies: list[pulumi.Resource] = [*self.path_dependencies, publish_grant]
+        return [scoped_dce, endpoint, dns_link, dns_group]
 
-        # --- Grafana: reads the workspace, nothing else ------------------------------------------------------
+    def _grafana(
+        self, name: str, args: MonitoringArgs, workspace: monitor.AzureMonitorWorkspace
+    ) -> dashboard.Grafana:
+        """Managed Grafana: reads the workspace, nothing else."""
+        rg, location, stack = args.resource_group_name, args.location, args.stack
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
         grafana = dashboard.Grafana(
             f"{name}-grafana",
             workspace_name=grafana_name(args.name_prefix),
@@ -242,8 +280,13 @@ class Monitoring(pulumi.ComponentResource):
             request_message=f"ndfleet {stack}: Managed Grafana reads the cluster's Azure Monitor workspace",
             opts=child,
         )
+        return grafana
 
-        # --- alerts --------------------------------------------------------------------------------------------
+    def _alerts(self, name: str, args: MonitoringArgs, workspace: monitor.AzureMonitorWorkspace) -> None:
+        """The action group and one Prometheus rule group per alert group of the table."""
+        rg, location, stack = args.resource_group_name, args.location, args.stack
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
         action_group = monitor.ActionGroup(
             f"{name}-alerts",
             resource_group_name=rg,
@@ -296,20 +339,3 @@ class Monitoring(pulumi.ComponentResource):
                 tags=tags,
                 opts=child,
             )
-
-        self.workspace_id = workspace.id
-        # The rule another identity (the Slurm controller's) is given Monitoring Metrics Publisher on.
-        self.rule_id = dcr.id
-        self.ingest_endpoint = dce.metrics_ingestion.apply(lambda m: (m.endpoint or "") if m else "")
-        self.rule_immutable_id = dcr.immutable_id.apply(lambda i: i or "")
-        self.grafana_endpoint = grafana.properties.apply(lambda p: (p.endpoint or "") if p else "")
-        self.grafana_name = grafana.name
-        self.register_outputs(
-            {
-                "workspaceId": self.workspace_id,
-                "ingestEndpoint": self.ingest_endpoint,
-                "ruleImmutableId": self.rule_immutable_id,
-                "grafanaEndpoint": self.grafana_endpoint,
-                "grafanaName": self.grafana_name,
-            }
-        )

@@ -10,8 +10,9 @@ import pulumi
 import pulumi_azure_native.authorization as authorization
 from ndfleet_node.names import TAG_DB_HOST, TAG_NFS_ACCOUNT, TAG_VAULT
 
+from ndfleet.components.identity import role_definition_id
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
-from ndfleet.components.slurm_host import KEY_VAULT_SECRETS_USER_ROLE_ID, SlurmHost, SlurmHostArgs, role_definition
+from ndfleet.components.slurm_host import SlurmHost, SlurmHostArgs
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
@@ -20,6 +21,7 @@ from ndfleet.slurm.machines import (
     machine_user_data,
 )
 from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class SlurmCluster(pulumi.ComponentResource):
             scope=vault.munge_secret_id,
             principal_id=args.node_principal_id,
             principal_type="ServicePrincipal",
-            role_definition_id=role_definition(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
+            role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
             opts=child,
         )
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}

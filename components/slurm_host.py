@@ -18,22 +18,16 @@ import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_SLURM_ROLE
 
+from ndfleet.components.identity import role_definition_id
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
 from ndfleet.slurm.machines import STATE_DISK_LUN
-from ndfleet.stackconfig.profiles import MONITORING_METRICS_PUBLISHER_ROLE_ID
+from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).
 HOST_IMAGE = compute.ImageReferenceArgs(
     publisher="Canonical", offer="0001-com-ubuntu-server-jammy", sku="22_04-lts-gen2", version="latest"
 )
-KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
-
-
-def role_definition(subscription_id: pulumi.Input[str], role_id: str) -> pulumi.Output[str]:
-    return pulumi.Output.from_input(subscription_id).apply(
-        lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role_id}"
-    )
 
 
 @dataclass(frozen=True)
@@ -85,7 +79,7 @@ class SlurmHost(pulumi.ComponentResource):
                 scope=secret_id,
                 principal_id=identity.principal_id,
                 principal_type="ServicePrincipal",
-                role_definition_id=role_definition(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
+                role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
                 opts=child,
             )
             grants.append(grant)
@@ -97,7 +91,7 @@ class SlurmHost(pulumi.ComponentResource):
                     scope=args.metrics_rule_id,
                     principal_id=identity.principal_id,
                     principal_type="ServicePrincipal",
-                    role_definition_id=role_definition(args.subscription_id, MONITORING_METRICS_PUBLISHER_ROLE_ID),
+                    role_definition_id=role_definition_id(args.subscription_id, MONITORING_METRICS_PUBLISHER_ROLE_ID),
                     opts=child,
                 )
             )

@@ -1,6 +1,6 @@
-"""A private endpoint with its private DNS zone, VNet link and zone group: how a Slurm data service is reached.
+"""A private endpoint with its private DNS zone, VNet link and zone group: how a data service is reached privately.
 
-A plain helper (not a component): the Slurm data-service components call it with `parent=self`. The endpoint
+A plain helper (not a component): the Slurm data-service components and Storage call it with `parent=self`. The endpoint
 waits for `after` (the service's own writes, so nothing writes to one resource concurrently), the zone group for
 the endpoint and the VNet link; `PrivateLink.boot_dependencies` is what a machine must wait for before its first
 boot reaches the service by name (the endpoint, the zone's VNet link and the A record the zone group writes).
@@ -19,7 +19,7 @@ import pulumi_azure_native.privatedns as privatedns
 @dataclass(frozen=True)
 class PrivateLinkArgs:
     resource_group_name: pulumi.Input[str]
-    location: str
+    location: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]
     target_id: pulumi.Input[str]

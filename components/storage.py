@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_azure_native.authorization as authorization
-import pulumi_azure_native.network as network
-import pulumi_azure_native.privatedns as privatedns
 import pulumi_azure_native.storage as storage
 import pulumi_azure_native.storagecache as storagecache
 
+from ndfleet.components.identity import role_definition_id
+from ndfleet.components.slurm_private_link import PrivateLinkArgs, private_link
 from ndfleet.stackconfig.clouds import PUBLIC_CLOUD, StorageCloud
 from ndfleet.stackconfig.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
 
@@ -150,49 +150,26 @@ class Storage(pulumi.ComponentResource):
             )
 
         # 3. private endpoint: the account is reachable from inside the VNet only.
-        endpoint = network.PrivateEndpoint(
-            f"{name}-blob-pe",
-            resource_group_name=rg,
-            location=args.location,
-            subnet=network.SubnetArgs(id=args.private_endpoint_subnet_id),
-            private_link_service_connections=[
-                network.PrivateLinkServiceConnectionArgs(
-                    name="blob", private_link_service_id=account.id, group_ids=["blob"]
-                )
-            ],
-            tags=tags,
-            opts=after(last),
+        # The zone's name is the cloud's (Microsoft Learn, "Azure Private Endpoint private DNS zone values"); the
+        # helper registers the endpoint, the zone, its VNet link and (4.) the DNS zone group that writes the
+        # endpoint's A record into the zone, under the names this component always gave them (same URNs).
+        blob_link = private_link(
+            f"{name}-blob",
+            PrivateLinkArgs(
+                resource_group_name=rg,
+                location=args.location,
+                subnet_id=args.private_endpoint_subnet_id,
+                vnet_id=args.vnet_id,
+                target_id=account.id,
+                group_id="blob",
+                zone_name=args.cloud.blob_private_dns_zone,
+                tags=tags,
+            ),
+            parent=self,
+            after=[last],
         )
-        # The zone's name is the cloud's (Microsoft Learn, "Azure Private Endpoint private DNS zone values").
-        zone = privatedns.PrivateZone(
-            f"{name}-blob-dns",
-            resource_group_name=rg,
-            private_zone_name=args.cloud.blob_private_dns_zone,
-            location="Global",
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        link = privatedns.VirtualNetworkLink(
-            f"{name}-blob-dns-link",
-            resource_group_name=rg,
-            private_zone_name=zone.name,
-            location="Global",
-            registration_enabled=False,
-            virtual_network=privatedns.SubResourceArgs(id=args.vnet_id),
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        # 4. DNS zone group: writes the endpoint's A record into the zone.
-        dns_group = network.PrivateDnsZoneGroup(
-            f"{name}-blob-dns-group",
-            resource_group_name=rg,
-            private_endpoint_name=endpoint.name,
-            private_dns_zone_group_name="default",
-            private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name="blob", private_dns_zone_id=zone.id)],
-            opts=after(endpoint, link),
-        )
-        last = dns_group
-        self.boot_dependencies = [endpoint, link, dns_group]
+        last = blob_link.dns_group
+        self.boot_dependencies = blob_link.boot_dependencies
 
         # 5. least privilege: data-plane access to this one account, nothing at group or subscription scope.
         if args.blob_data_principal_id is not None:
@@ -206,12 +183,7 @@ class Storage(pulumi.ComponentResource):
                 scope=account.id,
                 principal_id=args.blob_data_principal_id,
                 principal_type="ServicePrincipal",
-                role_definition_id=pulumi.Output.from_input(subscription).apply(
-                    lambda sub: (
-                        f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/"
-                        f"{STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID}"
-                    )
-                ),
+                role_definition_id=role_definition_id(subscription, STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID),
                 opts=after(last),
             )
             self.boot_dependencies.append(grant)

@@ -14,16 +14,11 @@ import pulumi
 from ndfleet.components.cluster import Cluster, ClusterArgs
 from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.config import load_spec, read_pulumi_config
+from ndfleet.stackconfig.config import read_pulumi_config
 
 
 class ProgramError(Exception):
     """A user-fixable problem found before any resource was registered."""
-
-
-def spec_from_stack() -> ClusterSpec:
-    """Read the running stack's `ndfleet:*` config and validate it; SpecError carries the message."""
-    return load_spec(read_pulumi_config(), pulumi.get_stack())
 
 
 def prepare_from_stack() -> PreparedCluster:
@@ -106,6 +101,5 @@ __all__ = [
     "prepare_from_stack",
     "refuse_example_key",
     "run_preflight_if_enabled",
-    "spec_from_stack",
     "under_mocks",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ndfleet.plans import resource_types as rt
 from ndfleet.plans.build import Plan, PlannedResource, run_plan
 from ndfleet.stackconfig.stackfile import StackFile
 
@@ -28,23 +29,12 @@ def example_stack_files(stacks_dir: Path = STACKS_DIR) -> list[Path]:
     """The example stacks' files in `stacks_dir`, whatever else the folder holds."""
     return [stacks_dir / f"Pulumi.{name}.yaml" for name in EXAMPLE_STACKS]
 
-VMSS = "azure-native:compute:VirtualMachineScaleSet"
-VNET = "azure-native:network:VirtualNetwork"
-SUBNET = "azure-native:network:Subnet"
-NSG = "azure-native:network:NetworkSecurityGroup"
-PIP = "azure-native:network:PublicIPAddress"
-NAT = "azure-native:network:NatGateway"
-BASTION = "azure-native:network:BastionHost"
-ACCOUNT = "azure-native:storage:StorageAccount"
-CONTAINER = "azure-native:storage:BlobContainer"
-BLOB_SERVICE = "azure-native:storage:BlobServiceProperties"
-LOCK = "azure-native:authorization:ManagementLockByScope"
-ROLE = "azure-native:authorization:RoleAssignment"
-IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
-PPG = "azure-native:compute:ProximityPlacementGroup"
-LUSTRE = "azure-native:storagecache:AmlFilesystem"
-PRIVATE_ENDPOINT = "azure-native:network:PrivateEndpoint"
-RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
+# The resource types, short names for the tests (one definition: ndfleet.plans.resource_types).
+VMSS, VNET, SUBNET, NSG = rt.VMSS_TYPE, rt.VNET_TYPE, rt.SUBNET_TYPE, rt.NSG_TYPE
+PIP, NAT, BASTION = rt.PUBLIC_IP_TYPE, rt.NAT_GATEWAY_TYPE, rt.BASTION_TYPE
+ACCOUNT, CONTAINER, BLOB_SERVICE = rt.STORAGE_ACCOUNT_TYPE, rt.BLOB_CONTAINER_TYPE, rt.BLOB_SERVICE_TYPE
+LOCK, ROLE, IDENTITY, PPG = rt.LOCK_BY_SCOPE_TYPE, rt.ROLE_ASSIGNMENT_TYPE, rt.IDENTITY_TYPE, rt.PPG_TYPE
+LUSTRE, PRIVATE_ENDPOINT, RESOURCE_GROUP = rt.AML_FILESYSTEM_TYPE, rt.PRIVATE_ENDPOINT_TYPE, rt.RESOURCE_GROUP_TYPE
 
 
 def dev_ssh_key() -> str:

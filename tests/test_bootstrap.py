@@ -279,7 +279,7 @@ def test_thresholds_come_from_the_profile():
 
 def test_changing_a_threshold_changes_only_the_thresholds_file():
     spec = spec_of("dev")
-    t = spec.profile.thresholds.model_copy(update={"nccl_allreduce_busbw_gbps": 123.5})
+    t = spec.profile.thresholds.model_copy(update={"nccl_busbw_gbps": 123.5})
     changed = spec.model_copy(update={"profile": spec.profile.model_copy(update={"thresholds": t})})
     before = render_output_files(spec, spec.islands[0])
     after = render_output_files(changed, changed.islands[0])
@@ -421,8 +421,3 @@ def test_full_validation_budget_covers_the_perf_checks():
     t = full.profile.thresholds
     extra = t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s + t.dcgm_diag_timeout_s[2]
     assert validation_budget_s(full) - validation_budget_s(quick) == extra
-
-
-def test_custom_data_shorthand_is_the_rendered_custom_data():
-    spec = spec_of("prod")
-    assert bootstrap.custom_data(spec, spec.islands[1]) == render_bootstrap(spec, spec.islands[1]).custom_data

@@ -29,6 +29,8 @@ from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.prepare import bootstrap_extensions
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
+from tests.impact.arm_server import Reply as ArmReply
+from tests.impact.arm_server import serve as serve_arm
 from tests.test_health_endpoint import loopback_up
 
 UNPACK = bootstrap.UNPACK_SOURCE
@@ -245,3 +247,41 @@ def test_the_boot_step_is_python_3_10_and_standard_library_only():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+# ---------------------------------------------------------------------------------------------- hostile bundles
+# The contract (module docstring of ndfleet-unpack): any failure exits 1 with its reason in the journal and in the
+# failure marker, never a traceback.
+
+HOSTILE_BUNDLES = {
+    "NUL in a path": ([MachineFile("/etc/ndfleet/x\0y", 0o644, b"x")], [], "invalid file"),
+    "NUL in an argument": ([], [["systemctl", "start", "a\0b"]], "invalid activation command"),
+    "empty activation command": ([], [[]], "invalid activation command"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_BUNDLES)
+def test_a_hostile_bundle_is_a_named_failure_with_its_reason_written(case, tmp_path, dev):
+    files, activate, reason = HOSTILE_BUNDLES[case]
+    bad = nodebundle.pack(files, activate)
+    with imds([(200, base64.b64encode(bad))]) as service:
+        n = node(tmp_path, dev, service.url, size=len(bad), sha256=hashlib.sha256(bad).hexdigest())
+        done = n.run()
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert reason in n.marker() and reason in done.stderr
+    assert n.activated() == []
+
+
+def test_a_metadata_service_that_drips_user_data_is_cut_off_at_each_attempts_deadline(tmp_path, dev):
+    # IMDS answers userData as base64 text (https://learn.microsoft.com/en-us/azure/virtual-machines/
+    # instance-metadata-service, "Get user data"); this one sends its head, then the body a byte every 0.1 s.
+    dripping = ArmReply(200, raw=dev.vm_user_data.encode(), drip="body", drip_s=0.1)
+    with serve_arm({("GET", "/metadata"): [dripping]}) as service:
+        n = node(tmp_path, dev, f"{service.base}/metadata/instance/compute/userData", attempts=2, timeout_s=2)
+        done = n.run()
+        outlasted = service.drips_outlasted
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "after 2 attempts: no whole answer within 2 s" in n.marker()
+    assert outlasted == 0  # the boot step hung up each time; the stand-in never had to stop on its own

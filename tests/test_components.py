@@ -12,6 +12,7 @@ import ipaddress
 
 from ndfleet.plans.build import Plan
 from ndfleet.stackconfig.profiles import STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID
+from ndfleet.stackconfig.summary import vcpu_quota
 from tests.conftest import (
     ACCOUNT,
     BASTION,
@@ -167,7 +168,7 @@ def test_spot_priority_sets_eviction_and_price() -> None:
 def test_h200_plans_with_its_own_size() -> None:
     plan = plan_of(base_config(vmSize="Standard_ND96isr_H200_v5", nodes=16))
     assert dig(one(plan, VMSS).inputs, "sku.name") == "Standard_ND96isr_H200_v5"
-    assert plan.spec.vcpu_quota == {"standardNDISRH200V5Family": 1536}
+    assert vcpu_quota(plan.spec) == {"standardNDISRH200V5Family": 1536}
 
 
 # --- Network ------------------------------------------------------------------------------------------
@@ -340,9 +341,9 @@ def test_slurm_topology_selects_each_island_by_feature_not_by_host_names(zonal_l
         "NodeSet=ns-ib00 Feature=island-ib00",
         "NodeSet=ns-ib01 Feature=island-ib01",
         "NodeSet=ns-ib02 Feature=island-ib02",
-        "PartitionName=ib00 Nodes=ns-ib00 MaxTime=INFINITE State=UP",
-        "PartitionName=ib01 Nodes=ns-ib01 MaxTime=INFINITE State=UP",
-        "PartitionName=ib02 Nodes=ns-ib02 MaxTime=INFINITE State=UP",
+        "PartitionName=ib00 Nodes=ns-ib00 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
+        "PartitionName=ib01 Nodes=ns-ib01 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
+        "PartitionName=ib02 Nodes=ns-ib02 MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE",
         "JobSubmitPlugins=all_partitions",
     ]
 

@@ -182,3 +182,36 @@ def test_read_only_commands_do_not_import_components() -> None:
     offenders = {m: sorted(c for c in reachable(sources, m) if c.startswith("ndfleet.components"))
                  for m in sources if any(m == p or m.startswith(p + ".") for p in READ_ONLY_COMMANDS)}
     assert not {m: c for m, c in offenders.items() if c}
+
+
+def import_cycles(sources: Mapping[str, str]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or through others (a lazy import counts). An import of
+    a module's own package (its __init__) is not counted: Python runs that first, and it is a package's own affair."""
+    edges = {
+        m: {i for i in imported_modules(s) if i in sources and i != m and not m.startswith(i + ".")}
+        for m, s in sources.items()
+    }
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), list(edges[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(edges[module])
+        return seen
+
+    reached = {m: reach(m) for m in sources}
+    groups = {tuple(sorted({m} | {o for o in reached[m] if m in reached[o]})) for m in sources if m in reached[m]}
+    return sorted(list(g) for g in groups)
+
+
+def test_no_import_cycles() -> None:
+    # There were two (issue 30): stackconfig.clusterspec <-> stackconfig.vms and preflight.checks <-> machine_quota.
+    assert import_cycles(package_sources()) == []
+
+
+def test_an_import_cycle_is_reported() -> None:
+    sources = {"ndfleet.a": "from ndfleet.b import x\n", "ndfleet.b": "def f():\n    from ndfleet.c import y\n",
+               "ndfleet.c": "import ndfleet.a\n", "ndfleet.d": "from ndfleet import a\n", "ndfleet": ""}
+    assert import_cycles(sources) == [["ndfleet.a", "ndfleet.b", "ndfleet.c"]]

@@ -13,6 +13,7 @@ from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING, split_islands
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.settings import AZURE_MAX_PRIVATE_IPS_PER_VNET, MAX_NODES, node_headroom
 from ndfleet.stackconfig.sshkeys import is_example_key
+from ndfleet.stackconfig.summary import vcpu_quota
 from tests.conftest import base_config, dev_ssh_key, stack_from
 
 PINNED_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
@@ -62,8 +63,8 @@ def test_default_limit_gives_no_warning() -> None:
 
 
 def test_vcpu_quota_is_nodes_times_vcpus_per_family() -> None:
-    assert spec_of(nodes=10).vcpu_quota == {"standardNDSH100v5Family": 960}
-    assert spec_of(nodes=3, vmSize="Standard_ND96isr_H200_v5").vcpu_quota == {"standardNDISRH200V5Family": 288}
+    assert vcpu_quota(spec_of(nodes=10)) == {"standardNDSH100v5Family": 960}
+    assert vcpu_quota(spec_of(nodes=3, vmSize="Standard_ND96isr_H200_v5")) == {"standardNDISRH200V5Family": 288}
 
 
 def test_compute_subnet_has_room_for_nodes_and_headroom() -> None:
@@ -320,8 +321,18 @@ def test_lustre_in_a_region_the_table_does_not_know_warns() -> None:
     assert any("not in ndfleet's region table" in w for w in spec.warnings)
 
 
-def test_a_misspelt_region_gets_a_suggestion() -> None:
-    assert any("did you mean 'eastus2'" in w for w in spec_of(location="eastu2").warnings)
+@pytest.mark.parametrize(("location", "first_guess"), [("eastu2", "eastus2"), ("useast", "eastus"),
+                                                       ("eastus3", "eastus"), ("uswest2", "westus2")])
+def test_an_unknown_region_is_refused_with_a_suggestion(location: str, first_guess: str) -> None:
+    lines = problems_of(base_config(location=location)).splitlines()
+    found = [line for line in lines if f"ndfleet:location = '{location}'" in line]
+    assert len(found) == 1 and f"did you mean '{first_guess}'" in found[0] and "ndfleet:newRegion: true" in found[0]
+
+
+def test_a_region_said_to_be_new_is_accepted_with_a_warning() -> None:
+    spec = spec_of(location="eastus3", newRegion=True)
+    assert spec.location == "eastus3"
+    assert any("not in ndfleet's region table" in w and "taken as given" in w for w in spec.warnings)
 
 
 def test_spot_max_price_with_spot_is_accepted() -> None:
@@ -427,3 +438,10 @@ def test_rsa_keys_below_2048_bits_are_refused() -> None:
 
 def test_example_key_is_accepted() -> None:
     assert spec_of(sshPublicKey=dev_ssh_key()).ssh_public_key.startswith("ssh-ed25519 ")
+
+
+def test_a_one_node_elastic_island_is_refused() -> None:
+    config = base_config(scheduler="slurm", islands=[{"name": "solo", "elastic": {"maxNodes": 1}}])
+    del config["nodes"]
+    assert "ndfleet:islands[0].elastic.maxNodes = 1: an elastic island's new nodes must pass the fabric burn-in" in (
+        problems_of(config))

@@ -15,12 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS, render_output_files
+from ndfleet.nodefiles.bootstrap import render_output_files
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
 from tests.fakes.node import FAKE_HPCX_INIT, Run, run_validator, write_bundle
 
+# The run and report order, written out: the @check registrations generate it (ndfleet_node.checks.level_ids) and
+# the node JSON's levels carry it, so a reordered import or decorator fails here.
+QUICK_CHECKS = (
+    "gpu.count", "gpu.ecc", "gpu.row_remap", "gpu.xid", "gpu.nvlink", "gpu.fabricmanager", "gpu.pcie", "gpu.throttle",
+    "ib.peermem", "ib.ports", "ib.rate", "ib.flap", "ib.pcie", "host.nvme", "host.memory", "host.cpu", "host.mounts",
+)  # fmt: skip
+PERF_CHECKS = ("perf.nccl_allreduce", "perf.ib_write_bw", "perf.nvbandwidth", "perf.dcgm")
 HUNG_TOOL_TIMEOUT_S = 1
 NVIDIA_SMI_CHECKS = {"gpu.count", "gpu.ecc", "gpu.row_remap", "gpu.nvlink", "gpu.pcie", "gpu.throttle"}
 PROD_MOUNTS = ["/mnt/resource_nvme", "/mnt/blob/datasets", "/mnt/blob/checkpoints", "/mnt/lustre"]
@@ -312,3 +319,10 @@ def test_h200_profile_rejects_h100_gpus(runs):
     r = runs["h200_sees_h100s"]
     assert r.failed == {"gpu.count"}
     assert "wrong GPU model" in r.check("gpu.count")["message"]
+
+
+def test_levels_are_generated_from_the_check_decorators() -> None:
+    from ndfleet_node.checks import level_ids
+
+    assert level_ids("quick") == list(QUICK_CHECKS)
+    assert level_ids("full") == [*QUICK_CHECKS, *PERF_CHECKS]

@@ -31,14 +31,9 @@ import posixpath
 import secrets
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
-
-if TYPE_CHECKING:
-    pass
-
-EXECUTABLE = ("validate-node", "ndfleet-node")  # written 0755 (RenderedBootstrap.output_files gives the modes)
 
 
 def register(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
+from ndfleet_node.names import DRAIN_MARKER, TAG_IDENTITY_CLIENT_ID, TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
 from ndfleet.monitoring import exporters as ex
 from ndfleet.nodefiles.bootstrap import NODE_APP_PATH, BootstrapExtensions
@@ -42,7 +42,7 @@ PROMETHEUS_DATA_DIR = "/var/lib/ndfleet-prometheus"
 DCGM_COUNTERS_PATH = f"{CONFIG_DIR}/dcgm-counters.csv"
 SETUP_PATH = "/usr/local/sbin/ndfleet-monitoring-setup"
 # A scheduler (or an operator) drains a node by writing this file, its reason as the content.
-DRAIN_FILE = "/var/lib/ndfleet/drained"
+DRAIN_FILE = DRAIN_MARKER
 METRICS_REFRESH_S = 60
 # The set-up re-reads the scale set's tags this often: a replaced data collection rule (new immutable id) reaches
 # running nodes within this time, without a reimage.
@@ -106,7 +106,6 @@ _FILES = (
         0o644,
     ),
 )
-BASH_FILES = ("ndfleet-monitoring-setup",)
 # What a compute node gets, and what the Slurm controller gets in its customData (its prometheus.yml.in comes in
 # userData: controller_config).
 _NODE_FILES = (

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ndfleet_node.checks import level_ids
+
 from ndfleet.monitoring import exporters
-from ndfleet.nodefiles.bootstrap import PERF_CHECKS, QUICK_CHECKS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor pricing page (azure.microsoft.com/pricing/details/monitor), Metrics tab, meter "Metrics ingestion
@@ -20,7 +21,6 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec
 # managed Prometheus became generally available (May 2023). Our machines cannot reach the page: re-check it (or
 # the Azure Retail Prices API, docs/monitoring.md) for your region before you budget.
 USD_PER_10M_SAMPLES = 0.16
-PRICE_SOURCE = "Azure Monitor pricing, Metrics tab, 'Metrics ingestion' (USD 0.16 / 10M samples, East US, May 2023)"
 
 # Image-dependent counts (estimates, Ubuntu 22.04 HPC image): file systems besides the stack's own mounts
 # (/, /boot, /boot/efi, /mnt, /run, /dev/shm, /run/lock, /run/user), block devices besides the NVMe disks (OS
@@ -82,7 +82,7 @@ def _per_collector(spec: ClusterSpec) -> dict[str, int]:
 
 
 def estimate(spec: ClusterSpec) -> Cost:
-    checks = len(QUICK_CHECKS) + (len(PERF_CHECKS) if spec.health.validation_level == "full" else 0)
+    checks = len(level_ids(spec.health.validation_level))
     sources = {
         "dcgm-exporter": len(exporters.DCGM_COUNTERS) * spec.profile.gpus_per_vm,
         **{f"node_exporter {k}": v for k, v in _per_collector(spec).items()},

@@ -19,7 +19,11 @@ to it.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
+
+from ndfleet_node import metrics as node_metrics
+from ndfleet_node import slurm_export
 
 # --- versions, each with where it comes from ---------------------------------------------------------------
 
@@ -46,10 +50,10 @@ DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
 NODE_EXPORTER_ADDRESS = "127.0.0.1:9100"
 DCGM_EXPORTER_ADDRESS = "127.0.0.1:9400"
 PROMETHEUS_AGENT_ADDRESS = "127.0.0.1:9090"
-TEXTFILE_DIR = "/var/lib/ndfleet/textfile"
-TEXTFILE_NAME = "ndfleet_validation.prom"
-# On the Slurm controller: what `ndfleet_node.slurm_export` writes (its DEFAULT_OUT, a test keeps the two equal).
-SLURM_TEXTFILE_NAME = "ndfleet_slurm.prom"
+# Where `ndfleet-node metrics` writes (its DEFAULT_OUT): node_exporter's textfile folder and the file.
+TEXTFILE_DIR, TEXTFILE_NAME = posixpath.split(node_metrics.DEFAULT_OUT)
+# On the Slurm controller: what `ndfleet_node.slurm_export` writes (its DEFAULT_OUT), in the same folder.
+SLURM_TEXTFILE_NAME = posixpath.basename(slurm_export.DEFAULT_OUT)
 
 # --- what dcgm-exporter exports ----------------------------------------------------------------------------
 
@@ -134,15 +138,9 @@ NODE_EXPORTER_COLLECTORS: dict[str, tuple[str, ...]] = {
 }
 # Only the metrics above leave the node (the agent's metric_relabel_configs keep exactly these names).
 
-# --- what `ndfleet-node metrics` writes (node/ndfleet_node/metrics.py, a test keeps the two equal) ---------
+# --- what `ndfleet-node metrics` writes (node/ndfleet_node/metrics.py defines the names) -----------------------
 
-VALIDATION_METRICS: tuple[str, ...] = (
-    "ndfleet_node_validated",
-    "ndfleet_node_healthy",
-    "ndfleet_node_drained",
-    "ndfleet_validation_check_status",
-    "ndfleet_validation_last_run_timestamp_seconds",
-)
+VALIDATION_METRICS: tuple[str, ...] = node_metrics.METRIC_NAMES
 
 # --- what `ndfleet_node.slurm_export` writes on the Slurm controller (a test keeps the two equal) --------------
 

@@ -6,8 +6,6 @@ Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable
       One island's boot data: `.custom_data` (base64 of deterministic gzip of the cloud-config) and `.vm_user_data`
       (base64 of the node bundle, ndfleet/nodefiles/nodebundle.py) are what the scale set receives,
       `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
-  custom_data(spec, island, extensions=None) -> str
-      Shorthand for render_bootstrap(...).custom_data: the scale set's customData for one island.
   render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
       The files `ndfleet render` writes for one island (user-data, custom-data.b64, vm-user-data.b64, every file
       the node receives in either), with their permissions.
@@ -50,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-from ndfleet_node.checks import PERF_IDS, QUICK_IDS, budget_s
+from ndfleet_node.checks import budget_s
 from ndfleet_node.config import NodeConfig
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
@@ -90,11 +88,8 @@ __all__ = [
     "CUSTOM_DATA_MAX_BYTES",
     "USER_DATA_MAX_BYTES",
     "HEALTH_PATH",
-    "PERF_CHECKS",
-    "QUICK_CHECKS",
     "RenderedBootstrap",
     "build_context",
-    "custom_data",
     "merge_extensions",
     "render_bootstrap",
     "render_output_files",
@@ -105,9 +100,6 @@ __all__ = [
 # binary array is 65535 bytes").
 CUSTOM_DATA_MAX_BYTES = 65_535
 USER_DATA_MAX_BYTES = nodebundle.USER_DATA_MAX_BYTES
-
-QUICK_CHECKS = QUICK_IDS
-PERF_CHECKS = PERF_IDS
 
 NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
 VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"
@@ -409,11 +401,6 @@ def render_bootstrap(
     if problems:
         raise BootstrapTooLarge("; ".join(problems))
     return rendered
-
-
-def custom_data(spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None) -> str:
-    """The island's customData (base64 of the gzip-compressed user data); raises BootstrapTooLarge."""
-    return render_bootstrap(spec, island, extensions).custom_data
 
 
 def render_output_files(

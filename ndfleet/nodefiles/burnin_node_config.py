@@ -11,7 +11,7 @@ from typing import Any
 from ndfleet import images
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.profiles import VmSizeProfile
+from ndfleet.stackconfig.profiles import VmSizeProfile, nccl_test_env
 
 # Microsoft.Impact/workloadImpacts: the Guest Health Reporting page gives this version for HPC reports.
 IMPACT_API_VERSION = "2023-02-01-preview"
@@ -27,9 +27,8 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
     image = images.load(COMPUTE_IMAGE)
     all_reduce_perf = image.tool("all_reduce_perf")
     assert all_reduce_perf is not None, f"the {COMPUTE_IMAGE} contract lists all_reduce_perf"
-    common = dict(b.common_env)
-    if profile.nccl_topo_file:
-        common["NCCL_TOPO_FILE"] = profile.nccl_topo_file
+    # The validator's NCCL environment; an empty NCCL_TOPO_FILE is left out here, as the burn-in always has.
+    common = {k: v for k, v in nccl_test_env(profile.nccl_topo_file).items() if v}
     return {
         "vm_size": profile.name,
         "gpus_per_node": profile.gpus_per_vm,

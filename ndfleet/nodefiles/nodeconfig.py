@@ -5,21 +5,25 @@
 program (`node/ndfleet_node`) is the same for every stack: changing a threshold changes only this file.
 
 Sections: stack/island/vm_size, `paths`, `validation` (level, the check ids of each level, DCGM level),
-`timeouts` (seconds; the runner's table, also the source of the time budget), `hardware`, `thresholds`,
-`nccl` (nccl.conf and the all-reduce test's environment), `mounts` (expected mount points, NVMe RAID, blob
+`timeouts` (seconds; the runner's table, also the source of the time budget), `hardware` and `thresholds` (the
+node's typed `Hardware` and `Thresholds`, filled here by keyword), `nccl` (nccl.conf and the NCCL tests' environment,
+ndfleet.stackconfig.profiles), `mounts` (expected mount points, NVMe RAID, blob
 containers, Lustre), `imds` (tag names), `setup`, `health`. Other features add their own top-level sections.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
-from ndfleet_node.checks import PERF_IDS, QUICK_IDS
+from ndfleet_node.checks import level_ids
+from ndfleet_node.config import Hardware, Thresholds
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
+from ndfleet.stackconfig.profiles import nccl_conf, nccl_test_env
 
 SCHEMA = 1
 HEALTH_PATH = "/health"
@@ -40,12 +44,8 @@ BLOB_ENDPOINT_SUFFIX = "blob.core.windows.net"
 # after the plan. Keeping them out of customData keeps customData deterministic.
 IMDS_TAGS_URL = "http://169.254.169.254/metadata/instance/compute/tagsList?api-version=2021-02-01"
 
-# PCIe signalling rate per generation as lspci prints it (PCI-SIG; not a VM figure).
-PCIE_GT_PER_GEN = {3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
 # ib_write_bw loopback: one TCP port per HCA for the test's out-of-band exchange, from here upwards.
 IB_WRITE_BW_BASE_PORT = 18510
-# NCCL environment of the single-node all-reduce (azurehpc-health-checks azure_nccl_allreduce.nhc).
-NCCL_TEST_ENV = {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_SOCKET_IFNAME": "eth0"}
 # The health endpoint: connections it serves at once (the oldest idle one is dropped beyond this), how long a
 # connection may take to send its request, and the listen backlog.
 HEALTH_MAX_CONNECTIONS = 256
@@ -75,11 +75,6 @@ def node_config(
     ]
     lustre = {"mount": LUSTRE_MOUNT, "fs_name": LUSTRE_FS_NAME} if spec.storage.lustre is not None else None
     expected = [NVME_MOUNT, *(b["mountpoint"] for b in blob), *([LUSTRE_MOUNT] if lustre else [])]
-    nccl_conf = {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_IGNORE_CPU_AFFINITY": "1"}
-    if p.nccl_topo_file:
-        nccl_conf["NCCL_TOPO_FILE"] = p.nccl_topo_file
-    # An empty NCCL_TOPO_FILE lets NCCL detect the topology (it fixed a spurious result on H200).
-    test_env = {**NCCL_TEST_ENV, "NCCL_TOPO_FILE": p.nccl_topo_file}
     level = spec.health.dcgm_level
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -94,7 +89,7 @@ def node_config(
         },
         "validation": {
             "level": spec.health.validation_level,
-            "levels": {"quick": list(QUICK_IDS), "full": [*QUICK_IDS, *PERF_IDS]},
+            "levels": {"quick": level_ids("quick"), "full": level_ids("full")},
             "dcgm_level": level,
         },
         "timeouts": {
@@ -108,39 +103,43 @@ def node_config(
             "mount_retry": t.mount_retry_s,
             "setup_step": t.setup_step_timeout_s,
         },
-        "hardware": {
-            "gpu_count": p.gpus_per_vm,
-            "gpu_model": p.gpu_model,
-            "nvlinks_per_gpu": p.nvlinks_per_gpu,
-            "gpu_pcie_gen": p.gpu_pcie_gen,
-            "gpu_pcie_width": p.gpu_pcie_width,
-            "ib_devices": list(p.ib_devices),
-            "ib_port": p.ib_port,
-            "ib_rate_gbps": p.ib_rate_gbps,
-            "ib_link_layer": p.ib_link_layer,
-            "hca_pcie_speed": PCIE_GT_PER_GEN[p.hca_pcie_gen],
-            "hca_pcie_width": p.hca_pcie_width,
-            "nvme_count": p.nvme_count,
-            "memory_min_gib": p.memory_min_gib,
-            "vcpus": p.vcpus,
-        },
-        "thresholds": {
-            "ecc_sram_uncorrectable_max": t.ecc_sram_uncorrectable_max,
-            "ecc_sram_correctable_max": t.ecc_sram_correctable_max,
-            "ecc_dram_uncorrectable_max": t.ecc_dram_uncorrectable_max,
-            "ecc_dram_correctable_max": t.ecc_dram_correctable_max,
-            "xid_fail_codes": list(t.xid_fail_codes),
-            "ib_link_down_max": t.ib_link_down_max,
-            "ib_flap_window_hours": t.ib_flap_window_hours,
-            "nccl_busbw_gbps": t.nccl_allreduce_busbw_gbps,
-            "nccl_bytes": t.nccl_allreduce_bytes,
-            "ib_write_bw_gbps": t.ib_write_bw_gbps,
-            "ib_write_bw_bytes": t.ib_write_bw_message_bytes,
-            "ib_write_bw_base_port": IB_WRITE_BW_BASE_PORT,
-            "nvbw_host_device_gbps": t.nvbandwidth_host_device_gbps,
-            "nvbw_device_device_gbps": t.nvbandwidth_device_device_gbps,
-        },
-        "nccl": {"conf": nccl_conf, "test_env": test_env},
+        "hardware": asdict(
+            Hardware(
+                gpu_count=p.gpus_per_vm,
+                gpu_model=p.gpu_model,
+                nvlinks_per_gpu=p.nvlinks_per_gpu,
+                gpu_pcie_gen=p.gpu_pcie_gen,
+                gpu_pcie_width=p.gpu_pcie_width,
+                ib_devices=list(p.ib_devices),
+                ib_port=p.ib_port,
+                ib_rate_gbps=p.ib_rate_gbps,
+                ib_link_layer=p.ib_link_layer,
+                hca_pcie_gen=p.hca_pcie_gen,
+                hca_pcie_width=p.hca_pcie_width,
+                nvme_count=p.nvme_count,
+                memory_min_gib=p.memory_min_gib,
+                vcpus=p.vcpus,
+            )
+        ),
+        "thresholds": asdict(
+            Thresholds(
+                ecc_sram_uncorrectable_max=t.ecc_sram_uncorrectable_max,
+                ecc_sram_correctable_max=t.ecc_sram_correctable_max,
+                ecc_dram_uncorrectable_max=t.ecc_dram_uncorrectable_max,
+                ecc_dram_correctable_max=t.ecc_dram_correctable_max,
+                xid_fail_codes=list(t.xid_fail_codes),
+                ib_link_down_max=t.ib_link_down_max,
+                ib_flap_window_hours=t.ib_flap_window_hours,
+                nccl_busbw_gbps=t.nccl_busbw_gbps,
+                nccl_bytes=t.nccl_bytes,
+                ib_write_bw_gbps=t.ib_write_bw_gbps,
+                ib_write_bw_bytes=t.ib_write_bw_bytes,
+                ib_write_bw_base_port=IB_WRITE_BW_BASE_PORT,
+                nvbw_host_device_gbps=t.nvbw_host_device_gbps,
+                nvbw_device_device_gbps=t.nvbw_device_device_gbps,
+            )
+        ),
+        "nccl": {"conf": nccl_conf(p.nccl_topo_file), "test_env": nccl_test_env(p.nccl_topo_file)},
         "mounts": {
             "expected": expected,
             "nvme": {"mount": NVME_MOUNT, "md_name": NVME_MD_NAME, "count": p.nvme_count},

@@ -28,6 +28,7 @@ from ndfleet.cost.estimate import estimate_cost
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import StackFile
+from ndfleet.stackconfig.summary import spec_summary
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -98,7 +99,7 @@ class Plan:
             "stack": self.stack,
             "resources": [r.as_json() for r in sorted(self.resources, key=lambda r: (r.type, r.name))],
             "outputs": self.outputs,
-            "summary": self.spec.summary(),
+            "summary": spec_summary(self.spec),
             "cost": estimate_cost(self.spec).as_json(),
         }
 

@@ -8,25 +8,28 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ndfleet.plans.resource_types import (
+    KEY_VAULT_TYPE,
+    MYSQL_SERVER_TYPE,
+    NIC_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    SUBNET_TYPE,
+    VM_TYPE,
+    VMSS_TYPE,
+    VNET_TYPE,
+)
 from ndfleet.stackconfig.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,
     HARD_MAX_NODES_PER_ISLAND,
     IMPACT_REPORTER_ROLE_ID,
+    KEY_VAULT_SECRETS_USER_ROLE_ID,
     MONITORING_DATA_READER_ROLE_ID,
     MONITORING_METRICS_PUBLISHER_ROLE_ID,
     RDMA_RESERVED_CIDR,
     STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID,
 )
 
-VMSS_TYPE = "azure-native:compute:VirtualMachineScaleSet"
-VM_TYPE = "azure-native:compute:VirtualMachine"
-VNET_TYPE = "azure-native:network:VirtualNetwork"
-SUBNET_TYPE = "azure-native:network:Subnet"
-NIC_TYPE = "azure-native:network:NetworkInterface"
-STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
-ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
-
-KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
 # The only roles ndfleet grants, each on the one scope it needs (name, scope pattern, the scope in words): the node
 # identity reads and writes blobs of its storage account, publishes metrics through the data collection rule and,
 # with health.impactReporting, files impact reports (subscription-level resources: components/impact_reporting.py);
@@ -51,8 +54,6 @@ LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
-KEY_VAULT_TYPE = "azure-native:keyvault:Vault"
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
 _ND_SIZE = re.compile(r"^Standard_ND", re.IGNORECASE)

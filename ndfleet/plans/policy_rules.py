@@ -14,15 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndfleet.plans.policy_checks import (
-    KEY_VAULT_TYPE,
-    MYSQL_SERVER_TYPE,
-    NIC_TYPE,
-    ROLE_ASSIGNMENT_TYPE,
-    STORAGE_ACCOUNT_TYPE,
-    SUBNET_TYPE,
-    VM_TYPE,
-    VMSS_TYPE,
-    VNET_TYPE,
     Check,
     Props,
     check_accelerated_networking,
@@ -47,6 +38,17 @@ from ndfleet.plans.policy_checks import (
     check_storage_no_shared_key,
     check_storage_private,
     check_storage_tls12,
+)
+from ndfleet.plans.resource_types import (
+    KEY_VAULT_TYPE,
+    MYSQL_SERVER_TYPE,
+    NIC_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    SUBNET_TYPE,
+    VM_TYPE,
+    VMSS_TYPE,
+    VNET_TYPE,
 )
 from ndfleet.stackconfig.profiles import (
     DEFAULT_MAX_NODES_PER_ISLAND,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from ndfleet.preflight.clouds import CloudSettings
@@ -14,6 +14,8 @@ from ndfleet.preflight.impact import check_impact_provider, check_impact_role_pe
 from ndfleet.preflight.machine_quota import (
     check_machine_family_quotas,
     check_spot_stack_dedicated_quota,
+    quota_check,
+    quota_fix,
     sku_size_facts,
 )
 from ndfleet.preflight.outcome import Check, unavailable_check
@@ -151,44 +153,6 @@ def check_size_restrictions(spec: ClusterSpec, skus: list[Sku] | Unavailable) ->
     return Check("vm-restrictions", title, "pass", "no restrictions", figures=figures)
 
 
-def _quota_fix(cloud: CloudSettings, subscription_id: str, location: str, name: str, new_limit: int, kind: str) -> str:
-    scope = f"/subscriptions/{subscription_id}/providers/Microsoft.Compute/locations/{location}"
-    return (
-        f"request more: Azure portal > Quotas > Compute ({cloud.portal}/#view/Microsoft_Azure_Capacity/"
-        f"QuotaMenuBlade/~/myQuotas), or `az quota update --resource-name {name} --scope {scope} "
-        f"--limit-object value={new_limit} --resource-type {kind}` (Azure CLI quota extension)"
-    )
-
-
-def _quota_check(
-    check_id: str,
-    title: str,
-    usage: Usage,
-    needed: int,
-    fix: Callable[[int], str],
-) -> Check:
-    figures = {
-        "quotaName": usage.name,
-        "limit": usage.limit,
-        "used": usage.current,
-        "available": usage.available,
-        "needed": needed,
-        "missing": max(0, needed - usage.available),
-    }
-    figures_text = f"limit {usage.limit}, in use {usage.current}, available {usage.available}, needed {needed}"
-    if usage.available >= needed:
-        return Check(check_id, title, "pass", f"{usage.name}: {figures_text}", figures=figures)
-    missing = needed - usage.available
-    return Check(
-        check_id,
-        title,
-        "fail",
-        f"{usage.name}: {missing} vCPUs missing ({figures_text})",
-        fix=fix(usage.current + needed),
-        figures=figures,
-    )
-
-
 def check_family_quota(
     spec: ClusterSpec,
     usages: list[Usage] | Unavailable,
@@ -231,12 +195,12 @@ def check_family_quota(
             figures={"quotaName": family, "families": shown},
         )
     found = usage
-    check = _quota_check(
+    check = quota_check(
         "quota-family",
         title,
         found,
         needed,
-        lambda new: _quota_fix(cloud, subscription_id, spec.location, found.name, new, "dedicated"),
+        lambda new: quota_fix(cloud, subscription_id, spec.location, found.name, new, "dedicated"),
     )
     if note:
         return Check(check.id, check.title, check.status, check.detail + note, check.fix, check.figures)
@@ -268,12 +232,12 @@ def check_regional_quota(
             figures={"quotaName": name},
         )
     found = usage
-    check = _quota_check(
+    check = quota_check(
         "quota-regional",
         title,
         found,
         needed,
-        lambda new: _quota_fix(cloud, subscription_id, spec.location, found.name, new, kind),
+        lambda new: quota_fix(cloud, subscription_id, spec.location, found.name, new, kind),
     )
     if need.unknown_sizes and not spot:
         uncounted = f" (not counted: {', '.join(need.unknown_sizes)}, vCPUs unknown; see its family check)"

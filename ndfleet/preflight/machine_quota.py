@@ -14,7 +14,45 @@ from ndfleet.preflight.clouds import CloudSettings
 from ndfleet.preflight.facts import Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.outcome import Check, unavailable_check
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SizeFacts, stack_vms, table_size_facts
+from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SizeFacts, quota_need, stack_vms, table_size_facts
+
+
+def quota_fix(cloud: CloudSettings, subscription_id: str, location: str, name: str, new_limit: int, kind: str) -> str:
+    scope = f"/subscriptions/{subscription_id}/providers/Microsoft.Compute/locations/{location}"
+    return (
+        f"request more: Azure portal > Quotas > Compute ({cloud.portal}/#view/Microsoft_Azure_Capacity/"
+        f"QuotaMenuBlade/~/myQuotas), or `az quota update --resource-name {name} --scope {scope} "
+        f"--limit-object value={new_limit} --resource-type {kind}` (Azure CLI quota extension)"
+    )
+
+
+def quota_check(
+    check_id: str,
+    title: str,
+    usage: Usage,
+    needed: int,
+    fix: Callable[[int], str],
+) -> Check:
+    figures = {
+        "quotaName": usage.name,
+        "limit": usage.limit,
+        "used": usage.current,
+        "available": usage.available,
+        "needed": needed,
+        "missing": max(0, needed - usage.available),
+    }
+    figures_text = f"limit {usage.limit}, in use {usage.current}, available {usage.available}, needed {needed}"
+    if usage.available >= needed:
+        return Check(check_id, title, "pass", f"{usage.name}: {figures_text}", figures=figures)
+    missing = needed - usage.available
+    return Check(
+        check_id,
+        title,
+        "fail",
+        f"{usage.name}: {missing} vCPUs missing ({figures_text})",
+        fix=fix(usage.current + needed),
+        figures=figures,
+    )
 
 
 def sku_size_facts(spec: ClusterSpec, skus: list[Sku] | Unavailable | None) -> Callable[[str], SizeFacts | None]:
@@ -43,8 +81,6 @@ def check_machine_family_quotas(
     cloud: CloudSettings,
     subscription_id: str,
 ) -> list[Check]:
-    from ndfleet.preflight.checks import _quota_check, _quota_fix
-
     lookup = sku_size_facts(spec, skus)
     needed: dict[str, int] = {}
     checks: list[Check] = []
@@ -86,8 +122,8 @@ def check_machine_family_quotas(
                 )
             )  # fmt: skip
             continue
-        fix = functools.partial(_quota_fix, cloud, subscription_id, spec.location, usage.name, kind="dedicated")
-        checks.append(_quota_check(check_id, title, usage, vcpus, fix))
+        fix = functools.partial(quota_fix, cloud, subscription_id, spec.location, usage.name, kind="dedicated")
+        checks.append(quota_check(check_id, title, usage, vcpus, fix))
     return checks
 
 
@@ -99,8 +135,6 @@ def check_spot_stack_dedicated_quota(
     subscription_id: str,
 ) -> list[Check]:
     """With Spot GPU nodes, `quota-regional` checks the Spot quota; the Slurm machines still need `cores`."""
-    from ndfleet.preflight.checks import _quota_check, _quota_fix
-    from ndfleet.stackconfig.vms import quota_need
 
     if spec.priority != "Spot":
         return []
@@ -115,8 +149,8 @@ def check_spot_stack_dedicated_quota(
         return [Check(check_id, title, "fail", f"no usage entry named {REGIONAL_QUOTA} in {spec.location}")]
     found = usage
     return [
-        _quota_check(
+        quota_check(
             check_id, title, found, need.regional,
-            lambda new: _quota_fix(cloud, subscription_id, spec.location, found.name, new, "dedicated"),
+            lambda new: quota_fix(cloud, subscription_id, spec.location, found.name, new, "dedicated"),
         )
     ]  # fmt: skip

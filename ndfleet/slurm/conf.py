@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,17 +26,14 @@ from ndfleet_node.names import AWAITING_BURNIN_REASON
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.settings import node_headroom
 
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 6819
-# Where the controller keeps its state: the managed data disk (components/slurm_controller.py mounts it here).
+# Where the controller keeps its state: the managed data disk (components/slurm_host.py mounts it here).
 CONTROLLER_STATE_MOUNT = "/srv/slurm"
 HEALTH_CHECK_PROGRAM = "/usr/local/sbin/ndfleet-slurm-health"
-# Room for dynamic nodes beyond the planned ones: automatic repairs create a new VM before the old one is gone.
-MAX_NODE_HEADROOM_FRACTION = 0.2
-MAX_NODE_HEADROOM_MIN = 8
-# The drain reason every ndfleet drain starts with; a node is resumed only when its reason starts with it.
 
 
 def island_feature(island: str) -> str:
@@ -124,6 +120,45 @@ class SlurmSite:
         return any(i.elastic_nodes for i in self.islands)
 
 
+def slurm_islands(spec: ClusterSpec) -> tuple[SlurmIsland, ...]:
+    """Each island as Slurm sees it: its feature, NodeSet and partition (and, when elastic, its CLOUD nodes)."""
+    return tuple(
+        SlurmIsland(
+            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes,
+            elastic_nodes=elastic_nodes(i.name, i.nodes) if i.elastic else "",
+            min_nodes=i.elastic.min_nodes if i.elastic else 0,
+            suspend_time_s=i.elastic.idle_minutes * 60 if i.elastic else 0,
+            resume_timeout_s=i.elastic.resume_timeout_minutes * 60 if i.elastic else 0,
+        )
+        for i in spec.islands
+    )
+
+
+def node_attributes(feature: str, gpus_per_node: int, real_memory_mib: int) -> str:
+    """What every compute node line says of a node, dynamic or CLOUD: the one place node attributes are written.
+
+    RealMemory is the validator's memory floor: a node that registers less fails validation first, and Slurm drains
+    a node that reports less memory than RealMemory. CPUs, sockets and cores are left to slurmd, which reads them
+    from the hardware."""
+    return f"Feature={feature} Gres=gpu:{gpus_per_node} RealMemory={real_memory_mib}"
+
+
+def partition_lines(islands: tuple[SlurmIsland, ...]) -> list[str]:
+    """The NodeSet and partition lines of the islands: the same lines in slurm.conf and in the slurmTopology output.
+
+    OverSubscribe=EXCLUSIVE: "Allocates entire nodes to jobs even with SelectType=select/cons_tres configured"
+    (slurm.conf(5), https://slurm.schedmd.com/slurm.conf.html#OPT_EXCLUSIVE). Under cons_tres, the default select
+    plugin since Slurm 23.02 and ndfleet's own, jobs would otherwise share a node's cores and GPUs; an island's
+    8-GPU nodes are allocated whole, as ndfleet's slurm.conf always did."""
+    lines = [f"NodeSet={i.nodeset} Feature={i.feature}" for i in islands]
+    for i in islands:
+        line = f"PartitionName={i.partition} Nodes={i.nodeset} MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE"
+        if i.elastic_nodes:
+            line += f" SuspendTime={i.suspend_time_s} ResumeTimeout={i.resume_timeout_s}"
+        lines.append(line)
+    return lines
+
+
 def island_partitions(spec: ClusterSpec) -> str:
     """The slurm.conf lines that keep jobs inside one island, for any Slurm (ndfleet's or your own, >= 22.05).
 
@@ -134,15 +169,16 @@ def island_partitions(spec: ClusterSpec) -> str:
     lines = [
         "# ndfleet: one partition per InfiniBand island (scale set); InfiniBand does not cross islands.",
         "# Nodes register as dynamic nodes: slurmd -Z --conf \"Feature=island-<island> ...\"",
+        *partition_lines(slurm_islands(spec)),
+        "JobSubmitPlugins=all_partitions",
     ]
-    lines += [f"NodeSet=ns-{i.name} Feature={island_feature(i.name)}" for i in spec.islands]
-    lines += [f"PartitionName={i.name} Nodes=ns-{i.name} MaxTime=INFINITE State=UP" for i in spec.islands]
-    lines.append("JobSubmitPlugins=all_partitions")
     return "\n".join(lines) + "\n"
 
 
 def max_node_count(total_nodes: int) -> int:
-    return total_nodes + max(MAX_NODE_HEADROOM_MIN, math.ceil(total_nodes * MAX_NODE_HEADROOM_FRACTION))
+    """Dynamic nodes at most: the planned ones and the subnet's headroom (automatic repairs create a new VM before
+    the old one is gone; ndfleet.stackconfig.settings sizes the subnet for the same headroom)."""
+    return total_nodes + node_headroom(total_nodes)
 
 
 def gpu_device_files(gpus: int) -> str:
@@ -151,7 +187,7 @@ def gpu_device_files(gpus: int) -> str:
 
 
 def controller_host(spec: ClusterSpec) -> str:
-    """The controller VM's host name (components/slurm_controller.py gives the VM this computer name)."""
+    """The controller VM's host name (components/slurm_host.py gives the VM this computer name)."""
     return f"{spec.name_prefix}-slurmctld"
 
 
@@ -178,16 +214,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
     profile = spec.profile
     if controller_addr is None:
         controller_addr = slurm_addresses(spec)[0]
-    islands = tuple(
-        SlurmIsland(
-            name=i.name, feature=island_feature(i.name), nodeset=f"ns-{i.name}", partition=i.name, nodes=i.nodes,
-            elastic_nodes=elastic_nodes(i.name, i.nodes) if i.elastic else "",
-            min_nodes=i.elastic.min_nodes if i.elastic else 0,
-            suspend_time_s=i.elastic.idle_minutes * 60 if i.elastic else 0,
-            resume_timeout_s=i.elastic.resume_timeout_minutes * 60 if i.elastic else 0,
-        )
-        for i in spec.islands
-    )
+    islands = slurm_islands(spec)
     return SlurmSite(
         cluster_name=spec.name_prefix,
         controller_host=controller_host(spec),
@@ -195,9 +222,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         islands=islands,
         max_node_count=max_node_count(spec.total_nodes),
         gpus_per_node=profile.gpus_per_vm,
-        # The validator's memory floor: a node that registers less fails validation first, and Slurm drains a node
-        # that reports less memory than RealMemory.
-        real_memory_mib=profile.memory_min_gib * 1024,
+        real_memory_mib=profile.memory_min_gib * 1024,  # the validator's memory floor (node_attributes)
         health_check_interval_s=spec.slurm.health_check_interval_s,
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )
@@ -216,7 +241,23 @@ def _context(site: SlurmSite) -> dict[str, Any]:
     ctx["islands"] = [asdict(i) for i in site.islands]
     ctx["elastic"] = site.elastic
     ctx["elastic_islands"] = [asdict(i) for i in site.islands if i.elastic_nodes]
+    ctx["node_lines"] = node_lines(site)
+    ctx["partition_lines"] = partition_lines(site.islands)
     return ctx
+
+
+def node_attrs(site: SlurmSite, island: SlurmIsland) -> str:
+    return node_attributes(island.feature, site.gpus_per_node, site.real_memory_mib)
+
+
+def node_lines(site: SlurmSite) -> list[str]:
+    """slurm.conf's node lines: the elastic islands' CLOUD nodes (dynamic nodes are not listed)."""
+    lines = []
+    for i in site.islands:
+        if i.elastic_nodes:
+            lines.append(f"# Elastic island {i.name}: up to {i.nodes} CLOUD nodes, created when a job needs them.")
+            lines.append(f"NodeName={i.elastic_nodes} State=CLOUD {node_attrs(site, i)}")
+    return lines
 
 
 def render(template: str, site: SlurmSite, **extra: Any) -> str:
@@ -245,21 +286,19 @@ def config_files(site: SlurmSite) -> dict[str, str]:
 
 
 def dynamic_node_conf(site: SlurmSite, island: str) -> str:
-    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory, and
-    drained awaiting burn-in.
+    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory
+    (node_attributes), and drained awaiting burn-in.
 
-    CPUs, sockets and cores are left to slurmd, which reads them from the hardware. `State=DRAIN Reason=...`: a node
+    `State=DRAIN Reason=...`: a node
     slurmctld does not know yet is created drained with that reason in the same step that creates it (Slurm
     src/slurmctld/node_mgr.c, create_dynamic_reg_node, since 22.05), so no job can land on it before the burn-in
     resumes it. A node slurmctld already knows (a reboot) keeps the state it had. The line holds no quote and no
     backslash: it travels inside double quotes in /etc/default/slurmd.
     """
-    if island not in {i.name for i in site.islands}:
+    found = [i for i in site.islands if i.name == island]
+    if not found:
         raise ValueError(f"unknown island {island!r}; the cluster has {[i.name for i in site.islands]}")
-    return (
-        f"Feature={island_feature(island)} Gres=gpu:{site.gpus_per_node} RealMemory={site.real_memory_mib} "
-        f"State=DRAIN Reason={AWAITING_BURNIN_REASON}"
-    )
+    return f"{node_attrs(site, found[0])} State=DRAIN Reason={AWAITING_BURNIN_REASON}"
 
 
 def slurmd_args(site: SlurmSite, island: str) -> list[str]:

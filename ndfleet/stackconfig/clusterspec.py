@@ -5,8 +5,6 @@ derive.py builds it from the settings (settings.py); load_spec (config.py) is th
 
 from __future__ import annotations
 
-from typing import Any
-
 from ndfleet.stackconfig.profiles import LustreSku, VmSizeProfile
 from ndfleet.stackconfig.settings import FrozenModel, HealthConfig, MonitoringConfig, SlurmConfig
 
@@ -130,29 +128,3 @@ class ClusterSpec(FrozenModel):
     @property
     def total_gpus(self) -> int:
         return self.total_nodes * self.profile.gpus_per_vm
-
-    @property
-    def vcpu_quota(self) -> dict[str, int]:
-        """vCPUs needed per Azure quota family, Slurm machines included; Spot nodes count in the regional Spot
-        quota instead (ndfleet/stackconfig/vms.py, which also gives the regional totals)."""
-        from ndfleet.stackconfig.vms import quota_need
-
-        return quota_need(self).families
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "stack": self.stack,
-            "vmSize": self.profile.name,
-            "location": self.location,
-            "zone": self.zone,
-            "islands": [
-                {"name": i.name, "nodes": i.nodes, "gpus": i.nodes * self.profile.gpus_per_vm} for i in self.islands
-            ],
-            "islandCount": len(self.islands),
-            "nodes": self.total_nodes,
-            "gpus": self.total_gpus,
-            "vcpuQuota": self.vcpu_quota,
-            "warnings": list(self.warnings),
-        }
-
-

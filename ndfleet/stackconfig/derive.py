@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from collections.abc import Callable
 
 from ndfleet_node.names import TAG_PREFIX, TAG_STACK
 
@@ -24,7 +25,7 @@ from ndfleet.stackconfig.clusterspec import (
 )
 from ndfleet.stackconfig.problems import show_value
 from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES, RDMA_RESERVED_CIDR
-from ndfleet.stackconfig.regions import REGIONS_SOURCE, closest, has_zones
+from ndfleet.stackconfig.regions import OTHER_CLOUD_REGIONS, REGIONS_SOURCE, candidates, has_zones
 from ndfleet.stackconfig.settings import (
     AZURE_RESERVED_ADDRESSES_PER_SUBNET,
     BASTION_SUBNET_PREFIX,
@@ -96,20 +97,36 @@ def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dic
     return out
 
 
+Ok = Callable[..., bool]
+
+
 def build_spec(
     config: StackConfig, stack: str, broken: frozenset[str] = frozenset()
 ) -> tuple[ClusterSpec | None, list[str]]:
     """The checks across settings and the derived spec. `broken`: top-level settings that failed their own
     check (replaced by defaults in `config`); a check that reads one of them is skipped, so that it neither
-    repeats the problem nor reports one the user did not write. Returns (spec, []) or (None, problems)."""
+    repeats the problem nor reports one the user did not write. Returns (spec, []) or (None, problems).
+
+    Named steps, in the order their problems and warnings are reported: islands, network, region, storage, the
+    remaining settings; then the spec."""
     problems: list[str] = []
     warnings: list[str] = []
-    profile = PROFILES[config.vm_size]
-    limit = config.max_nodes_per_island
 
     def ok(*keys: str) -> bool:
         return not broken.intersection(keys)
 
+    islands = _islands(config, ok, problems, warnings)
+    network = _network(config, islands, ok, problems, warnings)
+    _region(config, ok, problems, warnings)
+    lustre = _lustre(config, ok, problems, warnings)
+    image = _other_settings(config, ok, problems, warnings)
+    if problems or network is None:
+        return None, problems
+    return _spec(config, stack, islands, network, lustre, image, warnings), []
+
+
+def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> list[IslandSpec]:
+    limit = config.max_nodes_per_island
     # Islands: a total to split, or an explicit list; exactly one of the two.
     islands: list[IslandSpec] = []
     if not ok("nodes", "islands", "maxNodesPerIsland"):
@@ -151,6 +168,12 @@ def build_spec(
             "singlePlacementGroup need an Azure support request to raise the placement-group limit (up to 300)"
         )
 
+    return islands
+
+
+def _network(
+    config: StackConfig, islands: list[IslandSpec], ok: Ok, problems: list[str], warnings: list[str]
+) -> NetworkSpec | None:
     # Network: no overlap with the RDMA range; room for every subnet.
     vnet = ipaddress.IPv4Network(config.vnet_address_space)
     rdma = ipaddress.IPv4Network(RDMA_RESERVED_CIDR)
@@ -206,14 +229,28 @@ def build_spec(
                 ),
             )
 
-    # Region: known to the table (else a warning: a new region or another cloud).
-    if ok("location") and has_zones(config.location) is None:
-        guess = closest(config.location)
-        warnings.append(
-            f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE})"
-            + (f"; did you mean {guess!r}?" if guess else "; check the name")
-        )
+    return network
 
+
+def _region(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> None:
+    # Region: known to the table, or said to be newer than it (a misspelt region fails only at `pulumi up`).
+    if ok("location") and has_zones(config.location) is None:
+        guesses = " or ".join(repr(g) for g in candidates(config.location))
+        if config.new_region or config.location in OTHER_CLOUD_REGIONS:
+            warnings.append(
+                f"{NAMESPACE}:location = {config.location!r} is not in ndfleet's region table ({REGIONS_SOURCE}); "
+                "taken as given" + (f"; did you mean {guesses}?" if guesses and config.new_region else "")
+            )
+        else:
+            problems.append(
+                f"{NAMESPACE}:location = {config.location!r} is not an Azure region ({REGIONS_SOURCE})"
+                + (f"; did you mean {guesses}?" if guesses else "")
+                + f" A region newer than that list: set {NAMESPACE}:newRegion: true"
+            )
+
+
+
+def _lustre(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> LustreSpec | None:
     # Storage: Managed Lustre capacity must be a step of its SKU, and the file system sits in one zone where
     # the region has zones.
     lustre: LustreSpec | None = None
@@ -241,6 +278,11 @@ def build_spec(
                     "zones, Azure Managed Lustre needs one; set zone"
                 )
 
+    return lustre
+
+
+def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
+    """Spot, Slurm, tags, image, key and monitoring; returns the image (its check warns on an unpinned one)."""
     # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
     if ok("priority", "spotMaxPrice"):
         if config.priority == "Spot" and not (config.spot_max_price == -1 or config.spot_max_price > 0):
@@ -278,8 +320,20 @@ def build_spec(
     if ok("monitoring"):
         problems += monitoring_problems(config.monitoring)
 
-    if problems or network is None:
-        return None, problems
+    return image
+
+
+def _spec(
+    config: StackConfig,
+    stack: str,
+    islands: list[IslandSpec],
+    network: NetworkSpec,
+    lustre: LustreSpec | None,
+    image: ImageSpec,
+    warnings: list[str],
+) -> ClusterSpec:
+    profile = PROFILES[config.vm_size]
+    limit = config.max_nodes_per_island
     prefix = config.name_prefix or _default_prefix(stack)
     spec = ClusterSpec(
         stack=stack,
@@ -311,7 +365,7 @@ def build_spec(
         scheduler=config.scheduler,
         slurm=config.slurm if config.scheduler == "slurm" else None,
     )
-    return spec, []
+    return spec
 
 
 def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:
@@ -327,6 +381,13 @@ def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, 
         problems.append(
             f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
             "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
+        )
+    if elastic.max_nodes < 2 and scheduler == "slurm":
+        # A resumed node waits drained for the fabric burn-in, which tests an island's nodes in pairs
+        # (node/ndfleet_node/burnin/planner.py; burnin-slurm refuses fewer than 2): alone, it would never serve.
+        problems.append(
+            f"{key}.elastic.maxNodes = {elastic.max_nodes}: an elastic island's new nodes must pass the fabric "
+            "burn-in, which tests them in pairs; set maxNodes to 2 or more (or make it a fixed island)"
         )
     if elastic.min_nodes > elastic.max_nodes:
         problems.append(

@@ -9,21 +9,41 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+# The NCCL environment, defined here only. The Azure HPC image's /etc/nccl.conf for ND v5 (docs/sources.md), which
+# the node's nccl.conf restates (NCCL reads /etc/nccl.conf itself; NCCL docs, "Environment Variables"):
+NCCL_IMAGE_CONF = (("NCCL_IB_PCI_RELAXED_ORDERING", "1"), ("NCCL_IGNORE_CPU_AFFINITY", "1"))
+# ...and what every NCCL test adds when it launches (azurehpc-health-checks' NCCL run): GPUs in PCI order, the
+# bootstrap network on the VM's first NIC.
+NCCL_LAUNCH_ENV = (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("NCCL_SOCKET_IFNAME", "eth0"))
+
+
+def nccl_conf(topo_file: str) -> dict[str, str]:
+    """The node's nccl.conf: the image's settings, and the profile's topology file where it names one."""
+    return {**dict(NCCL_IMAGE_CONF), **({"NCCL_TOPO_FILE": topo_file} if topo_file else {})}
+
+
+def nccl_test_env(topo_file: str) -> dict[str, str]:
+    """The environment of every NCCL test (validator and burn-in). NCCL_TOPO_FILE is always set: empty lets NCCL
+    detect the topology (it fixed a spurious result on H200, azurehpc-health-checks #142/#143)."""
+    return {**dict(NCCL_IMAGE_CONF), **dict(NCCL_LAUNCH_ENV), "NCCL_TOPO_FILE": topo_file}
+
 
 class HealthThresholds(BaseModel):
-    """Floors and limits a healthy node must meet (Azure/azurehpc-health-checks figures)."""
+    """Floors and limits a healthy node must meet (Azure/azurehpc-health-checks figures).
+
+    The floors' names are the node JSON's (ndfleet_node.config.Thresholds): one spelling on both sides."""
 
     model_config = ConfigDict(frozen=True)
 
     # NCCL all_reduce_perf, 8 GPUs in one VM, 16 GiB message, bus bandwidth floor in GB/s.
-    nccl_allreduce_busbw_gbps: float
-    nccl_allreduce_bytes: int
+    nccl_busbw_gbps: float
+    nccl_bytes: int
     # ib_write_bw, GPUDirect loopback per HCA, 8 MiB messages, floor in Gb/s (line rate is 400).
     ib_write_bw_gbps: float
-    ib_write_bw_message_bytes: int
+    ib_write_bw_bytes: int
     # nvbandwidth floors in GB/s: host<->device catches downtrained PCIe links, device<->device NVLink.
-    nvbandwidth_host_device_gbps: float
-    nvbandwidth_device_device_gbps: float
+    nvbw_host_device_gbps: float
+    nvbw_device_device_gbps: float
     # GPU ECC limits: a node fails above these counts (volatile or aggregate).
     ecc_sram_uncorrectable_max: int
     ecc_sram_correctable_max: int
@@ -37,7 +57,7 @@ class HealthThresholds(BaseModel):
     # Node validator time limits in seconds (appended by the bootstrap issue). Every check has a timeout, so a
     # hung tool fails its check instead of hanging the boot; the sum bounds the whole validation.
     tool_timeout_s: int = 20  # each nvidia-smi / ibstat / lspci / systemctl / journalctl call
-    nccl_allreduce_timeout_s: int = 180  # 8-GPU all_reduce_perf at nccl_allreduce_bytes (~20 s on a good node)
+    nccl_allreduce_timeout_s: int = 180  # 8-GPU all_reduce_perf at nccl_bytes (~20 s on a good node)
     ib_write_bw_timeout_s: int = 90  # all HCAs at once, GPUDirect loopback (~10 s on a good node)
     nvbandwidth_timeout_s: int = 180  # host<->device and device<->device copies (~30 s)
     dcgm_diag_timeout_s: tuple[int, int, int] = (120, 900, 1800)  # dcgmi diag -r 1 / 2 / 3
@@ -115,13 +135,7 @@ class BurninFigures(BaseModel):
     launch_allowance_s: float = 60.0
     launch_allowance_per_node_s: float = 1.0
     max_rounds: int = 8
-    # Every test (Azure HPC image defaults and azurehpc-health-checks' NCCL run): see nccl_env().
-    common_env: tuple[tuple[str, str], ...] = (
-        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-        ("NCCL_IB_PCI_RELAXED_ORDERING", "1"),
-        ("NCCL_IGNORE_CPU_AFFINITY", "1"),
-        ("NCCL_SOCKET_IFNAME", "eth0"),
-    )
+    # Every test's environment is nccl_test_env() (above); these add to it.
     pair_env: tuple[tuple[str, str], ...] = (("NCCL_ALGO", "Ring"),)
     # Azure's Hopper NCCL validation settings (ai-infrastructure-on-azure, configs/hopper.conf) less the SHARP /
     # CollNet ones: the island floor is judged without in-network reduction (see island_busbw_gbps above).
@@ -210,12 +224,12 @@ H100_V5 = VmSizeProfile(
     nccl_topo_file="/opt/microsoft/ndv5-topo.xml",
     burnin=HOPPER_BURNIN,
     thresholds=HealthThresholds(
-        nccl_allreduce_busbw_gbps=460.0,
-        nccl_allreduce_bytes=16 * 1024**3,
+        nccl_busbw_gbps=460.0,
+        nccl_bytes=16 * 1024**3,
         ib_write_bw_gbps=380.0,
-        ib_write_bw_message_bytes=8 * 1024**2,
-        nvbandwidth_host_device_gbps=48.0,
-        nvbandwidth_device_device_gbps=335.0,
+        ib_write_bw_bytes=8 * 1024**2,
+        nvbw_host_device_gbps=48.0,
+        nvbw_device_device_gbps=335.0,
         ecc_sram_uncorrectable_max=0,
         ecc_sram_correctable_max=10_000,
         ecc_dram_correctable_max=20_000_000,
@@ -251,12 +265,12 @@ H200_V5 = VmSizeProfile(
     nccl_topo_file="",
     burnin=HOPPER_BURNIN,
     thresholds=HealthThresholds(
-        nccl_allreduce_busbw_gbps=431.0,
-        nccl_allreduce_bytes=16 * 1024**3,
+        nccl_busbw_gbps=431.0,
+        nccl_bytes=16 * 1024**3,
         ib_write_bw_gbps=360.0,
-        ib_write_bw_message_bytes=8 * 1024**2,
-        nvbandwidth_host_device_gbps=48.0,
-        nvbandwidth_device_device_gbps=335.0,
+        ib_write_bw_bytes=8 * 1024**2,
+        nvbw_host_device_gbps=48.0,
+        nvbw_device_device_gbps=335.0,
         ecc_sram_uncorrectable_max=0,
         ecc_sram_correctable_max=10_000,
         ecc_dram_correctable_max=20_000_000,
@@ -313,8 +327,8 @@ MONITORING_DATA_READER_ROLE_ID = "b0d8363b-8ddd-447d-831f-62ca05bff136"
 # Impact Reporter (built-in role "Allows access to create/report, read and delete impacts"; Microsoft Learn, Azure
 # Impact Reporting / Guest Health Reporting overview: the reporting identity needs this role). Same id in every cloud.
 IMPACT_REPORTER_ROLE_ID = "36e80216-a7e8-4f42-a7e1-f12c98cbaf8a"
-# Impact Reader: read-only access to reported impacts and categories (for `ndfleet impact list|show` users).
-IMPACT_READER_ROLE_ID = "68ff5d27-c7f5-4fa9-a21c-785d0df7bd9e"
+# Key Vault Secrets User: a Slurm host or the nodes read one secret (the munge key; components/slurm.py).
+KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ Microsoft Learn, "Azure regions list" (https://learn.microsoft.com/azure/reliabi
 - a region written by its display name ("West Europe") is told its name form (`westeurope`);
 - Azure Managed Lustre is created in one zone where the region has zones (Microsoft Learn, "Create an Azure
   Managed Lustre file system", Basics tab: "Availability zone"), so a Lustre stack there must set `zone`.
-A region missing from the table (a new region, a sovereign cloud) is accepted with a warning: refresh the table
-from the page above when Azure adds regions.
+A region missing from the table is refused, with the names it most likely means (`useast` -> `eastus`): a
+misspelt region otherwise fails only at `pulumi up`, after other resources exist. A region newer than the table is
+accepted when the stack says so (`ndfleet:newRegion: true`, then a warning): refresh the table from the page
+above when Azure adds regions.
 """
 
 from __future__ import annotations
@@ -77,6 +79,15 @@ REGIONS: dict[str, tuple[str, bool]] = {
     "westus3": ("West US 3", True),
 }
 
+# Regions of the other Azure clouds (the table above is the public cloud's), by name only: whether they have
+# zones is not recorded, so a stack there is warned, not refused. Sources (Microsoft Learn): "What is Azure
+# Government?" regions (learn.microsoft.com/azure/azure-government/documentation-government-welcome) and the Azure
+# China region list (learn.microsoft.com/azure/china/overview-operations).
+OTHER_CLOUD_REGIONS = frozenset({
+    "usgovvirginia", "usgovarizona", "usgovtexas", "usdodcentral", "usdodeast",
+    "chinaeast", "chinaeast2", "chinaeast3", "chinanorth", "chinanorth2", "chinanorth3",
+})  # fmt: skip
+
 # The form Azure Resource Manager takes for `location`: lowercase letters and digits, no spaces.
 REGION_NAME = re.compile(r"^[a-z][a-z0-9]{2,40}$")
 
@@ -94,7 +105,10 @@ def name_form(text: str) -> str | None:
     return candidate if REGION_NAME.match(candidate) else None
 
 
-def closest(region: str) -> str | None:
-    """The known region a misspelt name most likely means (`eastu` -> `eastus`)."""
-    match = difflib.get_close_matches(region, REGIONS, n=1, cutoff=0.8)
-    return match[0] if match else None
+def candidates(region: str, limit: int = 3) -> list[str]:
+    """Known regions a wrong name may mean, likeliest first: the same letters in another order (`useast` ->
+    `eastus`, `uswest2` -> `westus2`: words swapped), then the closest spellings."""
+    letters = sorted(region)
+    found = [name for name in REGIONS if sorted(name) == letters]
+    found += [n for n in difflib.get_close_matches(region, REGIONS, n=limit, cutoff=0.6) if n not in found]
+    return found[:limit]

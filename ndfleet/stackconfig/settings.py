@@ -225,6 +225,8 @@ class StackConfig(SettingsModel):
 
     location: str
     zone: Literal["1", "2", "3"] | None = None
+    # The location is a region newer than ndfleet's region table (regions.py): accepted with a warning.
+    new_region: bool = Field(default=False, alias="newRegion")
     vm_size: str = Field(default=DEFAULT_VM_SIZE, alias="vmSize")
     nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
     islands: list[IslandConfig] | None = Field(default=None, max_length=MAX_NODES)

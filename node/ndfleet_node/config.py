@@ -2,7 +2,9 @@
 profile and the stack (ndfleet/nodefiles/nodeconfig.py). The program is the same for every stack; only this file
 differs.
 
-`load(path)` returns a `NodeConfig`. Sections this program knows are read through its properties; every other
+`load(path)` returns a `NodeConfig`. Sections this program knows are read through its properties; `hardware` and
+`thresholds` are typed (`Hardware`, `Thresholds`: the tool fills the same classes, so each key has one spelling
+on both sides and a missing or unknown key is a ConfigError here, not a KeyError in a check); every other
 top-level section (added by other features: `slurm`, `monitoring`, `impact`, `burnin`, ...) stays available as
 a plain dict through `section(name)`.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 DEFAULT_PATH = "/etc/ndfleet/node.json"
@@ -23,6 +26,54 @@ DEFAULT_BLOB_SUFFIX = "blob.core.windows.net"
 
 class ConfigError(Exception):
     """The node JSON is missing or not what this program reads; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the VM size promises (the tool fills it from the size's profile, ndfleet/stackconfig/profiles.py)."""
+
+    gpu_count: int
+    gpu_model: str
+    nvlinks_per_gpu: int
+    gpu_pcie_gen: int
+    gpu_pcie_width: int
+    ib_devices: list[str]
+    ib_port: int
+    ib_rate_gbps: int
+    ib_link_layer: str
+    hca_pcie_gen: int
+    hca_pcie_width: int
+    nvme_count: int
+    memory_min_gib: int
+    vcpus: int
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A healthy node's limits and floors: the profile's HealthThresholds of the same names, and the loopback port."""
+
+    ecc_sram_uncorrectable_max: int
+    ecc_sram_correctable_max: int
+    ecc_dram_uncorrectable_max: int
+    ecc_dram_correctable_max: int
+    xid_fail_codes: list[int]
+    ib_link_down_max: int
+    ib_flap_window_hours: int
+    nccl_busbw_gbps: float
+    nccl_bytes: int
+    ib_write_bw_gbps: float
+    ib_write_bw_bytes: int
+    ib_write_bw_base_port: int
+    nvbw_host_device_gbps: float
+    nvbw_device_device_gbps: float
+
+
+def typed(cls: Any, data: Any, name: str, path: str) -> Any:
+    """`cls` from a JSON object whose keys are exactly its fields (a missing or unknown one: ConfigError)."""
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise ConfigError(f"{path}: section {name}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -51,13 +102,15 @@ class NodeConfig:
     def paths(self) -> dict[str, Any]:
         return self.section("paths")
 
-    @property
-    def hardware(self) -> dict[str, Any]:
-        return self.section("hardware")
+    @cached_property
+    def hardware(self) -> Hardware:
+        h: Hardware = typed(Hardware, self.data.get("hardware"), "hardware", self.path)
+        return h
 
-    @property
-    def thresholds(self) -> dict[str, Any]:
-        return self.section("thresholds")
+    @cached_property
+    def thresholds(self) -> Thresholds:
+        t: Thresholds = typed(Thresholds, self.data.get("thresholds"), "thresholds", self.path)
+        return t
 
     @property
     def timeouts(self) -> dict[str, float]:
@@ -95,7 +148,9 @@ def parse(text: str, path: str = DEFAULT_PATH) -> NodeConfig:
         raise ConfigError(f"{path}: missing section(s) {', '.join(missing)}")
     if data.get("schema") != SCHEMA:
         raise ConfigError(f"{path}: schema {data.get('schema')!r}, this program reads schema {SCHEMA}")
-    return NodeConfig(data, path)
+    config = NodeConfig(data, path)
+    config.hardware, config.thresholds  # noqa: B018 (checked now: a bad section cannot run anything)
+    return config
 
 
 def load(path: str | None = None) -> NodeConfig:

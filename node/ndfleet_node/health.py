@@ -14,9 +14,10 @@ answered, so it is hardened against what any job on the node could do (tests/nod
 event loop (no thread per connection); a request is answered as soon as its head is complete, ready connections
 before new ones are accepted; each connection must send its request within `idle_timeout_s` or is closed; at
 `max_connections` open connections, room is made by closing the oldest that has sent nothing (never one whose
-request has arrived: that one is answered), so a flood of connections cannot drop a probe's; the listen backlog
-is `backlog`; request heads over 8 KiB are cut off. The unit raises the file-handle limit (LimitNOFILE) above the
-cap, and the process raises its soft limit to the hard one.
+request has arrived: that one is answered, nor one younger than GRACE_S, whose request may still be on its way),
+so a flood of connections cannot drop a probe's; when none may be closed, new ones wait in the listen backlog
+(`backlog`) until one may; request heads over 8 KiB are cut off. The unit raises the file-handle limit
+(LimitNOFILE) above the cap, and the process raises its soft limit to the hard one.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ import time
 from typing import Any
 
 from ndfleet_node import config as node_config
+from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.text import header_safe
 
 MAX_REQUEST_HEAD = 8192
 ACCEPT_BATCH = 64  # connections accepted per loop pass, so ready connections are never starved by new ones
 POLL_S = 0.25  # the loop wakes at least this often to close connections past the idle timeout
-MAX_REPORT_BYTES = 4 * 1024 * 1024
+# A new connection's request may not have arrived yet (the client was not scheduled since its connect): it is not
+# closed to make room before it is this old. Azure's probe sends its request at once; 600 local clients flooding
+# the endpoint once got about one probe in fifteen closed unanswered without it.
+GRACE_S = 0.25
 DEFAULTS = {"port": 18300, "max_connections": 256, "idle_timeout_s": 5.0, "backlog": 1024}
 
 
@@ -58,8 +63,7 @@ def _skipped_ids(checks: object) -> list[str]:
 def health_state(report: str, failed_marker: str) -> tuple[str, str]:
     """(state, reason) from the validator's report and the failure marker. Never raises."""
     try:
-        with open(report, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        raw: bytes | None = read_regular(report)
     except FileNotFoundError:
         raw = None
     except OSError as e:
@@ -84,10 +88,9 @@ def health_state(report: str, failed_marker: str) -> tuple[str, str]:
         if status in ("healthy", "unhealthy"):
             return "Unhealthy", "validate-node failed: " + (", ".join(ids) or str(status))
         return "Unhealthy", f"validate-node could not run: {data.get('error', status)}"
-    if os.path.exists(failed_marker):
+    if os.path.lexists(failed_marker):
         try:
-            with open(failed_marker, "rb") as f:
-                why = " ".join(f.read(4096).decode("utf-8", "replace").split())
+            why = " ".join(read_regular(failed_marker, 4096)[:4096].decode("utf-8", "replace").split())
         except OSError:
             why = ""
         return "Unhealthy", why or "set-up or validation could not run"
@@ -115,25 +118,38 @@ class HealthServer:
     """One thread, one `selectors` loop, every socket non-blocking. Each request is answered the moment its head
     is complete, in the same loop pass that reads it, so answered connections never pile up. Ready connections are
     served before new ones are accepted, and at most ACCEPT_BATCH are accepted per pass. Beyond `max_connections`
-    a connection is closed to make room: the oldest that has sent nothing, after a look at its socket (MSG_PEEK)
-    shows nothing arrived since (if a request did arrive, it is answered instead); only when no connection is idle,
-    the oldest with a partial request. A connection with a complete request is never dropped: it has been answered
-    already. A probe's connection therefore survives any number of newer connections once its request is sent."""
+    a connection is closed to make room. The rule: only a connection at least `grace_s` old; of those, the oldest
+    that has sent nothing, after a look at its socket (MSG_PEEK) shows nothing arrived since (if a request did
+    arrive, it is answered instead); only when no such connection is idle, the oldest with a partial request. A
+    connection with a complete request is never dropped: it has been answered already. When none may be closed,
+    the listener is left alone (new connections wait in the kernel's backlog) until the oldest is `grace_s` old.
+    A probe's connection therefore survives any number of newer connections while its request is on its way."""
 
     def __init__(self, listener: socket.socket, report: str, failed_marker: str, max_connections: int,
-                 idle_timeout_s: float):  # fmt: skip
+                 idle_timeout_s: float, grace_s: float = GRACE_S):  # fmt: skip
         self.listener, self.report, self.failed_marker = listener, report, failed_marker
         self.max_connections, self.idle_timeout_s = max(1, max_connections), idle_timeout_s
+        self.grace_s, self.paused_until = grace_s, 0.0  # no accepting before paused_until: no room to make
         self.selector = selectors.DefaultSelector()
         self.open: dict[int, _Connection] = {}  # by file descriptor, oldest first (dicts keep insertion order)
         listener.setblocking(False)
         self.selector.register(listener, selectors.EVENT_READ, None)
+        self.listening = True
 
     def serve_forever(self) -> None:
         while True:
             self.serve_once(POLL_S)
 
     def serve_once(self, timeout_s: float) -> None:
+        now = time.monotonic()
+        if self.listening != (now >= self.paused_until):  # an always-readable listener would spin the loop
+            self.listening = not self.listening
+            if self.listening:
+                self.selector.register(self.listener, selectors.EVENT_READ, None)
+            else:
+                self.selector.unregister(self.listener)
+        if not self.listening:
+            timeout_s = min(timeout_s, self.paused_until - now)
         events = self.selector.select(timeout_s)
         accept = False
         for key, mask in events:
@@ -164,9 +180,13 @@ class HealthServer:
             self._read(conn)  # a probe sends its request at once: it may be here already
 
     def _make_room(self) -> bool:
-        """Close one connection that is waiting for its request (see the class docstring); False if none is."""
+        """Close one connection that is waiting for its request (see the class docstring); False if none may be."""
         partial: _Connection | None = None
+        now = time.monotonic()
         for conn in list(self.open.values()):
+            if now - conn.since < self.grace_s:  # this one and every later one (oldest first) may be on its way
+                self.paused_until = conn.since + self.grace_s
+                break
             if conn.out:
                 continue
             if conn.data:
@@ -188,6 +208,8 @@ class HealthServer:
         if partial is not None:
             self._close(partial)
             return True
+        if len(self.open) >= self.max_connections and self.paused_until <= now:
+            self.paused_until = now + POLL_S  # every connection is mid-answer: look again soon
         return len(self.open) < self.max_connections
 
     def _ready(self, conn: _Connection, mask: int) -> None:
@@ -245,6 +267,7 @@ class HealthServer:
         fd = conn.sock.fileno()
         if self.open.pop(fd, None) is None:
             return
+        self.paused_until = 0.0  # room again: accept
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn.sock)
         conn.sock.close()

@@ -15,9 +15,9 @@ subscription, resource id and VM id from IMDS compute metadata; PhysicalHostName
 key/value pairs the host gives the guest. A 429 is retried after its Retry-After; a 403 means the subscription is
 not onboarded or the identity lacks the role, said plainly.
 
-Every answer is bounded: at most 64 KiB of body is read, and the whole request (connect, headers, body) has a
-deadline, so a server that drips a byte a second cannot hold the node; an error body of any shape and a Retry-After
-of any value (`nan`, negative, huge, a date) are handled, never a crash. Whatever happens with Azure, the node is
+Every answer is bounded (`net.fetch`: IMPACT_CAP and IMDS_CAP bytes, HTTP_DEADLINE_S for the whole answer), so a
+server that drips a byte a second cannot hold the node; an error body of any shape and a Retry-After of any value
+(`nan`, negative, huge, a date) are handled, never a crash. Whatever happens with Azure, the node is
 then marked Unhealthy in the same report file, its mode and owner kept (the health endpoint reads it as another
 user).
 
@@ -32,41 +32,32 @@ Exit 0 reported (or logged), 1 Azure refused or could not be reached, 2 could no
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import socket
 import sys
-import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from pathlib import Path
 from typing import Any
 
 from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID
-from ndfleet_node.report import write_atomic
+from ndfleet_node.net import ARM, IMDS, IMDS_CAP, IMPACT_CAP, FetchError, Http, Reply, Service, fetch
+from ndfleet_node.report import MAX_REPORT_BYTES, read_regular, write_atomic
 from ndfleet_node.text import clip, decode
 
 KVP_POOL_3 = Path("/var/lib/hyperv/.kvp_pool_3")
 KVP_KEY_BYTES = 512  # HV_KVP_EXCHANGE_MAX_KEY_SIZE (Linux include/uapi/linux/hyperv.h)
 KVP_VALUE_BYTES = 2048  # HV_KVP_EXCHANGE_MAX_VALUE_SIZE
-IMDS = "http://169.254.169.254"
 IMDS_TOKEN_API = "2018-02-01"
 IMDS_INSTANCE_API = "2021-02-01"
-ARM = "https://management.azure.com"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
-HTTP_TIMEOUT_S = 20  # each connect, send or receive
-HTTP_DEADLINE_S = 60  # the whole request, however the server paces it
-MAX_BODY_BYTES = 64 * 1024  # IMDS and Resource Manager answers here are a few KiB; the rest is not read
-MAX_REPORT_BYTES = 4 * 1024 * 1024  # as the health endpoint: a validator report larger than this is not one
 MAX_ATTEMPTS = 4
 MAX_RETRY_AFTER_S = 120
 
@@ -102,68 +93,7 @@ def physical_host_name(pool: Path = KVP_POOL_3) -> str:
     return name
 
 
-# ------------------------------------------------------------------------------------------------ HTTP
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body or b"null")
-        except (ValueError, RecursionError):
-            return None
-
-
-def http(method: str, url: str, headers: dict[str, str], body: bytes | None = None,
-         deadline_s: float | None = None) -> Reply:  # fmt: skip
-    """One request, bounded: each socket operation by HTTP_TIMEOUT_S, the whole exchange by `deadline_s` (default
-    HTTP_DEADLINE_S; a timer shuts the socket down, which ends any read in progress), the body at MAX_BODY_BYTES.
-    No proxy: the instance metadata service must be reached directly, and so is Resource Manager."""
-    deadline_s = HTTP_DEADLINE_S if deadline_s is None else deadline_s
-    parts = urllib.parse.urlsplit(url)
-    where = parts.netloc
-    connection_class = HTTPSConnection if parts.scheme == "https" else HTTPConnection
-    conn = connection_class(parts.hostname or "", parts.port, timeout=HTTP_TIMEOUT_S)
-    expired = threading.Event()
-    sockets: list[socket.socket] = []  # the connection's socket, kept: http.client lets go of it once an answer
-    # that closes the connection has begun, while the body is still being read from it
-
-    def expire() -> None:
-        expired.set()
-        for sock in [*sockets, *([conn.sock] if conn.sock is not None else [])]:
-            with contextlib.suppress(OSError):  # the plain socket's shutdown, under TLS too
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-    timer = threading.Timer(deadline_s, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        conn.connect()
-        if conn.sock is not None:
-            sockets.append(conn.sock)
-        if expired.is_set():  # the deadline passed while connecting, before there was a socket to shut down
-            raise TimeoutError
-        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read(MAX_BODY_BYTES + 1)[:MAX_BODY_BYTES]
-        reply = Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)
-    except (OSError, HTTPException, ValueError) as exc:
-        if expired.is_set():
-            raise ImpactError(f"no complete answer from {where} within {deadline_s:g} s") from None
-        raise ImpactError(f"cannot reach {where}: {exc or type(exc).__name__}") from None
-    finally:
-        timer.cancel()
-        conn.close()
-    if expired.is_set():  # the body ended because the deadline shut the socket: not a whole answer
-        raise ImpactError(f"no complete answer from {where} within {deadline_s:g} s")
-    return reply
-
-
-Http = Callable[[str, str, dict[str, str], bytes | None], Reply]
+# ------------------------------------------------------------------------------------------------ IMDS
 
 
 @dataclass(frozen=True)
@@ -175,8 +105,15 @@ class Instance:
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def imds_instance(imds: str = IMDS, send: Http = http) -> Instance:
-    reply = send("GET", f"{imds}/metadata/instance/compute?api-version={IMDS_INSTANCE_API}", {"Metadata": "true"}, None)
+def _imds_get(imds: str, url: str) -> Reply:
+    try:
+        return fetch(Service("imds", imds, IMDS_CAP), "GET", url, {})
+    except FetchError as exc:
+        raise ImpactError(f"instance metadata: {exc}") from None
+
+
+def imds_instance(imds: str = IMDS) -> Instance:
+    reply = _imds_get(imds, f"{imds}/metadata/instance/compute?api-version={IMDS_INSTANCE_API}")
     doc = reply.json()
     if reply.status != 200 or not isinstance(doc, dict):
         raise ImpactError(f"instance metadata answered HTTP {reply.status}")
@@ -187,12 +124,12 @@ def imds_instance(imds: str = IMDS, send: Http = http) -> Instance:
         raise ImpactError(f"instance metadata lacks {exc}") from None
 
 
-def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/", send: Http = http) -> str:
+def imds_token(imds: str = IMDS, client_id: str = "", resource: str = ARM + "/") -> str:
     query = {"api-version": IMDS_TOKEN_API, "resource": resource}
     if client_id:
         query["client_id"] = client_id
     url = f"{imds}/metadata/identity/oauth2/token?{urllib.parse.urlencode(query)}"
-    reply = send("GET", url, {"Metadata": "true"}, None)
+    reply = _imds_get(imds, url)
     doc = reply.json()
     if reply.status != 200 or not isinstance(doc, dict) or not doc.get("access_token"):
         detail = doc.get("error_description", "") if isinstance(doc, dict) else ""
@@ -259,7 +196,7 @@ def _error_text(reply: Reply) -> str:
     return f"{code}: {message}" if code and message else code or message or "no error details"
 
 
-def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[float], None] = time.sleep) -> Filed:
+def send_impact(filed: Filed, token: str, send: Http, sleep: Callable[[float], None] = time.sleep) -> Filed:
     """PUT the impact; retry 429 and 5xx after Retry-After (bounded); explain 401/403."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     data = json.dumps(filed.body).encode()
@@ -267,7 +204,7 @@ def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[fl
         filed.attempts = attempt
         try:
             reply = send("PUT", filed.url, headers, data)
-        except ImpactError as exc:  # unreachable, or no whole answer within the deadline
+        except FetchError as exc:  # unreachable, or no whole answer within the deadline or the cap
             filed.error = str(exc)
             return filed
         filed.status = reply.status
@@ -300,8 +237,7 @@ def send_impact(filed: Filed, token: str, send: Http = http, sleep: Callable[[fl
 def read_report(path: Path) -> dict[str, Any]:
     """A validator report as an object, read within MAX_REPORT_BYTES. Raises ImpactError saying why not."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        raw = read_regular(str(path))
     except OSError as exc:
         raise ImpactError(f"cannot read validator report {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_REPORT_BYTES:
@@ -372,7 +308,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_report(
-    args: argparse.Namespace, *, send: Http = http, sleep: Callable[[float], None] = time.sleep,
+    args: argparse.Namespace, *, sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> int:  # fmt: skip
     def log(line: str) -> None:
@@ -391,7 +327,7 @@ def run_report(
     code = 0
     try:
         if reportable:
-            code = _file_all(reportable, settings, args.kvp_pool, send, sleep, now(), log)
+            code = _file_all(reportable, settings, args.kvp_pool, sleep, now(), log)
     finally:
         # Checks given on the command line (the burn-in's) are not in the report the endpoint serves yet: add them,
         # whatever happened with Azure (even an error nobody foresaw), so automatic repairs still act.
@@ -404,7 +340,7 @@ def run_report(
 
 
 def _file_all(
-    reportable: list[tuple[str, str, str]], settings: dict[str, Any], kvp_pool: Path, send: Http,
+    reportable: list[tuple[str, str, str]], settings: dict[str, Any], kvp_pool: Path,
     sleep: Callable[[float], None], now: datetime, log: Callable[[str], None],
 ) -> int:  # fmt: skip
     """File (or, opted out, log) one impact per reportable failed check. Exit code: 0, 1 refused, 2 no facts."""
@@ -414,11 +350,12 @@ def _file_all(
     enabled = bool(settings["enabled"])
     try:
         host = physical_host_name(kvp_pool)
-        instance = imds_instance(imds, send)
+        send = Service("arm", arm, IMPACT_CAP).send  # the token below is for this host, and goes to no other
+        instance = imds_instance(imds)
         # Which identity: the node JSON's, else the scale set's tag (set when a VM carries several identities).
         client_id = str(settings.get("identity_client_id") or instance.tags.get(TAG_IDENTITY_CLIENT_ID, ""))
-        token = imds_token(imds, client_id, arm + "/", send) if enabled else ""
-    except ImpactError as exc:
+        token = imds_token(imds, client_id, arm + "/") if enabled else ""
+    except (ImpactError, FetchError) as exc:
         log(str(exc))
         return 2
     code = 0

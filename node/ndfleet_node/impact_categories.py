@@ -18,34 +18,23 @@ import re
 
 PREFIX = "Resource.Hpc.Unhealthy."
 
-# check id -> category suffix, or None: not reported. Why each, as a comment (comments stay out of the zipapp).
-CHECK_CATEGORIES: dict[str, str | None] = {
-    "gpu.count": "HpcMissingGpu",  # fewer GPUs than the size has (NHC2009)
-    "gpu.ecc": "HpcGenericFailure",  # uncorrectable / excess ECC errors: no dedicated category
-    "gpu.row_remap": "HpcRowRemapFailure",  # row remap pending or failed (NHC2007)
-    "gpu.xid": "GpuXIDError",  # Xid in the kernel log; 48/79/94/95 have their own categories (refined below)
-    "gpu.nvlink": "NvLink",  # an NVLink down (NHC2016)
-    "gpu.fabricmanager": None,  # fabric manager not running: usually software; the node is replaced, not reported
-    "gpu.pcie": "HpcGenericFailure",  # GPU PCIe link downtrained: no dedicated category
-    "gpu.throttle": "HpcGenericFailure",  # hardware slowdown at idle: no dedicated category
-    "ib.peermem": None,  # nvidia-peermem not loaded: software
-    "ib.ports": "IBPortDown",  # an IB port not Active (NHC2004); a missing device is MissingIB (NHC2002)
-    "ib.rate": "IBPerformance",  # an IB port below its rate (NHC2003)
-    "ib.flap": "IBPortFlapping",  # IB link flapping (NHC2005)
-    "ib.pcie": "IBPerformance",  # HCA PCIe link downtrained: lowers IB bandwidth (NHC2003)
-    "host.nvme": "HpcGenericFailure",  # local NVMe disk missing: no dedicated category
-    "host.memory": "HpcGenericFailure",  # memory below the size's: no dedicated category
-    "host.cpu": None,  # vCPU count: a VM configuration matter, not the host
-    "host.mounts": None,  # storage mounts: software or network
-    "perf.nccl_allreduce": "HpcGenericFailure",  # 8-GPU all-reduce below floor inside the VM: NVLink/NVSwitch path
-    "perf.ib_write_bw": "IBPerformance",  # GPUDirect RDMA bandwidth below floor on an HCA (NHC2003)
-    "perf.nvbandwidth": "HpcGenericFailure",  # host/device copy bandwidth below floor: PCIe or NVLink
-    "perf.dcgm": "HpcGpuDcgmDiagFailure",  # DCGM diagnostic failed (NHC2020)
+# The validator's checks carry their category in their @check (ndfleet_node.checks); the burn-in's verdicts
+# here. burnin id -> category suffix, or None: not reported. Why each, as a comment (comments stay out of the zipapp).
+BURNIN_CATEGORIES: dict[str, str | None] = {
     "burnin.busbw-below-floor": "IBPerformance",  # cross-node busbw below floor with several partners (NHC2003)
     "burnin.hang": "HpcGenericFailure",  # cross-node NCCL test hung with several partners
     "burnin.wrong-results": "HpcGenericFailure",  # cross-node all-reduce returned wrong values with several partners
     "burnin.launch-error": None,  # the test could not start on the host: ssh / MPI, not hardware
 }
+
+
+def check_categories() -> dict[str, str | None]:
+    """Every check id -> its category suffix (None: not reported): the validator's checks, then the burn-in's."""
+    # Imported here: the controller ships this module for elastic islands without the validator's checks.
+    from ndfleet_node.checks import load_all
+
+    return {**{c.id: c.impact for c in load_all().values()}, **BURNIN_CATEGORIES}
+
 
 # Xids with a category of their own (guest-health-impact-categories; NHC2011-NHC2014).
 _XID_CATEGORIES = {95: "XID95UncontainedECCError", 94: "XID94ContainedECCError", 79: "XID79FallenOffBus",
@@ -57,7 +46,7 @@ _TIMED_OUT = re.compile(r"\b(timed out|timeout|hung|no answer)\b", re.IGNORECASE
 
 def category_for(check_id: str, message: str = "") -> str | None:
     """The full category (`Resource.Hpc.Unhealthy.X`) a failed check files under, or None (do not report)."""
-    suffix = CHECK_CATEGORIES.get(check_id)
+    suffix = BURNIN_CATEGORIES[check_id] if check_id in BURNIN_CATEGORIES else check_categories().get(check_id)
     if suffix is None:
         return None
     if check_id.startswith("gpu.") and _TIMED_OUT.search(message):

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.names import DRAIN_MARKER
+
 METRIC_NAMES: tuple[str, ...] = (
     "ndfleet_node_validated",
     "ndfleet_node_healthy",
@@ -32,7 +34,6 @@ METRIC_NAMES: tuple[str, ...] = (
 CHECK_STATUSES = ("pass", "fail", "skip")
 
 DEFAULT_REPORT = "/run/ndfleet/report.json"
-DEFAULT_DRAIN_FILE = "/var/lib/ndfleet/drained"
 DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_validation.prom"
 
 _CHECK_ID = re.compile(r"^[a-z0-9_.-]{1,64}$")
@@ -123,7 +124,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--report", default=DEFAULT_REPORT, help=f"validation report (default {DEFAULT_REPORT})")
     parser.add_argument(
-        "--drain-file", default=DEFAULT_DRAIN_FILE, help=f"drain marker, present = drained ({DEFAULT_DRAIN_FILE})"
+        "--drain-file", default=DRAIN_MARKER, help=f"drain marker, present = drained ({DRAIN_MARKER})"
     )
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"textfile to write (default {DEFAULT_OUT})")
     parser.set_defaults(handler=run)

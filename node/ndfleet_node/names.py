@@ -26,6 +26,9 @@ BURNIN_REASON_PREFIX = "ndfleet:burnin:"  # the burn-in's drains and holds
 AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"  # a node registered, not yet burned in
 RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"  # an elastic node Azure did not deliver
 
+# Kept present while Slurm has the node drained (slurm_health writes it, metrics reads it).
+DRAIN_MARKER = "/var/lib/ndfleet/drained"
+
 # The Slurm states the controller publishes (slurm_export) and `status` reads back.
 SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
                 "awaiting_burnin", "other")

@@ -7,14 +7,27 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from typing import Any, Protocol
 
 from ndfleet_node.text import clip, decode
 
 MESSAGE_MAX = 2000  # characters of a check's message or value kept in the report
+MAX_REPORT_BYTES = 4 * 1024 * 1024  # a validator report larger than this is not one
+
+
+def read_regular(path: str, limit: int = MAX_REPORT_BYTES) -> bytes:
+    """At most `limit` + 1 bytes of the regular file at `path` (more than `limit` back means too large). Opened
+    with O_NONBLOCK and refused unless regular: a FIFO put there would otherwise hold open() or read() until a
+    writer came, and the single-threaded health endpoint with it. FileNotFoundError when absent, else OSError."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read(limit + 1)
 
 
 class CheckResult(Protocol):

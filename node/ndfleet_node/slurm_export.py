@@ -1,8 +1,8 @@
 """`ndfleet-node slurm-export`: on the Slurm controller, each node's Slurm state as Prometheus metrics, so that
 `ndfleet status` can join it with what Azure says about the node (docs/operations.md).
 
-Runs `scontrol show node --oneliner` (timeout, bounded output), reads each line field by field with the health
-check's parser (a "State=" inside a reason does not count), and writes node_exporter's textfile format atomically:
+Runs `scontrol show node --oneliner` through ndfleet_node.scontrol (timeout, bounded output, one reader: a "State="
+inside a reason does not count, records split on newline only), and writes node_exporter's textfile format atomically:
 
   ndfleet_slurm_node_state{slurm_node, state, reason} 1   one series per node; state is one of names.SLURM_STATES
   ndfleet_slurm_export_success 0|1                         0: scontrol failed, hung or said something unreadable
@@ -23,15 +23,13 @@ from pathlib import Path
 
 from ndfleet_node.metrics import escape_label, write_atomically
 from ndfleet_node.names import AWAITING_BURNIN_REASON
-from ndfleet_node.runner import run_tool
-from ndfleet_node.slurm_health import UnparsableNode, parse_node
-from ndfleet_node.text import decode
+from ndfleet_node.scontrol import MAX_LIST_BYTES, Scontrol, SlurmError, parse_nodes
 
 DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_slurm.prom"
-# The same bound as the reaper's listing: a few KiB per node at MaxNodeCount.
-MAX_LIST_BYTES = 64 * 1024 * 1024
 MAX_REASON_CHARS = 120
-_NODE_NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
+# Removed from label values: C0 and C1 control characters and the line and paragraph separators, which a reader
+# of the labels (a terminal, `ndfleet status`'s table) could take for line breaks or escape sequences.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
 
 
@@ -54,20 +52,18 @@ def slurm_state(states: Sequence[str], reason: str) -> str:
     return "other"
 
 
+def label(text: str) -> str:
+    return escape_label(_UNSAFE.sub("", text))
+
+
 def node_states(text: str) -> list[tuple[str, str, str]]:
-    """(node, state, reason) for every line of `scontrol show node --oneliner`; lines without NodeName= or State=
-    are skipped (Slurm prints a blank line or "No nodes in the system")."""
+    """(node, state, reason) for every node of `scontrol show node --oneliner` (ndfleet_node.scontrol.parse_nodes:
+    records split on "\n" only); lines without NodeName= or State= are skipped (a blank line, "No nodes in the
+    system")."""
     out = []
-    for line in text.splitlines():
-        name = _NODE_NAME.search(line)
-        if name is None:
-            continue
-        try:
-            node = parse_node(line)
-        except UnparsableNode:
-            continue
-        reason = node.reason[:MAX_REASON_CHARS]
-        out.append((name.group(1), slurm_state(node.states, reason), reason))
+    for node in parse_nodes(text).values():
+        reason = _UNSAFE.sub("", node.reason)[:MAX_REASON_CHARS]
+        out.append((node.name, slurm_state(sorted(node.flags), reason), reason))
     return out
 
 
@@ -78,8 +74,8 @@ def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
         "# TYPE ndfleet_slurm_node_state gauge",
     ]
     for node, state, reason in states or ():
-        lines.append(f'ndfleet_slurm_node_state{{slurm_node="{escape_label(node)}",state="{state}",'
-                     f'reason="{escape_label(reason)}"}} 1')
+        lines.append(f'ndfleet_slurm_node_state{{slurm_node="{label(node)}",state="{state}",'
+                     f'reason="{label(reason)}"}} 1')
     lines += [
         "# HELP ndfleet_slurm_export_success 1 when scontrol answered and its answer was read.",
         "# TYPE ndfleet_slurm_export_success gauge",
@@ -92,14 +88,12 @@ def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    result = run_tool([*args.scontrol, "show", "node", "--oneliner"], args.timeout, max_output_bytes=MAX_LIST_BYTES + 1)
     states: list[tuple[str, str, str]] | None = None
-    if not result.ok:
-        print(f"slurm-export: scontrol failed: {result.error}", file=sys.stderr)
-    elif len(result.stdout) > MAX_LIST_BYTES:
-        print(f"slurm-export: scontrol said more than {MAX_LIST_BYTES} bytes", file=sys.stderr)
-    else:
-        states = node_states(decode(result.stdout))
+    try:
+        states = node_states(Scontrol(args.scontrol, args.timeout).call("show", "node", "--oneliner",
+                                                                         max_bytes=MAX_LIST_BYTES))
+    except SlurmError as error:
+        print(f"slurm-export: {error}", file=sys.stderr)
     write_atomically(Path(args.out), render(states, time.time()))
     return 0 if states is not None else 1
 

@@ -33,24 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_MARKER, DRAIN_REASON_PREFIX
+from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
-from ndfleet_node.text import decode, first_line
+from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
 CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
-# The drain marker the node's metrics read (ndfleet_node.metrics.DEFAULT_DRAIN_FILE; this file also runs standalone,
-# so it cannot import it: a test keeps the two equal).
-DRAIN_MARKER = "/var/lib/ndfleet/drained"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
-# The validator's report is a few KiB; scontrol's answer for one node well under one. More is not understood.
-MAX_REPORT_BYTES = 4 * 1024 * 1024
-MAX_SCONTROL_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -94,8 +89,7 @@ def run_validation(validator: Sequence[str], report: Path, timeout_s: float) -> 
     if result.rc is None or result.rc == 127:
         return Verdict(False, ("validate-error",))
     try:
-        with report.open("rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        raw = read_regular(str(report))
     except OSError:
         return Verdict(False, ("validate-error",))
     if len(raw) > MAX_REPORT_BYTES:
@@ -112,119 +106,16 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} in the report")
 
 
-@dataclass(frozen=True)
-class NodeState:
-    states: tuple[str, ...]  # e.g. ("IDLE", "DRAIN")
-    reason: str
-
-    @property
-    def drained(self) -> bool:
-        return any(s in ("DRAIN", "DRAINED", "DRAINING") for s in self.states)
-
-    @property
-    def drained_by_health_check(self) -> bool:
-        """Drained by this program: "ndfleet:" and check ids only. The burn-in's drains ("ndfleet:burnin:...",
-        awaiting it or failed by it) and an administrator's are not ours to lift."""
-        return (
-            self.drained
-            and not self.reason.startswith(BURNIN_REASON_PREFIX)
-            and OWN_REASON.fullmatch(self.reason) is not None
-        )
-
-    @property
-    def queued_for_burnin(self) -> bool:
-        """Held for the burn-in (awaiting it, or failed by it): the node is in the burn-in's hands."""
-        return self.drained and self.reason.startswith(BURNIN_REASON_PREFIX)
+def drained_by_health_check(node: SlurmNode) -> bool:
+    """Drained by this program: "ndfleet:" and check ids only. The burn-in's drains ("ndfleet:burnin:...", awaiting
+    it or failed by it) and an administrator's are not ours to lift."""
+    return (node.drained and not node.reason.startswith(BURNIN_REASON_PREFIX)
+            and OWN_REASON.fullmatch(node.reason) is not None)
 
 
-class UnparsableNode(ValueError):
-    """scontrol's answer has no NodeName= / State= field: nothing may be decided from it."""
-
-
-# `scontrol show node --oneliner` prints fixed fields first (NodeName= ... State= ...), then the free-text
-# Reason ("Reason=<text> [<user>@<time>]"), then optional fields (Comment=, Extra=, InstanceId=, ReservationName=,
-# Topology=, ... in 24.x and later). Only the fields before Reason are parsed as tokens; the reason is the text up to
-# its "[user@time]" stamp (Slurm src/api/node_info.c).
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(\S*)")
-_REASON = re.compile(r"(?:^|\s)Reason=")
-_STAMP = re.compile(r" \[([^\]\s@]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\](?=$|\s+[A-Za-z_]+=)")
-_AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology"
-                           r"|Parameters)=")
-
-
-@dataclass(frozen=True)
-class NodeLine:
-    """One node of `scontrol show node --oneliner`, field by field."""
-
-    fields: dict[str, str]  # the fixed fields before Reason (the first of each key)
-    reason: str  # the free-text reason without its stamp; "" when there is none
-    reason_user: str  # the stamp's user ("slurm" for Slurm's own "Not responding"); "" without a stamp
-    reason_time: str  # the stamp's time as scontrol prints it ("2026-12-03T08:00:00"); "" without a stamp
-
-
-def split_node_line(line: str) -> NodeLine:
-    """The fields of one `scontrol show node --oneliner` line. A "State=" inside the free-text reason, or any field
-    printed after the reason, never counts as a fixed field."""
-    reason_at = _REASON.search(line)
-    fixed = line[: reason_at.start()] if reason_at else line
-    fields: dict[str, str] = {}
-    for key, value in _FIELD.findall(fixed):
-        fields.setdefault(key, value)
-    reason = user = when = ""
-    if reason_at:
-        rest = line[reason_at.end():]
-        stamp = _STAMP.search(rest)
-        if stamp:
-            reason, user, when = rest[: stamp.start()], stamp.group(1), stamp.group(2)
-        else:
-            after = _AFTER_REASON.search(rest)
-            reason = rest[: after.start()] if after else rest
-    return NodeLine(fields, reason.strip(), user, when)
-
-
-def parse_node(text: str) -> NodeState:
-    """State and reason from `scontrol show node NAME --oneliner`, field by field.
-
-    The state is the State= field among the fixed fields, never a "State=" inside the free-text reason (an
-    administrator's reason "back at State=IDLE" must not make a drained node look idle)."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    node = split_node_line(line)
-    if "NodeName" not in node.fields or "State" not in node.fields:
-        raise UnparsableNode(f"no NodeName=/State= field in scontrol's answer ({first_line(line, 120)!r})")
-    states = tuple(s.rstrip("*~#!%$@^-") for s in node.fields["State"].split("+") if s)
-    return NodeState(states, node.reason)
-
-
-class ScontrolError(RuntimeError):
-    pass
-
-
-class Scontrol:
-    def __init__(self, command: Sequence[str], timeout_s: float) -> None:
-        self.command = list(command)
-        self.timeout_s = timeout_s
-
-    def _run(self, *args: str) -> str:
-        """scontrol's stdout as text (undecodable bytes replaced); ScontrolError when it fails, hangs or says more
-        than one node's worth."""
-        result = run_tool([*self.command, *args], self.timeout_s, max_output_bytes=MAX_SCONTROL_BYTES + 1)
-        if not result.ok:
-            raise ScontrolError(f"scontrol {' '.join(args)}: {result.error}")
-        if len(result.stdout) > MAX_SCONTROL_BYTES:
-            raise ScontrolError(f"scontrol {' '.join(args)}: more than {MAX_SCONTROL_BYTES} bytes of output")
-        return decode(result.stdout)
-
-    def node(self, name: str) -> NodeState:
-        try:
-            return parse_node(self._run("show", "node", name, "--oneliner"))
-        except UnparsableNode as error:
-            raise ScontrolError(str(error)) from None
-
-    def drain(self, name: str, reason: str) -> None:
-        self._run("update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
-
-    def resume(self, name: str) -> None:
-        self._run("update", f"NodeName={name}", "State=RESUME")
+def queued_for_burnin(node: SlurmNode) -> bool:
+    """Held for the burn-in (awaiting it, or failed by it): the node is in the burn-in's hands."""
+    return node.drained and node.reason.startswith(BURNIN_REASON_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -241,7 +132,7 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
     if not verdict.healthy:
         if state.drained and state.reason == verdict.reason:
             return Outcome(f"{node}: still failing ({verdict.reason}), already drained", True)
-        if state.drained and not state.drained_by_health_check:
+        if state.drained and not drained_by_health_check(state):
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
@@ -255,15 +146,15 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
         scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: registered drained: {AWAITING_BURNIN_REASON}", True, queued_for_burnin=True)
     if not burnin_queued:
-        if state.queued_for_burnin:
+        if queued_for_burnin(state):
             return Outcome(f"{node}: healthy, held for burn-in ({state.reason})", True, queued_for_burnin=True)
-        if state.drained and not state.drained_by_health_check:
+        if state.drained and not drained_by_health_check(state):
             # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
             return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)
         scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
-    if state.drained_by_health_check:
+    if drained_by_health_check(state):
         scontrol.resume(node)
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained)
@@ -304,7 +195,7 @@ def handle(args: argparse.Namespace) -> int:
     burnin_marker = Path(args.burnin_marker)
     try:
         outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists())
-    except ScontrolError as error:
+    except SlurmError as error:
         # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
         print(f"ndfleet-slurm-health: {node}: {verdict.reason if not verdict.healthy else 'healthy'}; {error}",

@@ -19,21 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ndfleet_node import config as node_config
-from ndfleet_node.checks import Check, Context, Result, load_all, sysroot
+from ndfleet_node.checks import LEVELS, Check, Context, Result, load_all, sysroot
 from ndfleet_node.parsers import ParseError
 from ndfleet_node.report import entry, to_json, write_atomic
 from ndfleet_node.runner import Runner
 
-LEVELS = ("quick", "full")
 WORKERS = 8
-# A failed set-up step explains the failure of these checks: their message names the step and why.
-SETUP_STEP_CHECKS = {
-    "nvme": "host.mounts",
-    "blob": "host.mounts",
-    "lustre": "host.mounts",
-    "fabricmanager": "gpu.fabricmanager",
-    "peermem": "ib.peermem",
-}
+
+
+def setup_step_checks() -> dict[str, str]:
+    """Set-up step -> the check whose failure it explains (the check's message names the step and why)."""
+    return {step: c.id for c in load_all().values() for step in c.setup_steps}
 
 
 def register(subparsers: Any) -> None:
@@ -114,7 +110,7 @@ def explain(check_id: str, r: Result, steps: list[dict[str, str]]) -> Result:
     why = [
         f"set-up step {s['step']} failed: {s.get('message', '')}"
         for s in steps
-        if s.get("status") == "failed" and SETUP_STEP_CHECKS.get(s.get("step", "")) == check_id
+        if s.get("status") == "failed" and setup_step_checks().get(s.get("step", "")) == check_id
     ]
     if r.status != "fail" or not why:
         return r

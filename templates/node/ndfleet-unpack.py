@@ -22,10 +22,12 @@ import argparse
 import base64
 import binascii
 import hashlib
+import http.client
 import http.server
 import json
 import lzma
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +47,14 @@ FORMAT = 1
 
 class BundleError(Exception):
     pass
+
+
+class Late(BaseException):  # not an Exception: no handler inside urllib may take it for its own
+    """An attempt's deadline passed: raised by the SIGALRM handler, which ends a blocked connect or read."""
+
+
+def _late(signum: int, frame: Any) -> None:
+    raise Late
 
 
 def log(message: str) -> None:
@@ -80,14 +90,20 @@ def load_manifest(path: str) -> dict[str, Any]:
 
 
 def fetch(m: dict[str, Any]) -> bytes:
-    """The userData text from the instance metadata service; BundleError after the last attempt."""
+    """The userData text from the instance metadata service; BundleError after the last attempt. Each attempt,
+    answer and body included, ends within timeout_s (an interval timer: a service that drips its answer is cut
+    off), so every attempt and pause fit in the unit's TimeoutStartSec (nodebundle.unit_timeout_s) and the reason
+    is written before systemd would stop the unit."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS is never reached through a proxy
     last = "no attempt"
+    signal.signal(signal.SIGALRM, _late)
     for attempt in range(1, m["attempts"] + 1):
         request = urllib.request.Request(m["url"], headers={"Metadata": "true"})
         try:
+            signal.setitimer(signal.ITIMER_REAL, m["timeout_s"])
             with opener.open(request, timeout=m["timeout_s"]) as reply:
                 text = reply.read(MAX_USER_DATA_CHARS + 1)
+            signal.setitimer(signal.ITIMER_REAL, 0)
             if len(text) > MAX_USER_DATA_CHARS:
                 raise BundleError(f"userData is longer than Azure's {MAX_USER_DATA_CHARS:,} characters")
             if text.strip():
@@ -97,8 +113,12 @@ def fetch(m: dict[str, Any]) -> bytes:
             last = f"HTTP {e.code}"
             if e.code not in RETRY_STATUS:
                 raise BundleError(f"the instance metadata service answered {last}") from None
-        except (urllib.error.URLError, OSError) as e:
-            last = str(getattr(e, "reason", e))
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # HTTPException: a cut answer
+            last = str(getattr(e, "reason", e)) or type(e).__name__
+        except Late:
+            last = f"no whole answer within {m['timeout_s']} s"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         if attempt < m["attempts"]:
             time.sleep(min(2 ** (attempt - 1), m["backoff_max_s"]))
     raise BundleError(f"no userData from the instance metadata service after {m['attempts']} attempts: {last}")
@@ -135,8 +155,11 @@ def parse(raw: bytes, limit: int) -> tuple[list[tuple[str, int, bytes]], list[li
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BundleError(f"the bundle is not valid: {e!r}") from None
     for path, mode, _ in files:
-        if not path.startswith("/") or os.path.normpath(path) != path or mode & ~0o7777:
+        if not path.startswith("/") or os.path.normpath(path) != path or mode & ~0o7777 or "\0" in path:
             raise BundleError(f"the bundle names an invalid file {path!r} (mode {mode:o})")
+    for argv in activate:  # the OS takes no NUL in an argument, and an empty command is no command
+        if not argv or any("\0" in a for a in argv):
+            raise BundleError(f"the bundle names an invalid activation command {argv!r}")
     return files, activate
 
 
@@ -166,7 +189,7 @@ def activate(commands: list[list[str]], timeout_s: int) -> None:
         shown = " ".join(argv)
         try:
             done = subprocess.run(argv, timeout=timeout_s, stdin=subprocess.DEVNULL, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
             raise BundleError(f"activation step '{shown}' could not run: {e}") from None
         if done.returncode != 0:
             raise BundleError(f"activation step '{shown}' exited {done.returncode}")
@@ -254,8 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         return serve_unhealthy(m, args.root, args.host)
     try:
         return unpack(m, args.root)
-    except (BundleError, OSError) as e:
-        reason = str(e) if isinstance(e, BundleError) else f"cannot write the bundle's files: {e}"
+    except Exception as e:  # noqa: BLE001 - whatever went wrong, the contract: a reason in the journal and the marker
+        if isinstance(e, BundleError):
+            reason = str(e)
+        elif isinstance(e, OSError):
+            reason = f"cannot write the bundle's files: {e}"
+        else:
+            reason = f"unexpected {type(e).__name__}: {e}"
         log(reason)
         mark_failed(m, args.root, reason)
         return 1

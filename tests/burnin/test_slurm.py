@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from ndfleet_node.__main__ import main
 from ndfleet_node.burnin import slurm as slurm_module
-from ndfleet_node.burnin.slurm import AWAITING_REASON, held_by_burnin, parse_node_line
+from ndfleet_node.burnin.slurm import AWAITING_REASON, awaiting_burnin, held_by_burnin
 from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.scontrol import parse_line
 
 from tests.burnin.test_fleet import alive
 from tests.fakes.fleet import FakeFleet, host_names
@@ -238,7 +239,7 @@ def test_a_hung_scontrol_is_bounded(
     sf.state_file.write_text(json.dumps(sf.state | {"hang_on": ["show"]}))
     monkeypatch.setattr(slurm_module, "SLURM_TIMEOUT_S", 2)
     assert run(sf, monkeypatch) == 2
-    assert "`scontrol -o show node` failed (timed out)" in capsys.readouterr().err
+    assert "scontrol show node --oneliner: scontrol did not answer within 2 s (timed out)" in capsys.readouterr().err
 
 
 def test_explicit_nodes_leave_out_a_foreign_drain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,11 +332,11 @@ LINE = ("NodeName=nd-ib00000003 Arch=x86_64 OS=Linux 5.15.0-1056-azure #64-Ubunt
     ids=["awaiting", "awaiting-down", "no-reason", "reason-quotes-fields", "lookalike", "not-drained"],
 )
 def test_node_lines_are_read_by_field(state: str, reason: str, expect_reason: str, is_awaiting: bool) -> None:
-    node = parse_node_line(LINE.format(state=state, reason=reason))
+    node = parse_line(LINE.format(state=state, reason=reason))
     assert node is not None
     assert (node.name, node.state, node.reason, node.partitions) == ("nd-ib00000003", state, expect_reason,
                                                                      ("gpu", "debug"))  # fmt: skip
-    assert node.awaiting_burnin is is_awaiting
+    assert awaiting_burnin(node) is is_awaiting
 
 
 def test_the_shared_reason_is_the_one_registration_sets() -> None:

@@ -43,12 +43,37 @@ def test_the_scaling_role_has_exactly_the_programs_actions(plan: Plan) -> None:
     assert role.inputs["scope"].endswith("/resourceGroups/test-net-rg")
 
 
-def test_the_scaling_role_is_assigned_at_the_elastic_scale_set_only(plan: Plan) -> None:
+def test_the_scaling_role_is_assigned_at_the_elastic_scale_set_and_its_linked_resources_only(plan: Plan) -> None:
     role = one(plan, ROLE_DEFINITION)
-    assigned = [r for r in of_type(plan, ROLE) if r.name.startswith("test-elastic-")]
-    assert [r.inputs["scope"].rsplit("/", 2)[1:] for r in assigned] == [["virtualMachineScaleSets", "test-burst-vmss"]]
-    assert all(r.inputs["principalType"] == "ServicePrincipal" for r in assigned)
-    assert role.name in assigned[0].depends_on
+    vmss = one(plan, VMSS, "burst")
+    subnet = vmss.inputs["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"][0][
+        "ipConfigurations"][0]["subnet"]["id"]
+    identities = vmss.inputs["identity"]["userAssignedIdentities"]
+    assigned = {r.name: r.inputs["scope"] for r in of_type(plan, ROLE) if r.name.startswith("test-elastic-")}
+    assert assigned == {
+        "test-elastic-burst": assigned["test-elastic-burst"],
+        "test-elastic-subnet": subnet,
+        "test-elastic-identity": next(iter(identities)),
+    }
+    assert assigned["test-elastic-burst"].endswith("/virtualMachineScaleSets/test-burst-vmss")
+    assert len(identities) == 1
+    scaling = [r for r in of_type(plan, ROLE) if r.name.startswith("test-elastic-")]
+    assert all(r.inputs["principalType"] == "ServicePrincipal" for r in scaling)
+    assert all(role.name in r.depends_on for r in scaling)
+
+
+def test_the_scaling_role_may_join_the_subnet_and_assign_the_identity(plan: Plan) -> None:
+    """A scale-out is a write whose new VMs join the subnet and carry the identity: linked access checks."""
+    actions = one(plan, ROLE_DEFINITION).inputs["permissions"][0]["actions"]
+    assert "Microsoft.Network/virtualNetworks/subnets/join/action" in actions
+    assert "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action" in actions
+
+
+def test_the_role_name_is_unique_in_the_tenant(plan: Plan) -> None:
+    """Role names are unique per Entra tenant: the name carries the subscription and the resource group."""
+    role = one(plan, ROLE_DEFINITION)
+    subscription = role.inputs["scope"].split("/")[2]
+    assert role.inputs["roleName"].endswith(f"; test-net-rg in {subscription})")
 
 
 def test_a_stack_without_elastic_islands_has_no_scaling_role() -> None:

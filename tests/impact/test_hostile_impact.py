@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ndfleet_node import impact, report
+from ndfleet_node import impact, net, report
 from ndfleet_node.health import health_state
 
 from tests.impact.arm_server import Reply, serve
@@ -62,7 +62,7 @@ ERROR_BODIES = {
         "HTTP 400 Bad[31m: a b c",
     ),
     "not UTF-8": (b"\xff\xfe{", "HTTP 400 no error details"),
-    "deeply nested": (b'{"error": ' + b"[" * 100_000, "HTTP 400 no error details"),
+    "deeply nested": (b'{"error": ' + b"[" * 60_000, "HTTP 400 no error details"),  # under IMPACT_CAP
 }
 
 
@@ -119,21 +119,21 @@ def test_retry_after_nan_never_reaches_sleep_as_nan(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ size and time
 
 
-def test_a_huge_error_body_is_read_only_up_to_the_cap() -> None:
+def test_a_huge_error_body_is_read_only_up_to_the_cap_and_refused_by_name() -> None:
     with serve({PUT: [Reply(500, stream_bytes=64 << 20)]}) as arm:
-        reply = impact.http("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
-    assert reply.status == 500
-    assert len(reply.body) == impact.MAX_BODY_BYTES
+        resource_manager = net.Service("arm", arm.base, net.IMPACT_CAP)
+        with pytest.raises(net.FetchError, match=f"over {net.IMPACT_CAP:,} bytes"):
+            resource_manager.send("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
 
 
 @pytest.mark.parametrize("where", ["body", "head"])
 def test_an_answer_that_drips_hits_the_overall_deadline(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(impact, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
+    monkeypatch.setattr(net, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
     expected = f"no complete answer from 127.0.0.1:[0-9]+ within {SHORT_DEADLINE_S:g} s"
     dripping = Reply(500, raw=b"{}", drip=where, drip_s=0.1)
     with serve({PUT: [dripping]}) as arm:
-        with pytest.raises(impact.ImpactError, match=expected):
-            impact.http("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
+        with pytest.raises(net.FetchError, match=expected):
+            net.Service("arm", arm.base, net.IMPACT_CAP).send("PUT", f"{arm.base}/subscriptions/x", {}, b"{}")
         # The client hung up at its deadline; the server did not have to stop dripping on its own.
         arm_gave_up = arm.drips_outlasted
     assert arm_gave_up == 0
@@ -142,7 +142,7 @@ def test_an_answer_that_drips_hits_the_overall_deadline(where: str, monkeypatch:
 def test_a_dripping_resource_manager_still_leaves_the_node_unhealthy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(impact, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
+    monkeypatch.setattr(net, "HTTP_DEADLINE_S", SHORT_DEADLINE_S)
     code, args = run_against([Reply(200, raw=b"{}", drip="body", drip_s=0.1)], tmp_path)
     assert code != 0
     assert_logged_without_traceback(capsys.readouterr().err, "no complete answer from", "marked Unhealthy")

@@ -14,6 +14,7 @@ from ndfleet.plans.build import Plan
 from ndfleet.plans.policy_rules import evaluate_plan
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.profiles import (
+    KEY_VAULT_SECRETS_USER_ROLE_ID,
     MONITORING_DATA_READER_ROLE_ID,
     MONITORING_METRICS_PUBLISHER_ROLE_ID,
     STORAGE_BLOB_DATA_CONTRIBUTOR_ROLE_ID,
@@ -76,8 +77,6 @@ def test_nodes_write_through_a_private_endpoint_and_rule_to_the_workspace(prod_p
     assert one(prod_plan, ZONE, "monitor").inputs["privateZoneName"] == "privatelink.monitor.azure.com"
 
 
-# Key Vault Secrets User: the nodes read Slurm's munge key (components/slurm.py), one secret.
-KEY_VAULT_SECRETS_USER_ROLE_ID = "4633458b-17de-408a-b874-0445c86b69e6"
 
 
 def test_node_identity_only_publishes_metrics_on_the_rule(prod_plan: Plan) -> None:

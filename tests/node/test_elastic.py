@@ -24,9 +24,9 @@ from ndfleet_node.elastic.programs import (
     resume_jobs,
     suspend,
 )
-from ndfleet_node.elastic.slurm import Scontrol
 from ndfleet_node.elastic.state import island_state
 from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.scontrol import Scontrol
 
 from tests.impact.arm_server import loopback_up
 
@@ -134,7 +134,7 @@ class FakeScontrol(Scontrol):
     def call(self, *args: str, max_bytes: int = 0) -> str:
         self.calls.append(args)
         if args[0] in self.refuse:
-            from ndfleet_node.elastic.slurm import SlurmError
+            from ndfleet_node.scontrol import SlurmError
 
             raise SlurmError(f"scontrol {args[0]}: refused")
         if args[:2] == ("show", "hostnames"):

@@ -13,7 +13,7 @@ import pytest
 from ndfleet_node.checks.gpu import GPU_FIELDS
 from ndfleet_node.parsers import ParseError
 from ndfleet_node.parsers.dcgm import parse_diag_json, parse_diag_text
-from ndfleet_node.parsers.infiniband import parse_ibstat, parse_ibv_devinfo
+from ndfleet_node.parsers.infiniband import parse_ibstat
 from ndfleet_node.parsers.logs import lost_carrier_counts, normalise_bus, parse_xids
 from ndfleet_node.parsers.lspci import parse_lnksta
 from ndfleet_node.parsers.nvidia_smi import parse_nvlink_status, parse_q, parse_query_csv, row_remaps
@@ -59,10 +59,6 @@ CASES: list[tuple[str, Callable[[str], Any], str, Callable[[Any], bool]]] = [
      lambda r: (r["mlx5_ib2", 1].state, r["mlx5_ib2", 1].physical_state) == ("Down", "Polling")),
     ("ibstat: rate and layer", parse_ibstat, "ibstat.txt",
      lambda r: r["mlx5_ib7", 1].rate_gbps == 400 and r["mlx5_an0", 1].link_layer == "Ethernet"),
-    ("ibv_devinfo: 8 ports", parse_ibv_devinfo, "ibv_devinfo.txt",
-     lambda r: len(r) == 8 and r["mlx5_ib0", 1].state == "PORT_ACTIVE"),
-    ("ibv_devinfo: mlx5_ib2 down", parse_ibv_devinfo, "ibv_devinfo.txt",
-     lambda r: r["mlx5_ib2", 1].state == "PORT_DOWN" and r["mlx5_ib2", 1].link_layer == "InfiniBand"),
     ("lspci: gen 5 x16", parse_lnksta, "lspci-vv-cx7.txt",
      lambda r: [(x.address, x.speed, x.width) for x in r] == [("0101:00:00.0", "32GT/s", "x16")]),
     ("lspci: downtrained x8", parse_lnksta, "lspci-vv-cx7-x8.txt", lambda r: r[0].width == "x8"),
@@ -119,7 +115,6 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "q": lambda t: row_remaps(parse_q(t)),
     "nvlink": parse_nvlink_status,
     "ibstat": parse_ibstat,
-    "ibv_devinfo": parse_ibv_devinfo,
     "lspci": parse_lnksta,
     "all_reduce_perf": parse_all_reduce_perf,
     "ib_write_bw": lambda t: parse_ib_write_bw(t, 8388608),
@@ -132,7 +127,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
 }
 RECORDING_OF = {
     "query_csv": "nvidia-smi-query-gpu.csv", "q": "nvidia-smi-q.txt", "nvlink": "nvidia-smi-nvlink-s.txt",
-    "ibstat": "ibstat.txt", "ibv_devinfo": "ibv_devinfo.txt", "lspci": "lspci-vv-cx7.txt",
+    "ibstat": "ibstat.txt", "lspci": "lspci-vv-cx7.txt",
     "all_reduce_perf": "all_reduce_perf.txt", "ib_write_bw": "ib_write_bw-client.txt", "nvbandwidth": "nvbandwidth.txt",
     "dcgm_text": "dcgmi-diag-r2.txt", "dcgm_json": "dcgmi-diag-r2.json", "xids": "journalctl-kernel-xid79-flap.txt",
     "lost_carrier": "journalctl-kernel-xid79-flap.txt",

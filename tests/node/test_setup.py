@@ -234,12 +234,13 @@ def test_unreadable_node_json_cannot_run(tmp_path, bundle):
     assert run.rc == 2 and "not valid JSON" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_sovereign_cloud_blob_suffix_comes_from_the_node_json():
+def test_sovereign_cloud_blob_suffix_comes_from_the_node_json(bundle):
     assert "endpoint: https://acct.blob.core.usgovcloudapi.net" in blobfuse2_config(
         "acct", "data", "/cache", "", "blob.core.usgovcloudapi.net"
     )
-    base = {"schema": 1, "stack": "s", "island": "i", "vm_size": "v", "paths": {}, "validation": {}, "timeouts": {},
-            "hardware": {}, "thresholds": {}}  # fmt: skip
+    rendered = json.loads((bundle / "node.json").read_text())
+    base = {**{k: rendered[k] for k in ("hardware", "thresholds")}, "schema": 1, "stack": "s", "island": "i",
+            "vm_size": "v", "paths": {}, "validation": {}, "timeouts": {}}  # fmt: skip
     assert parse(json.dumps({**base, "mounts": {}})).blob_endpoint_suffix == "blob.core.windows.net"
     sovereign = {**base, "mounts": {"blob_endpoint_suffix": "blob.core.chinacloudapi.cn"}}
     assert parse(json.dumps(sovereign)).blob_endpoint_suffix == "blob.core.chinacloudapi.cn"
@@ -352,3 +353,22 @@ def test_the_apt_lock_is_the_machines_own_not_the_hardware_trees(tmp_path, bundl
     with apt_lock(ctx, time.monotonic() + 10):
         assert (tmp_path / "machine-run" / "apt.lock").exists()
     assert not (tmp_path / "hardware-tree").exists()
+
+
+def test_node_json_keys_are_the_typed_sections_fields(bundle):
+    """A key spelled otherwise than ndfleet_node.config.Hardware / Thresholds (as the tool once renamed
+    hca_pcie_gen to hca_pcie_speed on the way) stops the program at parse time, naming the key."""
+    from ndfleet_node.config import ConfigError
+
+    data = json.loads((bundle / "node.json").read_text())
+    parse(json.dumps(data))  # as rendered: reads
+    data["hardware"]["hca_pcie_speed"] = data["hardware"].pop("hca_pcie_gen")
+    wrong = r"section hardware: .*unexpected keyword argument 'hca_pcie_speed'"
+    with pytest.raises(ConfigError, match=wrong):
+        parse(json.dumps(data))
+    del data["hardware"]["hca_pcie_speed"]
+    with pytest.raises(ConfigError, match=r"section hardware: .*missing 1 required .*'hca_pcie_gen'"):
+        parse(json.dumps(data))
+    data["hardware"]["hca_pcie_gen"] = 5
+    with pytest.raises(ConfigError, match=r"section thresholds: .* must be a mapping"):
+        parse(json.dumps({**data, "thresholds": []}))

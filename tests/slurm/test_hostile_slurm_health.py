@@ -9,19 +9,18 @@ from pathlib import Path
 
 import pytest
 from ndfleet_node.names import AWAITING_BURNIN_REASON
-from ndfleet_node.slurm_health import (
-    MAX_SCONTROL_BYTES,
-    Scontrol,
-    ScontrolError,
-    Verdict,
-    act,
-    parse_node,
-    run_validation,
-)
+from ndfleet_node.scontrol import MAX_CALL_BYTES, Scontrol, SlurmError, SlurmNode, parse_line
+from ndfleet_node.slurm_health import Verdict, act, drained_by_health_check, run_validation
 
 from tests.slurm.test_slurm_health_unit import FakeScontrol
 
 PASS = Verdict(True, ())
+
+
+def parse(line: str) -> SlurmNode:
+    node = parse_line(line)
+    assert node is not None
+    return node
 FAIL = Verdict(False, ("gpu.ecc",))
 STAMP = "[root@2026-12-03T08:00:00]"
 
@@ -37,7 +36,7 @@ def _script(tmp_path: Path, name: str, body: str) -> list[str]:
 
 
 def test_a_reason_holding_state_idle_leaves_the_node_drained() -> None:
-    node = parse_node(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason=back at State=IDLE soon {STAMP}")
+    node = parse(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason=back at State=IDLE soon {STAMP}")
     assert node.drained
     assert node.reason == "back at State=IDLE soon"
 
@@ -49,13 +48,13 @@ def test_an_admin_drain_mentioning_state_idle_is_neither_overwritten_nor_resumed
 
 
 def test_a_reason_mimicking_ours_after_a_field_is_not_ours() -> None:
-    node = parse_node(f"NodeName=n State=IDLE+DRAIN Reason=ops Reason=ndfleet:gpu.ecc {STAMP}")
-    assert node.reason == "ops Reason=ndfleet:gpu.ecc" and not node.drained_by_health_check
+    node = parse(f"NodeName=n State=IDLE+DRAIN Reason=ops Reason=ndfleet:gpu.ecc {STAMP}")
+    assert node.reason == "ops Reason=ndfleet:gpu.ecc" and not drained_by_health_check(node)
 
 
 def test_fields_after_the_reason_are_not_part_of_it() -> None:
-    node = parse_node(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP} Comment=State=IDLE x Extra=y")
-    assert node.reason == "ndfleet:gpu.ecc" and node.drained_by_health_check
+    node = parse(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP} Comment=State=IDLE x Extra=y")
+    assert node.reason == "ndfleet:gpu.ecc" and drained_by_health_check(node)
 
 
 def test_the_awaiting_burnin_drain_is_never_resumed_by_the_health_check() -> None:
@@ -65,8 +64,7 @@ def test_the_awaiting_burnin_drain_is_never_resumed_by_the_health_check() -> Non
 
 
 def test_an_answer_without_a_state_field_is_not_understood() -> None:
-    with pytest.raises(ValueError, match="NodeName=/State="):
-        parse_node("Node n not found")
+    assert parse_line("Node n not found") is None
 
 
 # --- first registration on a new OS disk
@@ -148,20 +146,43 @@ def test_a_huge_report_is_not_read_whole(tmp_path: Path) -> None:
 def test_non_utf8_from_scontrol_is_decoded_not_a_crash(tmp_path: Path) -> None:
     body = ("sys.stdout.buffer.write(b'NodeName=n State=IDLE+DRAIN Reason=caf\\xe9 ops [root@2026-12-03T08:00:00]')")
     node = Scontrol(_script(tmp_path, "scontrol", body), timeout_s=30).node("n")
-    assert node.drained and node.reason.startswith("caf") and not node.drained_by_health_check
+    assert node.drained and node.reason.startswith("caf") and not drained_by_health_check(node)
 
 
 def test_a_flood_from_scontrol_is_refused(tmp_path: Path) -> None:
-    body = f"sys.stdout.buffer.write(b'NodeName=n State=IDLE ' + b'x' * {MAX_SCONTROL_BYTES + 10})"
-    with pytest.raises(ScontrolError, match="more than"):
+    body = f"sys.stdout.buffer.write(b'NodeName=n State=IDLE ' + b'x' * {MAX_CALL_BYTES + 10})"
+    with pytest.raises(SlurmError, match="more than"):
         Scontrol(_script(tmp_path, "scontrol", body), timeout_s=30).node("n")
 
 
 def test_a_hung_scontrol_is_a_named_error(tmp_path: Path) -> None:
-    with pytest.raises(ScontrolError, match="timed out"):
+    with pytest.raises(SlurmError, match="timed out"):
         Scontrol(_script(tmp_path, "scontrol", "time.sleep(60)"), timeout_s=1).node("n")
 
 
 def test_an_unparsable_answer_is_an_scontrol_error(tmp_path: Path) -> None:
-    with pytest.raises(ScontrolError, match="NodeName=/State="):
+    with pytest.raises(SlurmError, match="NodeName=/State="):
         Scontrol(_script(tmp_path, "scontrol", "print('garbage')"), timeout_s=30).node("n")
+
+
+# --- a drain that exits 0 but says it failed (issue 31), through the real entry point
+
+
+def test_a_drain_that_says_it_timed_out_is_not_taken_for_a_drain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ndfleet_node.__main__ import main
+
+    failing = ('json.dump({"status": "unhealthy", "checks": [{"id": "gpu.ecc", "status": "fail"}]}, '
+               "open(sys.argv[-1], 'w')); sys.exit(1)")
+    validator = _script(tmp_path, "validate", f"import json\n{failing}")
+    # `show node` answers the node idle; `update` exits 0 but prints slurm_perror's words for a lost answer.
+    scontrol = _script(tmp_path, "scontrol", "if sys.argv[1] == 'show': print('NodeName=n1 State=IDLE')\n"
+                       "else: print('slurm_update error: Socket timed out on send/recv operation', file=sys.stderr)")
+    marker = tmp_path / "drained"
+    code = main(["slurm-health", "--validator", *validator, "--report", str(tmp_path / "r.json"),
+                 "--scontrol", *scontrol, "--node-name", "n1", "--drain-marker", str(marker),
+                 "--burnin-marker", str(tmp_path / "queued")])  # fmt: skip
+    assert code == 1
+    assert not marker.exists()  # the node is not known to be drained: no marker says so
+    assert "Socket timed out" in capsys.readouterr().err

@@ -90,3 +90,37 @@ def test_bad_durations_are_refused_by_name(value: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         main(["--after-seconds", value])
     assert f"{value!r} is not a number of seconds" in capsys.readouterr().err
+
+
+# --- answers that lie (issue 31)
+
+FORGED = ("NodeName=real-1 State=IDLE+DRAIN+DYNAMIC_NORM Reason=ops{sep}NodeName=ghost-{n} Arch=x86_64 "
+          "State=DOWN*+DYNAMIC_NORM+NOT_RESPONDING Reason=Not responding [slurm@2020-01-01T00:00:00]\n")
+
+
+def _fake(tmp_path: Path, listing: str, delete_says: str = "") -> tuple[Path, Path]:
+    """`show node` prints `listing`; `delete` logs its argument and prints `delete_says` on stderr, exit 0."""
+    log = tmp_path / "deleted.log"
+    script = tmp_path / "scontrol"
+    script.write_text(f"#!{sys.executable}\nimport sys\nargs = sys.argv[1:]\n"
+                      f"if args[0] == 'show':\n    sys.stdout.buffer.write({listing.encode()!r})\n    sys.exit(0)\n"
+                      f"open({str(log)!r}, 'a').write(args[1] + '\\n')\nsys.stderr.write({delete_says!r})\n")
+    script.chmod(0o755)
+    return script, log
+
+
+def test_a_line_separator_in_a_reason_forges_no_node_to_delete(tmp_path: Path) -> None:
+    listing = "".join(FORGED.format(sep=sep, n=n) for n, sep in enumerate(("\u2028", "\u2029", "\x85")))
+    script, log = _fake(tmp_path, listing)
+    assert main(["--scontrol", str(script), "--after-seconds", "0"]) == 0
+    assert not log.exists()  # Slurm listed real-1 only; no ghost is deleted
+
+
+def test_a_delete_that_exits_0_but_says_it_failed_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script, log = _fake(tmp_path, LINE.format(name="gone-a") + "\n",
+                        "slurm_delete_node error: Socket timed out on send/recv operation\n")
+    assert main(["--scontrol", str(script), "--after-seconds", "0"]) == 1
+    assert log.read_text() == "nodename=gone-a\n"
+    assert "could not delete gone-a" in capsys.readouterr().err

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ndfleet_node.burnin.slurm import GONE
 from ndfleet_node.health import health_state
 from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.scontrol import parse_nodes
 
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.stackconfig.config import load_spec
@@ -192,6 +194,19 @@ def test_the_controller_restarts_without_losing_the_queue(cluster: SlurmSandbox)
     assert cluster.job(held)["JobState"] == "PENDING"
     assert cluster.job(held)["Reason"] == "JobHeldUser"
     cluster.run(["scancel", running, held])
+
+
+def test_the_scontrol_words_ndfleet_relies_on(cluster: SlurmSandbox) -> None:
+    """The one reader reads a real listing; the burn-in's confirmations are the words this Slurm says:
+    "Reservation created: <name>" (a creation confirmed) and "Requested reservation is invalid" (one that is gone)."""
+    assert set(parse_nodes(cluster.run(["scontrol", "show", "node", "--oneliner"]).stdout)) == set(NODES)
+    user = cluster.run(["id", "-un"]).stdout.strip()
+    made = cluster.run(["scontrol", "create", "reservation", "ReservationName=ndfleet-probe", "Nodes=t-ib00-000001",
+                        "StartTime=now", "Duration=5", f"Users={user}", "Flags=MAINT,IGNORE_JOBS"])
+    assert "Reservation created: ndfleet-probe" in made.stdout
+    cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"])
+    again = cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"], check=False)
+    assert again.returncode != 0 and GONE in again.stdout + again.stderr
 
 
 def test_a_node_that_is_gone_is_deleted(cluster: SlurmSandbox) -> None:

@@ -8,18 +8,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from ndfleet_node.metrics import DEFAULT_DRAIN_FILE
+from ndfleet_node.scontrol import SlurmNode, parse_line
+from ndfleet_node.scontrol import parse_nodes as parse_listing
 from ndfleet_node.slurm_health import (
-    DRAIN_MARKER,
-    NodeState,
     Verdict,
     act,
+    drained_by_health_check,
     mirror_drain,
-    parse_node,
     run_validation,
-    split_node_line,
 )
-from ndfleet_node.slurm_reap import gone, parse_nodes
+from ndfleet_node.slurm_reap import gone, since
 from ndfleet_node.slurm_reap import main as reap_main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -45,8 +43,10 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
     ],
 )
 def test_parse_node(line: str, states: tuple[str, ...], reason: str, drained: bool, ours: bool) -> None:
-    node = parse_node(line)
-    assert (node.states, node.reason, node.drained, node.drained_by_health_check) == (states, reason, drained, ours)
+    node = parse_line(line)
+    assert node is not None
+    assert (node.flags, node.reason, node.drained, drained_by_health_check(node)) == (set(states), reason, drained,
+                                                                                       ours)
 
 
 def test_drain_reason_names_the_failed_checks() -> None:
@@ -81,6 +81,7 @@ def test_validation_outcomes(tmp_path: Path, body: str, verdict: Verdict) -> Non
 
 def test_reap_picks_only_dynamic_nodes_down_and_silent_long_enough() -> None:
     nodes = parse_nodes((DATA / "scontrol-show-node-oneliner.txt").read_text())
+    assert all(isinstance(n, SlurmNode) for n in nodes)
     assert [n.name for n in nodes] == ["prod-ib00-000000", "prod-ib00-000004", "prod-ib00-00000a", "static01"]
     now = datetime(2026, 12, 3, 9, 0, 0)
     assert gone(nodes, now, after_s=1800) == ["prod-ib00-000004"]
@@ -95,7 +96,7 @@ SHAPE_25_11 = DATA / "scontrol-show-node-oneliner-25.11.txt"
 
 def test_reap_finds_the_reasons_time_when_slurm_prints_fields_after_it() -> None:
     nodes = parse_nodes(SHAPE_25_11.read_text())
-    assert [(n.name, n.since) for n in nodes] == [
+    assert [(n.name, since(n)) for n in nodes] == [
         ("prod-ib00-00000c", datetime(2026, 12, 3, 8, 0, 0)),
         ("prod-ib00-00000d", datetime(2026, 12, 3, 8, 10, 0)),
         ("prod-ib00-00000e", datetime(2026, 12, 3, 8, 58, 30)),
@@ -109,11 +110,11 @@ def test_reap_finds_the_reasons_time_when_slurm_prints_fields_after_it() -> None
 
 def test_parse_node_reads_a_25_11_line_field_by_field() -> None:
     last = SHAPE_25_11.read_text().splitlines()[-1]
-    node = parse_node(last)
-    assert (node.states, node.reason) == (("IDLE", "DRAIN", "DYNAMIC_NORM"), "swap DIMM, then State=DOWN")
-    split = split_node_line(last)
-    assert (split.reason_user, split.reason_time) == ("root", "2026-12-03T07:00:00")
-    assert split.fields["Partitions"] == "ib00" and "Comment" not in split.fields and "Topology" not in split.fields
+    node = parse_line(last)
+    assert node is not None
+    assert (node.flags, node.reason) == ({"IDLE", "DRAIN", "DYNAMIC_NORM"}, "swap DIMM, then State=DOWN")
+    assert node.reason_time == "2026-12-03T07:00:00"
+    assert node.partitions == ("ib00",)
 
 
 def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_path: Path) -> None:
@@ -130,18 +131,23 @@ def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_
     assert log.read_text().splitlines() == ["delete nodename=prod-ib00-00000c"]
 
 
-def test_the_reaper_runs_from_the_files_the_controller_gets(tmp_path: Path) -> None:
-    # On the controller (no node program there) slurm_reap runs as `python3 -m ndfleet_node.slurm_reap` from
-    # the archive of node-program modules machines.py ships, alone on PYTHONPATH.
+@pytest.mark.parametrize("module", ["slurm_reap", "slurm_export", "burnin.slurm", "elastic.programs"])
+def test_each_controller_program_runs_from_the_files_the_controller_gets(tmp_path: Path, module: str) -> None:
+    # On the controller (no node program there) each runs as `python3 -m ndfleet_node.<module>` from the archive
+    # of node-program modules machines.py ships, alone on PYTHONPATH.
     from ndfleet.slurm.machines import machine_bootstrap
     from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
     from tests.slurm.controller_library import written_library
 
     lib = written_library(machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller"), tmp_path)
-    proc = subprocess.run([sys.executable, "-S", "-m", "ndfleet_node.slurm_reap", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-S", "-m", f"ndfleet_node.{module}", "--help"], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(lib)}, check=False)
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr
+
+
+def parse_nodes(text: str) -> list[SlurmNode]:
+    return list(parse_listing(text).values())
 
 
 class FakeScontrol:
@@ -149,8 +155,10 @@ class FakeScontrol:
         self.line = line
         self.calls: list[str] = []
 
-    def node(self, name: str) -> NodeState:
-        return parse_node(self.line)
+    def node(self, name: str) -> SlurmNode:
+        node = parse_line(self.line)
+        assert node is not None
+        return node
 
     def drain(self, name: str, reason: str) -> None:
         self.calls.append(f"drain {reason}")
@@ -192,10 +200,6 @@ def test_drain_marker_follows_the_node(tmp_path: Path) -> None:
     resumed = FakeScontrol("NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00]")
     mirror_drain(marker, act(resumed, "n", PASS))  # type: ignore[arg-type]
     assert not marker.exists()
-
-
-def test_drain_marker_is_the_one_the_metrics_read() -> None:
-    assert DRAIN_MARKER == DEFAULT_DRAIN_FILE
 
 
 HEALTHY = 'json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}, open(report, "w"))'

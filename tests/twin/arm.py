@@ -14,8 +14,14 @@ creates and deletes instances.
   instances go (their machines are powered off and removed) and the capacity drops by as many.
 
 Callers need a managed-identity token the metadata stand-in issued for `https://management.azure.com` (401
-otherwise) and a role at the scale set: the plan's role assignments name the scopes, and only the identity of the
-machine the plan gives that role (the controller) may act there (403 otherwise). A scale set named in `never_boots`
+otherwise) and a role granting the call's action at the scale set or a scope above it (Microsoft Learn, "Understand
+scope for Azure RBAC": assignments are inherited by child scopes): the plan's role assignments and the actions of
+their role definitions; only the identity of the machine the plan gives that role (the controller) may act (403
+`AuthorizationFailed` otherwise). A write of the scale set (PUT/PATCH) is also checked on its linked resources, as
+Resource Manager does: `subnets/join/action` at each subnet its instances join and
+`userAssignedIdentities/assign/action` at each identity it carries, else 403 `LinkedAuthorizationFailed` (Microsoft
+Learn, "Troubleshoot Azure RBAC", linked access checks; the error autoscalers met in Azure/aks-engine#2367).
+A scale set named in `never_boots`
 creates its instances but never boots them: an allocation that never comes up (the resume-fail test).
 """
 
@@ -57,6 +63,20 @@ class Instance:
     provisioning_state: str = "Creating"
 
 
+# The action each call needs at the scale set (Microsoft Learn, "Azure permissions for Compute").
+READ = "Microsoft.Compute/virtualMachineScaleSets/read"
+WRITE = "Microsoft.Compute/virtualMachineScaleSets/write"
+ACTIONS: dict[tuple[str, tuple[str, ...]], str] = {
+    ("GET", ()): READ,
+    ("GET", ("virtualmachines",)): "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
+    ("PATCH", ()): WRITE,
+    ("PUT", ()): WRITE,
+    ("POST", ("delete",)): "Microsoft.Compute/virtualMachineScaleSets/delete/action",
+}
+JOIN = "Microsoft.Network/virtualNetworks/subnets/join/action"
+ASSIGN = "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action"
+
+
 @dataclass
 class ScaleSet:
     template: ScaleSetTemplate
@@ -74,7 +94,8 @@ class ScaleSet:
 @dataclass
 class ResourceManager:
     scale_sets: dict[str, ScaleSet]
-    role_scopes: set[str]
+    # scope -> actions granted there (tests/twin/plan.py role_grants)
+    grants: dict[str, frozenset[str]]
     allowed_client_ids: set[str]
     # bearer token -> (client id, audience), as the metadata stand-in issued it
     tokens: Callable[[str], tuple[str, str] | None]
@@ -108,10 +129,27 @@ class ResourceManager:
         rest = lower[8:]
         if scale_set is None or scale_set.resource_id.lower() != "/" + "/".join(lower[:8]):
             return 404, _error("ResourceNotFound", f"The Resource '{'/'.join(parts[4:8])}' was not found."), {}
-        if scale_set.resource_id.lower() not in {s.lower() for s in self.role_scopes} or (
-            issued[0] not in self.allowed_client_ids
-        ):
-            return 403, _error("AuthorizationFailed", f"client {issued[0]} has no role at {scale_set.resource_id}"), {}
+        action = ACTIONS.get((method, tuple(rest)))
+        if action is None:
+            return 405, _error("MethodNotAllowed", f"{method} {url.path}"), {}
+        if issued[0] not in self.allowed_client_ids or not self.may(action, scale_set.resource_id):
+            return 403, _error(
+                "AuthorizationFailed",
+                f"The client '{issued[0]}' does not have authorization to perform action '{action}' over scope "
+                f"'{scale_set.resource_id}'",
+            ), {}
+        if action == WRITE:
+            linked = [(JOIN, s) for s in scale_set.template.subnet_ids]
+            linked += [(ASSIGN, i) for i in scale_set.template.identity_ids]
+            missing = [(a, scope) for a, scope in linked if not self.may(a, scope)]
+            if missing:
+                return 403, _error(
+                    "LinkedAuthorizationFailed",
+                    f"The client '{issued[0]}' has permission to perform action '{action}' on scope "
+                    f"'{scale_set.resource_id}'; however, it does not have permission to perform action(s) "
+                    f"'{', '.join(a for a, _ in missing)}' on the linked scope(s) "
+                    f"'{', '.join(scope for _, scope in missing)}' or the linked scope(s) are invalid.",
+                ), {}
         async_headers = {
             "Azure-AsyncOperation": f"https://{ARM_HOST}/subscriptions/{SUBSCRIPTION}/providers/"
             f"Microsoft.Compute/locations/eastus/operations/{len(self.calls)}?api-version=2024-07-01"
@@ -138,6 +176,14 @@ class ResourceManager:
                     self._delete(scale_set, str(instance_id))
                 return 202, b"", {**async_headers, "Location": async_headers["Azure-AsyncOperation"]}
         return 405, _error("MethodNotAllowed", f"{method} {url.path}"), {}
+
+    def may(self, action: str, scope: str) -> bool:
+        """Whether an assignment at the scope or one above it grants the action."""
+        target = scope.lower().rstrip("/")
+        return any(
+            action in actions and (target == granted.lower().rstrip("/") or target.startswith(granted.lower() + "/"))
+            for granted, actions in self.grants.items()
+        )
 
     # --- what Azure does --------------------------------------------------------------------------------------
     def _scale(self, scale_set: ScaleSet, capacity: int) -> None:

@@ -3,7 +3,8 @@ systemd-nspawn booting it with systemd as PID 1 on the twin's bridge.
 
 Only what stands in for Azure or the hardware is written into the machine before it boots: the NoCloud seed
 (Azure's data source), the address (Azure's DHCP), /etc/hosts (Azure's DNS), the archive's apt source (the image's),
-and the hardware stand-in's settings (tests/twin/hardware.py). Nothing of ndfleet's is copied in.
+and the hardware stand-in (tests/twin/fakes/hardware.c and hw-boot.sh, installed by tests/twin/twin.py). Nothing of
+ndfleet's is copied in.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ VM = "azure-native:compute:VirtualMachine"
 NIC = "azure-native:network:NetworkInterface"
 SUBNET = "azure-native:network:Subnet"
 ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
 # Azure keeps the first four addresses and the last of every subnet (Microsoft Learn, virtual-networks-faq: "Are
 # there any restrictions on using IP addresses within these subnets?"); .1 is the default gateway.
 AZURE_RESERVED_LOW = 4
@@ -47,6 +48,9 @@ class ScaleSetTemplate:
     user_data: str | None
     tags: dict[str, str]
     island: str | None
+    # the linked resources a new instance uses: the subnets its NICs join, the user-assigned identities it is given
+    subnet_ids: tuple[str, ...] = ()
+    identity_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -59,6 +63,8 @@ class PlanMachines:
     # Elastic scale sets by name, and the resource ids the plan assigns a role at (the scaler's scope).
     scale_sets: dict[str, ScaleSetTemplate] = field(default_factory=dict)
     role_scopes: set[str] = field(default_factory=set)
+    # scope -> the actions the plan's role assignments grant there (their role definitions' actions)
+    grants: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -113,6 +119,12 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                 user_data=profile.get("userData"),
                 tags=tags,
                 island=island,
+                subnet_ids=tuple(
+                    ip["subnet"]["id"]
+                    for nic in profile["networkProfile"]["networkInterfaceConfigurations"]
+                    for ip in nic["ipConfigurations"]
+                ),
+                identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
             )
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]
@@ -137,5 +149,22 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
     vaults = [r["inputs"]["vaultName"] for r in plan["resources"] if r["type"] == "azure-native:keyvault:Vault"]
     scopes = {str(r["inputs"].get("scope", "")) for r in _resources(plan, ROLE_ASSIGNMENT)}
     return PlanMachines(
-        machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}), scale_sets, scopes
+        machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}), scale_sets, scopes,
+        role_grants(plan),
     )
+
+
+def role_grants(plan: dict[str, Any]) -> dict[str, frozenset[str]]:
+    """scope -> actions, for the plan's assignments of its own custom roles (under the mocks a role definition's id
+    ends in its resource name). Built-in roles are not expanded: the stand-in only judges the elastic scaler."""
+    actions = {
+        r["name"]: frozenset(a for perm in r["inputs"].get("permissions") or () for a in perm.get("actions") or ())
+        for r in _resources(plan, ROLE_DEFINITION)
+    }
+    grants: dict[str, frozenset[str]] = {}
+    for r in _resources(plan, ROLE_ASSIGNMENT):
+        granted = actions.get(str(r["inputs"].get("roleDefinitionId", "")).rsplit("/", 1)[-1])
+        if granted:
+            scope = str(r["inputs"].get("scope", ""))
+            grants[scope] = grants.get(scope, frozenset()) | granted
+    return grants

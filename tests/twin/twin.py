@@ -168,7 +168,7 @@ class Twin:
             controller = next(m for m in self.plan.machines if m.role == "controller")
             self.arm = ResourceManager(
                 scale_sets={name: ScaleSet(t) for name, t in self.plan.scale_sets.items()},
-                role_scopes=self.plan.role_scopes,
+                grants=self.plan.grants,
                 allowed_client_ids={controller.identity_client_id},
                 tokens=self.state.tokens.get,
                 boot=self.boot_instance,

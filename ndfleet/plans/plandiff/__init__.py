@@ -30,19 +30,13 @@ from ndfleet.plans.plandiff.compare import (
 )
 from ndfleet.plans.plandiff.render import render_markdown, render_text
 from ndfleet.plans.plandiff.resources import (
-    AML_FILESYSTEM_TYPE,
-    BLOB_CONTAINER_TYPE,
     DATA_HOLDING_TYPES,
     IMAGE_REFERENCE_PATH,
     LONG_VALUE_CHARS,
     MARKDOWN_MARKER,
     MARKDOWN_MAX_CHARS,
     MISSING,
-    PRIVATE_ENDPOINT_TYPE,
-    ROLE_ASSIGNMENT_TYPE,
     SEVERITIES,
-    STORAGE_ACCOUNT_TYPE,
-    VMSS_TYPE,
     Consequence,
     PropertyChange,
     StackDiff,
@@ -51,6 +45,14 @@ from ndfleet.plans.plandiff.rules import BUILTIN_CONSEQUENCES, CONSEQUENCE_RULES
 
 # The plan document's schema and reader live in ndfleet.plans.plandoc; these names stay importable from here.
 from ndfleet.plans.plandoc import PLAN_SCHEMA_VERSION, PlanFormatError, validate_plan
+from ndfleet.plans.resource_types import (
+    AML_FILESYSTEM_TYPE,
+    BLOB_CONTAINER_TYPE,
+    PRIVATE_ENDPOINT_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    VMSS_TYPE,
+)
 
 __all__ = [
     "AML_FILESYSTEM_TYPE",

@@ -14,8 +14,6 @@ from typing import Any
 from ndfleet_node.names import TAG_ELASTIC
 
 from ndfleet.plans.plandiff.resources import (
-    AML_FILESYSTEM_TYPE,
-    BLOB_CONTAINER_TYPE,
     DATA_HOLDING_TYPES,
     HASH_PREFIX_CHARS,
     ISLAND_TAG,
@@ -23,11 +21,7 @@ from ndfleet.plans.plandiff.resources import (
     LOCK_TYPES,
     LONG_VALUE_CHARS,
     MISSING,
-    PRIVATE_ENDPOINT_TYPE,
-    ROLE_ASSIGNMENT_TYPE,
     SEVERITY_RANK,
-    STORAGE_ACCOUNT_TYPE,
-    VMSS_TYPE,
     Consequence,
     IslandCapacity,
     PropertyChange,
@@ -36,6 +30,14 @@ from ndfleet.plans.plandiff.resources import (
 )
 from ndfleet.plans.plandiff.rules import CONSEQUENCE_RULES, ConsequenceRule
 from ndfleet.plans.plandoc import TooLarge, decode_custom_data
+from ndfleet.plans.resource_types import (
+    AML_FILESYSTEM_TYPE,
+    BLOB_CONTAINER_TYPE,
+    PRIVATE_ENDPOINT_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+    VMSS_TYPE,
+)
 from ndfleet.stackconfig.profiles import PROFILES
 
 # ----------------------------------------------------------------------------------------------------------

@@ -7,6 +7,23 @@ from typing import Any
 
 from ndfleet_node.names import TAG_ISLAND
 
+from ndfleet.plans.resource_types import (
+    AML_FILESYSTEM_TYPE,
+    BLOB_CONTAINER_TYPE,
+    DISK_TYPE,
+    FILE_SHARE_TYPE,
+    KEY_VAULT_TYPE,
+    LOCK_AT_RESOURCE_GROUP_TYPE,
+    LOCK_AT_RESOURCE_TYPE,
+    LOCK_BY_SCOPE_TYPE,
+    MONITOR_WORKSPACE_TYPE,
+    MYSQL_DATABASE_TYPE,
+    MYSQL_SERVER_TYPE,
+    PRIVATE_ENDPOINT_TYPE,
+    ROLE_ASSIGNMENT_TYPE,
+    STORAGE_ACCOUNT_TYPE,
+)
+
 # Values longer than this (as compact JSON) are shown as a size and a hash, not verbatim.
 LONG_VALUE_CHARS = 200
 HASH_PREFIX_CHARS = 12
@@ -15,24 +32,8 @@ MARKDOWN_MAX_CHARS = 60_000
 # The hidden first line of the pull-request comment; the workflow finds (and updates) its comment by it.
 MARKDOWN_MARKER = "<!-- ndfleet-plan-diff -->"
 
-VMSS_TYPE = "azure-native:compute:VirtualMachineScaleSet"
-VM_TYPE = "azure-native:compute:VirtualMachine"
-STORAGE_ACCOUNT_TYPE = "azure-native:storage:StorageAccount"
-BLOB_CONTAINER_TYPE = "azure-native:storage:BlobContainer"
-AML_FILESYSTEM_TYPE = "azure-native:storagecache:AmlFilesystem"
-VNET_TYPE = "azure-native:network:VirtualNetwork"
-SUBNET_TYPE = "azure-native:network:Subnet"
-PRIVATE_ENDPOINT_TYPE = "azure-native:network:PrivateEndpoint"
-ROLE_ASSIGNMENT_TYPE = "azure-native:authorization:RoleAssignment"
-# The Slurm cluster's data stores (components/slurm_*.py) and its controller.
-MYSQL_SERVER_TYPE = "azure-native:dbformysql:Server"
-MYSQL_DATABASE_TYPE = "azure-native:dbformysql:Database"
-KEY_VAULT_TYPE = "azure-native:keyvault:Vault"
-FILE_SHARE_TYPE = "azure-native:storage:FileShare"
-DISK_TYPE = "azure-native:compute:Disk"
 # Resources whose deletion or replacement loses data.
 # The Azure Monitor workspace holds the fleet's metrics history (18 months): deleting it loses that history.
-MONITOR_WORKSPACE_TYPE = "azure-native:monitor:AzureMonitorWorkspace"
 DATA_HOLDING_TYPES = (
     STORAGE_ACCOUNT_TYPE,
     BLOB_CONTAINER_TYPE,
@@ -46,9 +47,9 @@ DATA_HOLDING_TYPES = (
 )
 # Management locks (CanNotDelete on what holds data): removing one is worth a warning.
 LOCK_TYPES = (
-    "azure-native:authorization:ManagementLockByScope",
-    "azure-native:authorization:ManagementLockAtResourceGroupLevel",
-    "azure-native:authorization:ManagementLockAtResourceLevel",
+    LOCK_BY_SCOPE_TYPE,
+    LOCK_AT_RESOURCE_GROUP_TYPE,
+    LOCK_AT_RESOURCE_TYPE,
 )
 # Resources that cannot be deleted (so not replaced either) while a CanNotDelete or ReadOnly lock covers them: the
 # lock is inherited by everything below its scope, containers and role assignments at the account included, and

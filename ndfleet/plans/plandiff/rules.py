@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ndfleet.plans.plandiff.resources import (
-    AML_FILESYSTEM_TYPE,
     CUSTOM_DATA_PATH,
+    IMAGE_REFERENCE_PATH,
+)
+from ndfleet.plans.resource_types import (
+    AML_FILESYSTEM_TYPE,
     DISK_TYPE,
     FILE_SHARE_TYPE,
-    IMAGE_REFERENCE_PATH,
     MYSQL_SERVER_TYPE,
     ROLE_ASSIGNMENT_TYPE,
     STORAGE_ACCOUNT_TYPE,

@@ -201,9 +201,20 @@ def run_bounded(
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
-    output = out_path.read_text(errors="replace")
+    output = read_bounded(out_path)
     out_path.unlink(missing_ok=True)
     return ProcessRun(code, output, time.monotonic() - start)
+
+
+# One test's output: nccl-tests prints a few KiB for one message size, NCCL_DEBUG=INFO some more per rank. Only the
+# last this many bytes are read (the table and its trailers come last): a flood is never read whole.
+MAX_OUTPUT_BYTES = 2 * 1024 * 1024
+
+
+def read_bounded(path: Path) -> str:
+    with path.open("rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - MAX_OUTPUT_BYTES))
+        return f.read(MAX_OUTPUT_BYTES).decode(errors="replace")
 
 
 def judge(test: TestSpec, run: ProcessRun, timeout_s: float) -> TestResult:

@@ -7,7 +7,7 @@ Run as root on the controller or the login node. Neither has HPC-X or nccl-tests
 test is a Slurm job step (`srun --mpi=pmix`) on the compute nodes themselves, which load HPC-X before they start
 all_reduce_perf (`hpcx.with_hpcx`).
 
-1. Find the nodes: `scontrol -o show node`, read field by field (`parse_node_line`). A new node registers DRAINED
+1. Find the nodes: `scontrol show node --oneliner`, read by ndfleet_node.scontrol. A new node registers DRAINED
    with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.names.AWAITING_BURNIN_REASON`); without
    `--nodes` every such node (of `--partition`, when given) is burnt in, with up to `--idle-partners N` idle
    in-service nodes as partners; with `--nodes`, exactly those (a node drained by anyone else is left out).
@@ -34,14 +34,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
-import shlex
 import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +54,14 @@ from ndfleet_node.burnin import (
     run_burnin,
 )
 from ndfleet_node.burnin.hosts import host_name_problem
-from ndfleet_node.burnin.notify import Run, report_impacts
+from ndfleet_node.burnin.notify import report_impacts
 from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.report import summary_lines
 from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
 from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
 from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX
+from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
+from ndfleet_node.text import clip
 
 AWAITING_REASON = AWAITING_BURNIN_REASON
 # The reason earlier releases documented (no release set it): still the burn-in's to lift, not to select.
@@ -80,84 +80,32 @@ def held_by_burnin(reason: str) -> bool:
 
 # Power-saving states of a CLOUD node (slurm.conf power saving): no slurmd to test yet, or none any more.
 NOT_UP_YET = frozenset({"POWERING_UP", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+# What a deleted or never-made reservation's delete says (ESLURM_RESERVATION_INVALID, SchedMD src/common/slurm_errno.c).
+GONE = "Requested reservation is invalid"
 
 
-@dataclass(frozen=True)
-class SlurmNode:
-    name: str
-    state: str  # scontrol's State, e.g. IDLE, IDLE+DRAIN, DOWN+DRAIN, MIXED
-    reason: str  # without scontrol's trailing "[user@time]"; "" when there is none
-    partitions: tuple[str, ...] = ()
-
-    @property
-    def flags(self) -> set[str]:
-        return set(self.state.upper().split("+"))
-
-    @property
-    def drained(self) -> bool:
-        return "DRAIN" in self.flags
-
-    @property
-    def awaiting_burnin(self) -> bool:
-        return self.drained and self.reason == AWAITING_REASON
+def awaiting_burnin(node: SlurmNode) -> bool:
+    return node.drained and node.reason == AWAITING_REASON
 
 
-
-# `scontrol -o show node` prints one node per line as `Key=Value` fields. Only Reason's value (and OS's) holds
-# spaces, and Reason comes after State and Partitions, so the first `State=` / `Partitions=` field is the real one
-# even when a reason quotes `State=IDLE`; the reason runs to scontrol's ` [user@time]` stamp.
-_FIELD = {key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in ("NodeName", "State", "Partitions")}
-_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s\[[^\s\[\]]*@[^\s\[\]]*\](?:\s|$)|$)")
-
-
-def parse_node_line(line: str) -> SlurmNode | None:
-    fields = {key: m.group(1) if (m := rx.search(line)) else "" for key, rx in _FIELD.items()}
-    if not fields["NodeName"]:
-        return None
-    reason = m.group(1).strip() if (m := _REASON.search(line)) else ""
-    return SlurmNode(fields["NodeName"], fields["State"], reason, tuple(fields["Partitions"].split(",")))
-
-
-class SlurmError(Exception):
-    pass
-
-
-class Slurm:
-    """The scontrol calls the wrapper needs, each bounded in time."""
-
-    def __init__(self, run: Run):
-        self.run = run
-
-    def _call(self, cmd: list[str]) -> str:
-        result = self.run(cmd, SLURM_TIMEOUT_S)
-        if result.returncode != 0:
-            why = "timed out" if result.returncode is None else f"exit {result.returncode}"
-            raise SlurmError(f"`{shlex.join(cmd)[:200]}` failed ({why}): {result.output.strip()[:300]}")
-        return result.output
-
-    def hostnames(self, hostlist: str) -> list[str]:
-        return self._call(["scontrol", "show", "hostnames", hostlist]).split()
-
-    def nodes(self) -> list[SlurmNode]:
-        seen: dict[str, SlurmNode] = {}
-        for line in self._call(["scontrol", "-o", "show", "node"]).splitlines():
-            node = parse_node_line(line)
-            if node is not None:
-                seen.setdefault(node.name, node)
-        return list(seen.values())
+class Slurm(Scontrol):
+    """The burn-in's scontrol calls (ndfleet_node.scontrol: bounded in time and output, exit 0 with an error is one)."""
 
     def create_reservation(self, name: str, nodes: Sequence[str], minutes: int) -> None:
-        self._call(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-                    "StartTime=now", f"Duration={minutes}", "Users=root", "Flags=MAINT,IGNORE_JOBS"])  # fmt: skip
+        said = self.call("create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+                         "StartTime=now", f"Duration={minutes}", "Users=root", "Flags=MAINT,IGNORE_JOBS")  # fmt: skip
+        # scontrol confirms with "Reservation created: <name>" (SchedMD src/scontrol/create_res.c); without it the
+        # outcome is unknown.
+        if f"Reservation created: {name}" not in said:
+            raise SlurmError(f"scontrol create reservation {name}: not confirmed: {clip(said, 200)!r}")
 
     def delete_reservation(self, name: str) -> None:
-        self._call(["scontrol", "delete", f"ReservationName={name}"])
-
-    def resume(self, node: str) -> None:
-        self._call(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
-
-    def drain(self, node: str, reason: str) -> None:
-        self._call(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+        """Deleted, or confirmed gone (never made, or deleted already)."""
+        try:
+            self.call("delete", f"ReservationName={name}")
+        except SlurmError as exc:
+            if GONE not in str(exc):
+                raise
 
 
 def choose_hosts(
@@ -175,10 +123,10 @@ def choose_hosts(
         chosen = [by_name[name] for name in explicit]
     else:
         pool = [n for n in known if partition is None or partition in n.partitions]
-        chosen = [n for n in pool if n.awaiting_burnin]
+        chosen = [n for n in pool if awaiting_burnin(n)]
         if chosen:
             # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
-            chosen += [n for n in pool if n.flags == {"IDLE"}][:idle_partners]
+            chosen += [n for n in pool if n.flags == {"IDLE"} and not n.not_responding][:idle_partners]
     usable = []
     for node in chosen:
         if node.flags & NOT_UP_YET:
@@ -263,10 +211,10 @@ def _run_unwinding(args: argparse.Namespace) -> int:
         def run(cmd: Sequence[str], timeout: float) -> ProcessRun:
             return run_bounded(cmd, timeout, 5.0, Path(workdir))
 
-        slurm = Slurm(run)
+        slurm = Slurm(timeout_s=SLURM_TIMEOUT_S)
         try:
             settings = load_settings(args.config)
-            known = slurm.nodes()
+            known = list(slurm.nodes().values())
             explicit = slurm.hostnames(args.nodes) if args.nodes else None
             chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log)
         except (SettingsError, SlurmError) as exc:
@@ -308,6 +256,8 @@ def _burn_in_reserved(
         slurm.create_reservation(name, hosts, minutes)
     except SlurmError as exc:
         log(str(exc))
+        # Made or not, nobody knows: delete it, or confirm it is gone.
+        _delete_reservation(slurm, name, log)
         return None
     log(f"reservation {name}: {', '.join(hosts)}")
     resumed: list[SlurmNode] = []
@@ -315,8 +265,8 @@ def _burn_in_reserved(
     try:
         for node in chosen:
             if node.drained:
+                resumed.append(node)  # before the call: a resume whose outcome is unknown is undone as well
                 slurm.resume(node.name)
-                resumed.append(node)
         executor = srun_executor(settings, args.level, workdir, name, chosen[0].partitions[0])
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)
@@ -335,14 +285,20 @@ def _burn_in_reserved(
                     log(f"{node.name}: drained again, {node.reason}")
                 except SlurmError as exc:
                     log(f"{exc}")
-        try:
-            slurm.delete_reservation(name)
-            log(f"reservation {name} deleted")
-        except SlurmError as exc:
-            log(f"cannot delete reservation {name}; delete it by hand "
-                f"(scontrol delete ReservationName={name}): {exc}")  # fmt: skip
+        if not _delete_reservation(slurm, name, log):
             result = None
     return result
+
+
+def _delete_reservation(slurm: Slurm, name: str, log: Callable[[str], None]) -> bool:
+    try:
+        slurm.delete_reservation(name)
+        log(f"reservation {name} deleted")
+        return True
+    except SlurmError as exc:
+        log(f"cannot delete reservation {name}; delete it by hand "
+            f"(scontrol delete ReservationName={name}): {exc}")  # fmt: skip
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

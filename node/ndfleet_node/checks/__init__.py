@@ -1,15 +1,21 @@
 """The validator's checks: one registry, shared facts, and the time budget.
 
-A check is a function `(Context) -> Result` registered with `@check(id, level, calls=..., concurrent=...)`:
+A check is a function `(Context) -> Result` registered with `@check(id, level, impact, calls=..., concurrent=...,
+setup_steps=...)`, which holds everything known about a check in one place:
+- `level`: the first level that runs it ("quick": read-only queries; "full": also the bandwidth tests).
+- `impact`: the Guest Health Reporting category a failure files under (suffix of Resource.Hpc.Unhealthy.), or None
+  where the fault is software or configuration (ndfleet_node.impact_categories).
+- `setup_steps`: set-up steps whose failure explains this check's (ndfleet_node.validate).
 - `calls` lists the tool calls it may make as (timeout key, count): the key names an entry of the node JSON's
   `timeouts` table, the count is a number or the name of a hardware list (one call per IB device). The runner
   uses the same table for each call's timeout, and `budget_s` sums it, so the budget is not a guess.
 - `concurrent=True` for read-only queries: they run in a thread pool; the others (bandwidth tests, which
   contend for the GPUs and HCAs) run one after another, after the concurrent ones.
-Checks of the quick level are in QUICK_IDS order, then PERF_IDS; the node JSON names which run at each level.
+Checks run in registration order (families gpu, ib, host, perf; each in its file's order); the node JSON names
+which run at each level (`level_ids`).
 
-Adding a check: write the function in the module of its family (gpu, ib, host, perf), decorate it, add its id
-to QUICK_IDS or PERF_IDS, document it in docs/bootstrap.md, and add a fault to tests/fakes.
+Adding a check: write the function in the module of its family (gpu, ib, host, perf), decorate it, document it
+in docs/bootstrap.md, and add a fault to tests/fakes.
 """
 
 from __future__ import annotations
@@ -20,29 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ndfleet_node.config import NodeConfig
+from ndfleet_node.config import Hardware, NodeConfig, Thresholds
 from ndfleet_node.runner import Runner, ToolResult
 
-QUICK_IDS = (
-    "gpu.count",
-    "gpu.ecc",
-    "gpu.row_remap",
-    "gpu.xid",
-    "gpu.nvlink",
-    "gpu.fabricmanager",
-    "gpu.pcie",
-    "gpu.throttle",
-    "ib.peermem",
-    "ib.ports",
-    "ib.rate",
-    "ib.flap",
-    "ib.pcie",
-    "host.nvme",
-    "host.memory",
-    "host.cpu",
-    "host.mounts",
-)
-PERF_IDS = ("perf.nccl_allreduce", "perf.ib_write_bw", "perf.nvbandwidth", "perf.dcgm")
+# The levels, in run order: a level runs its own checks after those of the levels before it.
+LEVELS = ("quick", "full")
 
 T = TypeVar("T")
 
@@ -78,11 +66,11 @@ class Context:
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def hw(self) -> dict[str, Any]:
+    def hw(self) -> Hardware:
         return self.config.hardware
 
     @property
-    def th(self) -> dict[str, Any]:
+    def th(self) -> Thresholds:
         return self.config.thresholds
 
     def timeout(self, key: str) -> float:
@@ -123,29 +111,42 @@ class Check:
     fn: CheckFn
     calls: Calls
     concurrent: bool
+    level: str
+    impact: str | None
+    setup_steps: tuple[str, ...]
 
 
 REGISTRY: dict[str, Check] = {}
 
 
-def check(check_id: str, calls: Calls = (), concurrent: bool = True) -> Callable[[CheckFn], CheckFn]:
+def check(
+    check_id: str, level: str, impact: str | None, calls: Calls = (), concurrent: bool = True,
+    setup_steps: tuple[str, ...] = (),
+) -> Callable[[CheckFn], CheckFn]:  # fmt: skip
     def register(fn: CheckFn) -> CheckFn:
-        REGISTRY[check_id] = Check(check_id, fn, calls, concurrent)
+        REGISTRY[check_id] = Check(check_id, fn, calls, concurrent, level, impact, setup_steps)
         return fn
 
     return register
 
 
 def load_all() -> dict[str, Check]:
-    from ndfleet_node.checks import gpu, host, ib, perf  # noqa: F401 (registers the checks)
+    # This order is the run and report order.
+    from ndfleet_node.checks import gpu, ib, host, perf  # noqa: F401, I001 (registers the checks)
 
     return REGISTRY
+
+
+def level_ids(level: str) -> list[str]:
+    """The ids a level runs: its own checks and those of the levels before it, in run order."""
+    upto = LEVELS[: LEVELS.index(level) + 1]
+    return [c.id for c in load_all().values() if c.level in upto]
 
 
 def check_budget_s(c: Check, config: NodeConfig) -> float:
     total = 0.0
     for key, count in c.calls:
-        n = len(config.hardware.get(count, [])) if isinstance(count, str) else count
+        n = len(getattr(config.hardware, count)) if isinstance(count, str) else count
         total += float(config.timeouts.get(key, 0)) * n
     return total
 

@@ -54,9 +54,10 @@ def num(value: str) -> int:
     return int(value) if value.strip().isdigit() else 0
 
 
-@check("gpu.count", calls=(("tool", 1),))
+# impact: fewer GPUs than the size has (NHC2009)
+@check("gpu.count", "quick", "HpcMissingGpu", calls=(("tool", 1),))
 def gpu_count(ctx: Context) -> Result:
-    want, model = int(ctx.hw["gpu_count"]), str(ctx.hw["gpu_model"])
+    want, model = int(ctx.hw.gpu_count), str(ctx.hw.gpu_model)
     expected = f"{want} x {model}"
     gpus, err = gpu_table(ctx)
     if err:
@@ -70,14 +71,15 @@ def gpu_count(ctx: Context) -> Result:
     return passed(f"{len(gpus)} x {model}", expected, f"all {len(gpus)} GPUs present")
 
 
-@check("gpu.ecc", calls=())
+# impact: uncorrectable / excess ECC errors: no dedicated category
+@check("gpu.ecc", "quick", "HpcGenericFailure", calls=())
 def gpu_ecc(ctx: Context) -> Result:
     t = ctx.th
     limits = {
-        ("uncorrected", "sram"): int(t["ecc_sram_uncorrectable_max"]),
-        ("uncorrected", "dram"): int(t["ecc_dram_uncorrectable_max"]),
-        ("corrected", "sram"): int(t["ecc_sram_correctable_max"]),
-        ("corrected", "dram"): int(t["ecc_dram_correctable_max"]),
+        ("uncorrected", "sram"): int(t.ecc_sram_uncorrectable_max),
+        ("uncorrected", "dram"): int(t.ecc_dram_uncorrectable_max),
+        ("corrected", "sram"): int(t.ecc_sram_correctable_max),
+        ("corrected", "dram"): int(t.ecc_dram_correctable_max),
     }
     expected = (
         f"ECC on; uncorrectable SRAM <= {limits['uncorrected', 'sram']}, DRAM <= {limits['uncorrected', 'dram']}; "
@@ -103,7 +105,8 @@ def gpu_ecc(ctx: Context) -> Result:
     )
 
 
-@check("gpu.row_remap", calls=(("tool", 1),))
+# impact: row remap pending or failed (NHC2007)
+@check("gpu.row_remap", "quick", "HpcRowRemapFailure", calls=(("tool", 1),))
 def gpu_row_remap(ctx: Context) -> Result:
     expected = "no pending or failed row remap"
     r = ctx.run(["nvidia-smi", "-q", "-d", "ROW_REMAPPER"])
@@ -129,9 +132,11 @@ def journal(ctx: Context, *args: str) -> tuple[str, str]:
     return (r.text, "") if r.ok else ("", r.error)
 
 
-@check("gpu.xid", calls=(("tool", 2),))  # journalctl, or dmesg where there is none
+# impact: Xid in the kernel log; 48/79/94/95 have their own categories (impact_categories refines)
+# journalctl, or dmesg where there is none
+@check("gpu.xid", "quick", "GpuXIDError", calls=(("tool", 2),))
 def gpu_xid(ctx: Context) -> Result:
-    codes = [int(c) for c in ctx.th["xid_fail_codes"]]
+    codes = [int(c) for c in ctx.th.xid_fail_codes]
     expected = f"none of Xid {' '.join(map(str, codes))} since boot"
     gpus, _ = gpu_table(ctx)
     index = {normalise_bus(g["pci.bus_id"]): g["index"] for g in gpus}
@@ -148,9 +153,10 @@ def gpu_xid(ctx: Context) -> Result:
     return passed("none", expected, "no failing Xid in the kernel log since boot")
 
 
-@check("gpu.nvlink", calls=(("tool", 1),))
+# impact: an NVLink down (NHC2016)
+@check("gpu.nvlink", "quick", "NvLink", calls=(("tool", 1),))
 def gpu_nvlink(ctx: Context) -> Result:
-    want = int(ctx.hw["nvlinks_per_gpu"])
+    want = int(ctx.hw.nvlinks_per_gpu)
     expected = f"{want} NVLinks up on each GPU"
     gpus, _ = gpu_table(ctx)
     bus = {g["index"]: g["pci.bus_id"] for g in gpus}
@@ -168,7 +174,8 @@ def gpu_nvlink(ctx: Context) -> Result:
     return passed(f"{want} up on every GPU", expected, "all NVLinks up")
 
 
-@check("gpu.fabricmanager", calls=(("tool", 1),))
+# impact: fabric manager not running: usually software; the node is replaced, not reported
+@check("gpu.fabricmanager", "quick", None, calls=(("tool", 1),), setup_steps=("fabricmanager",))
 def gpu_fabricmanager(ctx: Context) -> Result:
     expected = "nvidia-fabricmanager active"
     r = ctx.run(["systemctl", "is-active", "nvidia-fabricmanager"])
@@ -185,9 +192,10 @@ def gpu_fabricmanager(ctx: Context) -> Result:
     )
 
 
-@check("gpu.pcie", calls=())
+# impact: GPU PCIe link downtrained: no dedicated category
+@check("gpu.pcie", "quick", "HpcGenericFailure", calls=())
 def gpu_pcie(ctx: Context) -> Result:
-    gen, width = int(ctx.hw["gpu_pcie_gen"]), int(ctx.hw["gpu_pcie_width"])
+    gen, width = int(ctx.hw.gpu_pcie_gen), int(ctx.hw.gpu_pcie_width)
     expected = f"gen {gen} x{width}"
     gpus, err = gpu_table(ctx)
     if err:
@@ -210,7 +218,8 @@ THROTTLE = {
 }
 
 
-@check("gpu.throttle", calls=())
+# impact: hardware slowdown at idle: no dedicated category
+@check("gpu.throttle", "quick", "HpcGenericFailure", calls=())
 def gpu_throttle(ctx: Context) -> Result:
     expected = "no thermal or power-brake clock events"
     gpus, err = gpu_table(ctx)

@@ -9,18 +9,20 @@ from ndfleet_node.parsers import ParseError
 from ndfleet_node.parsers.procfs import cpu_count, mem_total_gib, mount_points
 
 
-@check("host.nvme")
+# impact: local NVMe disk missing: no dedicated category
+@check("host.nvme", "quick", "HpcGenericFailure")
 def host_nvme(ctx: Context) -> Result:
-    want = int(ctx.hw["nvme_count"])
+    want = int(ctx.hw.nvme_count)
     found = len(glob.glob(ctx.host_path("/sys/block/nvme*n1")))
     if found == want:
         return passed(str(found), str(want), f"all {want} local NVMe disks present")
     return failed(str(found), str(want), f"found {found} NVMe disks, expected {want}")
 
 
-@check("host.memory")
+# impact: memory below the size's: no dedicated category
+@check("host.memory", "quick", "HpcGenericFailure")
 def host_memory(ctx: Context) -> Result:
-    want = int(ctx.hw["memory_min_gib"])
+    want = int(ctx.hw.memory_min_gib)
     expected = f">= {want} GiB"
     text = ctx.read("/proc/meminfo")
     try:
@@ -32,16 +34,18 @@ def host_memory(ctx: Context) -> Result:
     return failed(f"{gib} GiB", expected, f"only {gib} GiB of memory, expected at least {want} GiB")
 
 
-@check("host.cpu")
+# impact: vCPU count: a VM configuration matter, not the host
+@check("host.cpu", "quick", None)
 def host_cpu(ctx: Context) -> Result:
-    want = int(ctx.hw["vcpus"])
+    want = int(ctx.hw.vcpus)
     cpus = cpu_count(ctx.read("/proc/cpuinfo") or "")
     if cpus == want:
         return passed(str(cpus), str(want), f"{cpus} vCPUs online")
     return failed(str(cpus), str(want), f"found {cpus} vCPUs in {ctx.host_path('/proc/cpuinfo')}, expected {want}")
 
 
-@check("host.mounts")
+# impact: storage mounts: software or network
+@check("host.mounts", "quick", None, setup_steps=("nvme", "blob", "lustre"))
 def host_mounts(ctx: Context) -> Result:
     wanted = [str(m) for m in ctx.config.mounts.get("expected", [])]
     expected = " ".join(wanted)

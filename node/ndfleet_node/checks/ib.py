@@ -12,8 +12,12 @@ from ndfleet_node.parsers.logs import lost_carrier_counts
 from ndfleet_node.parsers.lspci import parse_lnksta
 from ndfleet_node.parsers.procfs import loaded_modules
 
+# PCIe signalling rate per generation as lspci prints it (PCI-SIG; not a VM figure): hardware.hca_pcie_gen -> LnkSta.
+PCIE_GT_PER_GEN = {3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
 
-@check("ib.peermem")
+
+# impact: nvidia-peermem not loaded: software
+@check("ib.peermem", "quick", None, setup_steps=("peermem",))
 def ib_peermem(ctx: Context) -> Result:
     expected = "nvidia_peermem loaded"
     path = ctx.host_path("/proc/modules")
@@ -40,9 +44,10 @@ def ib_table(ctx: Context) -> tuple[dict[tuple[str, int], IbPort], str]:
     return ctx.once("ibstat", load)
 
 
-@check("ib.ports", calls=(("tool", 1),))
+# impact: an IB port not Active (NHC2004); a missing device is MissingIB (NHC2002)
+@check("ib.ports", "quick", "IBPortDown", calls=(("tool", 1),))
 def ib_ports(ctx: Context) -> Result:
-    devices, port, layer = list(ctx.hw["ib_devices"]), int(ctx.hw["ib_port"]), str(ctx.hw["ib_link_layer"])
+    devices, port, layer = list(ctx.hw.ib_devices), int(ctx.hw.ib_port), str(ctx.hw.ib_link_layer)
     expected = f"{len(devices)} ports ({port}) Active / LinkUp / {layer}"
     table, err = ib_table(ctx)
     if err:
@@ -62,9 +67,10 @@ def ib_ports(ctx: Context) -> Result:
     return passed(f"{len(devices)} Active", expected, f"all {len(devices)} InfiniBand ports Active / LinkUp")
 
 
-@check("ib.rate")
+# impact: an IB port below its rate (NHC2003)
+@check("ib.rate", "quick", "IBPerformance")
 def ib_rate(ctx: Context) -> Result:
-    devices, port, rate = list(ctx.hw["ib_devices"]), int(ctx.hw["ib_port"]), float(ctx.hw["ib_rate_gbps"])
+    devices, port, rate = list(ctx.hw.ib_devices), int(ctx.hw.ib_port), float(ctx.hw.ib_rate_gbps)
     shown = f"{rate:g}"
     expected = f"{shown} Gb/s on each active port"
     table, err = ib_table(ctx)
@@ -82,10 +88,12 @@ def ib_rate(ctx: Context) -> Result:
     return passed(f"{shown} Gb/s", expected, f"every active InfiniBand port at {shown} Gb/s")
 
 
-@check("ib.flap", calls=(("tool", 2),))  # journalctl, or dmesg where there is none
+# impact: IB link flapping (NHC2005)
+# journalctl, or dmesg where there is none
+@check("ib.flap", "quick", "IBPortFlapping", calls=(("tool", 2),))
 def ib_flap(ctx: Context) -> Result:
-    devices, port = list(ctx.hw["ib_devices"]), int(ctx.hw["ib_port"])
-    limit, hours = int(ctx.th["ib_link_down_max"]), int(ctx.th["ib_flap_window_hours"])
+    devices, port = list(ctx.hw.ib_devices), int(ctx.hw.ib_port)
+    limit, hours = int(ctx.th.ib_link_down_max), int(ctx.th.ib_flap_window_hours)
     expected = f"<= {limit} link-down events per port (counters; lost carrier in {hours} h)"
     bad = []
     for d in devices:
@@ -103,12 +111,13 @@ def ib_flap(ctx: Context) -> Result:
     return passed("within limits", expected, "no InfiniBand link flapping")
 
 
-@check("ib.pcie", calls=(("tool", "ib_devices"),))
+# impact: HCA PCIe link downtrained: lowers IB bandwidth (NHC2003)
+@check("ib.pcie", "quick", "IBPerformance", calls=(("tool", "ib_devices"),))
 def ib_pcie(ctx: Context) -> Result:
-    speed, width = str(ctx.hw["hca_pcie_speed"]), int(ctx.hw["hca_pcie_width"])
+    speed, width = PCIE_GT_PER_GEN.get(int(ctx.hw.hca_pcie_gen), "?"), int(ctx.hw.hca_pcie_width)
     expected = f"{speed} x{width}"
     bad = []
-    for d in ctx.hw["ib_devices"]:
+    for d in ctx.hw.ib_devices:
         link = ctx.host_path(f"/sys/class/infiniband/{d}/device")
         target = os.path.realpath(link)
         if not os.path.islink(link) or not os.path.exists(target):

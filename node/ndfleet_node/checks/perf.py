@@ -44,10 +44,11 @@ def _hpcx_missing(tool: str, e: hpcx.HpcxError) -> str:
     return f"{e}; {tool} needs HPC-X's Open MPI libraries (libmpi.so.40), not run"
 
 
-@check("perf.nccl_allreduce", calls=(("nccl_allreduce", 1),), concurrent=False)
+# impact: 8-GPU all-reduce below floor inside the VM: NVLink/NVSwitch path
+@check("perf.nccl_allreduce", "full", "HpcGenericFailure", calls=(("nccl_allreduce", 1),), concurrent=False)
 def perf_nccl_allreduce(ctx: Context) -> Result:
-    floor = float(ctx.th["nccl_busbw_gbps"])
-    size, gpus = int(ctx.th["nccl_bytes"]), int(ctx.hw["gpu_count"])
+    floor = float(ctx.th.nccl_busbw_gbps)
+    size, gpus = int(ctx.th.nccl_bytes), int(ctx.hw.gpu_count)
     expected = f">= {floor} GB/s busbw"
     env = {str(k): str(v) for k, v in ctx.config.section("nccl").get("test_env", {}).items()}
     if shutil.which("all_reduce_perf", path=_tool_path(ctx)) is None:
@@ -73,8 +74,8 @@ def perf_nccl_allreduce(ctx: Context) -> Result:
 def _ib_write_bw_pair(ctx: Context, i: int, device: str, env: dict[str, str]) -> ToolResult:
     """GPUDirect RDMA loopback on one HCA with GPU i: a server, and a client that retries until it listens."""
     timeout = ctx.timeout("ib_write_bw")
-    port = int(ctx.th["ib_write_bw_base_port"]) + i
-    args = ["ib_write_bw", "-d", device, "-i", str(ctx.hw["ib_port"]), "-s", str(ctx.th["ib_write_bw_bytes"]),
+    port = int(ctx.th.ib_write_bw_base_port) + i
+    args = ["ib_write_bw", "-d", device, "-i", str(ctx.hw.ib_port), "-s", str(ctx.th.ib_write_bw_bytes),
             "-F", "--report_gbits", f"--use_cuda={i}", "-p", str(port)]  # fmt: skip
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -89,14 +90,15 @@ def _ib_write_bw_pair(ctx: Context, i: int, device: str, env: dict[str, str]) ->
     return client
 
 
-@check("perf.ib_write_bw", calls=(("ib_write_bw", 1),), concurrent=False)
+# impact: GPUDirect RDMA bandwidth below floor on an HCA (NHC2003)
+@check("perf.ib_write_bw", "full", "IBPerformance", calls=(("ib_write_bw", 1),), concurrent=False)
 def perf_ib_write_bw(ctx: Context) -> Result:
-    floor, size = float(ctx.th["ib_write_bw_gbps"]), int(ctx.th["ib_write_bw_bytes"])
+    floor, size = float(ctx.th.ib_write_bw_gbps), int(ctx.th.ib_write_bw_bytes)
     expected = f">= {floor} Gb/s per HCA (GPUDirect loopback)"
     env = {**(ctx.runner.env or os.environ)}
     if shutil.which("ib_write_bw", path=_tool_path(ctx)) is None:
         return failed("", expected, "ib_write_bw not found on PATH")
-    devices = list(ctx.hw["ib_devices"])
+    devices = list(ctx.hw.ib_devices)
     with ThreadPoolExecutor(max_workers=len(devices) or 1) as pool:
         clients = list(pool.map(lambda a: _ib_write_bw_pair(ctx, a[0], a[1], env), enumerate(devices)))
     bad, results = [], []
@@ -116,9 +118,10 @@ def perf_ib_write_bw(ctx: Context) -> Result:
     return passed(" ".join(results), expected, f"every HCA at >= {floor} Gb/s")
 
 
-@check("perf.nvbandwidth", calls=(("nvbandwidth", 1),), concurrent=False)
+# impact: host/device copy bandwidth below floor: PCIe or NVLink
+@check("perf.nvbandwidth", "full", "HpcGenericFailure", calls=(("nvbandwidth", 1),), concurrent=False)
 def perf_nvbandwidth(ctx: Context) -> Result:
-    hd, dd = float(ctx.th["nvbw_host_device_gbps"]), float(ctx.th["nvbw_device_device_gbps"])
+    hd, dd = float(ctx.th.nvbw_host_device_gbps), float(ctx.th.nvbw_device_device_gbps)
     expected = f"host<->device >= {hd} GB/s, device<->device >= {dd} GB/s"
     if shutil.which("nvbandwidth", path=_tool_path(ctx)) is None:
         return Result("skip", "", expected, NVBANDWIDTH_ABSENT)
@@ -148,7 +151,8 @@ def perf_nvbandwidth(ctx: Context) -> Result:
     return passed("within floors", expected, "host<->device and device<->device bandwidth above the floors")
 
 
-@check("perf.dcgm", calls=(("dcgm_diag", 1),), concurrent=False)
+# impact: DCGM diagnostic failed (NHC2020)
+@check("perf.dcgm", "full", "HpcGpuDcgmDiagFailure", calls=(("dcgm_diag", 1),), concurrent=False)
 def perf_dcgm(ctx: Context) -> Result:
     level = int(ctx.config.validation.get("dcgm_level", 0))
     expected = f"dcgmi diag -r {level} passes"

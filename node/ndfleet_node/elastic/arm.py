@@ -5,6 +5,13 @@ Microsoft Learn, Virtual Machine Scale Sets REST API: `PATCH .../virtualMachineS
 `{"sku": {"capacity": n}}` scales a Uniform scale set; `GET .../virtualMachines` lists its instances (paged by
 `nextLink`); `POST .../delete` with `{"instanceIds": [...]}` deletes those instances and no others. A scale-in by
 capacity would let Azure choose which VMs go, so ndfleet never lowers the capacity itself.
+
+Bounds (every call through `net.fetch`, to the Resource Manager host only, with its token): an answer within
+HTTP_DEADLINE_S and LIST_CAP bytes; the instance list within MAX_PAGES pages and MAX_INSTANCES instances, its
+`nextLink` followed only on the same host and never to a page already read. The REST reference documents no
+page size for this list, so one page is allowed to hold the whole scale set: a Uniform scale set holds at most
+1,000 VMs (Microsoft Learn, "Azure subscription and service limits": virtual machine scale sets), and one VM in
+the list is about 4 KiB (a 40-VM list is about 160 KiB), so 1,000 VMs fit in 8 MiB with room for larger entries.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet_node.impact import ARM, Http, ImpactError, Reply, http
+from ndfleet_node.net import ARM, FetchError, Http, Reply, Service
 
 API_VERSION = "2024-07-01"
-MAX_PAGES = 20  # 300 instances at most per scale set; a page holds many
+MAX_INSTANCES = 1000  # the most VMs a scale set can hold (see above)
+LIST_CAP = 8 << 20  # one answer; a page of the whole list at MAX_INSTANCES (see above)
+MAX_PAGES = 50  # pages of at least 20 VMs each at MAX_INSTANCES; a loop of nextLinks ends here at the latest
 
 
 class ArmError(Exception):
@@ -49,7 +58,13 @@ class ScaleSetApi:
     name: str
     token: Callable[[], str]
     endpoint: str = ARM
-    send: Http = http
+    send: Http | None = None  # None: `net.fetch` to `endpoint`, the only host the token goes to
+
+    def __post_init__(self) -> None:
+        try:
+            self.service = Service("arm", self.endpoint, LIST_CAP)
+        except FetchError as exc:
+            raise ArmError(str(exc)) from None
 
     @property
     def url(self) -> str:
@@ -62,8 +77,8 @@ class ScaleSetApi:
         headers = {"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"}
         data = json.dumps(body).encode() if body is not None else None
         try:
-            reply = self.send(method, url, headers, data)
-        except ImpactError as exc:
+            reply = (self.send or self.service.send)(method, url, headers, data)
+        except FetchError as exc:
             raise ArmError(f"{what}: {exc}") from None
         if reply.status not in (200, 201, 202):
             raise _error(what, reply)
@@ -85,13 +100,18 @@ class ScaleSetApi:
 
     def instances(self) -> list[ScaleSetInstance]:
         url: str | None = f"{self.url}/virtualMachines?api-version={API_VERSION}"
+        what = f"list the instances of {self.name}"
         out: list[ScaleSetInstance] = []
+        seen: set[str] = set()
         for _ in range(MAX_PAGES):
             if not url:
                 return out
-            doc = self._call("GET", url, f"list the instances of {self.name}").json()
+            seen.add(url)
+            doc = self._call("GET", url, what).json()
             if not isinstance(doc, dict) or not isinstance(doc.get("value"), list):
-                raise ArmError(f"list the instances of {self.name}: the answer has no value list")
+                raise ArmError(f"{what}: the answer has no value list")
+            if len(out) + len(doc["value"]) > MAX_INSTANCES:
+                raise ArmError(f"{what}: more than {MAX_INSTANCES} instances, more than a scale set holds")
             for vm in doc["value"]:
                 props = vm.get("properties") if isinstance(vm, dict) else None
                 if not isinstance(props, dict) or not isinstance(vm.get("instanceId"), str):
@@ -104,9 +124,10 @@ class ScaleSetApi:
                     computer_name=str(os_profile.get("computerName", "")),
                     provisioning_state=str(props.get("provisioningState", "")),
                 ))  # fmt: skip
-            nxt = doc.get("nextLink")
-            url = nxt if isinstance(nxt, str) and nxt.startswith(self.endpoint + "/") else None
-        raise ArmError(f"list the instances of {self.name}: more than {MAX_PAGES} pages")
+            url = doc.get("nextLink") or None
+            if url is not None and (not isinstance(url, str) or not self.service.allows(url) or url in seen):
+                raise ArmError(f"{what}: nextLink {str(url)[:120]!r} is not a new page on {self.endpoint}: refused")
+        raise ArmError(f"{what}: more than {MAX_PAGES} pages")
 
     def delete_instances(self, instance_ids: list[str]) -> None:
         if instance_ids:

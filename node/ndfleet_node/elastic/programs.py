@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.elastic.arm import ArmError, ScaleSetApi, ScaleSetInstance
-from ndfleet_node.elastic.slurm import Scontrol, SlurmError, SlurmNode
-from ndfleet_node.elastic.state import IslandState, NodeEntry, island_state
+from ndfleet_node.elastic.state import IslandState, NodeEntry, island_and_index, island_state
 from ndfleet_node.impact import IMDS, ImpactError, imds_instance, imds_token
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     RESUME_FAILED_REASON,
     TAG_IDENTITY_CLIENT_ID,
 )
+from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
 MAX_CONFIG_BYTES = 256 * 1024
 MAX_RESUME_FILE_BYTES = 16 * 1024 * 1024
@@ -64,9 +64,11 @@ class Settings:
     scontrol_timeout_s: float = 30
 
     def island_of(self, node: str) -> IslandSettings | None:
-        stem, _, number = node.rpartition("-")
-        island = self.islands.get(stem)
-        return island if island is not None and number.isdigit() and 1 <= int(number) <= island.max_nodes else None
+        """The elastic island `node` belongs to; None for any other node (a fixed island's, the controller, a login
+        node) and for a name not spelled `<island>-<n>` with n from 1 to maxNodes, no leading zero."""
+        parsed = island_and_index(node)
+        island = self.islands.get(parsed[0]) if parsed else None
+        return island if parsed and island and parsed[1] <= island.max_nodes else None
 
 
 def load_settings(path: Path) -> Settings:
@@ -132,10 +134,11 @@ def azure_scale_sets(settings: Settings) -> Callable[[IslandSettings], ScaleSetA
 
 def _by_island(ctx: Context, nodes: Sequence[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for node in nodes:
+    for node in dict.fromkeys(nodes):
         island = ctx.settings.island_of(node)
         if island is None:
-            ctx.log(f"{node} is not a node of an elastic island; ignored", problem=True)
+            ctx.log(f"{node} is not a node of an elastic island (<island>-<n>, n from 1 to maxNodes); ignored",
+                    problem=True)
         else:
             out.setdefault(island.name, []).append(node)
     return out
@@ -210,8 +213,13 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
             hold(ctx.scontrol, job)
         except SlurmError as exc:
             ctx.log(f"job {job} keeps its new nodes before their burn-in (not requeueable: {exc})", problem=True)
+            _unhold(ctx, job, list(wanted), exc)  # a hold whose answer was lost (timed out) may still be in place
             continue
-        held[job] = ctx.scontrol.hostnames(job_nodes) if job_nodes else list(wanted)
+        try:
+            held[job] = ctx.scontrol.hostnames(job_nodes) if job_nodes else list(wanted)
+        except SlurmError as exc:
+            _unhold(ctx, job, list(wanted), exc)
+            continue
         ctx.log(f"job {job} held until its new nodes are burned in")
     unasked: set[str] = set()
     for name, names in groups.items():
@@ -222,6 +230,24 @@ def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
             ctx.log(f"resume of {','.join(names)}: {exc}; trying again", problem=True)
             unasked.add(name)
     return _wait_for_claims(ctx, groups, held, unasked)
+
+
+def _unhold(ctx: Context, job: str, wanted: list[str], why: SlurmError) -> None:
+    """The job may be held but is not on record (the hold's answer was lost, or the nodes it waits for cannot be
+    read): release it now rather than hold it for ever; if the release fails too, keep the hold on record with this
+    resume's nodes, so that reconcile releases it (or finds the job not held, and forgets it)."""
+    try:
+        ctx.scontrol.call("release", job)
+        ctx.log(f"job {job} released again ({why})", problem=True)
+    except SlurmError as exc:
+        try:
+            for name, names in _by_island(ctx, wanted).items():
+                with island_state(ctx.settings.state_dir, name) as state:
+                    state.held_jobs[job] = names
+        except FAILURES as lost:
+            ctx.log(f"job {job}: its hold could not be recorded ({lost}); release it by hand", problem=True)
+        ctx.log(f"job {job} held, its nodes unreadable ({why}), not released ({exc}): reconcile releases it",
+                problem=True)
 
 
 def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str, list[str]]) -> None:
@@ -240,6 +266,9 @@ def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str,
         # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
         # resume that Azure has not listed yet, so two resumes at once never ask twice.
         target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
+        if target > island.max_nodes:
+            ctx.log(f"{island.scale_set}: {target} VMs wanted, capped at maxNodes = {island.max_nodes}", problem=True)
+            target = island.max_nodes
         capacity = api.capacity()
         if target > capacity:
             api.set_capacity(target)
@@ -291,7 +320,7 @@ def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> No
                 doomed: dict[str, str] = {}
                 for node in names:
                     entry = state.nodes.get(node)
-                    if skip_busy and node in slurm_nodes and slurm_nodes[node].busy:
+                    if skip_busy and node in slurm_nodes and busy(slurm_nodes[node]):
                         ctx.log(f"{node} runs a job: its VM is kept", problem=True)
                         continue
                     if entry is not None and entry.instance_id:
@@ -310,14 +339,19 @@ def suspend(ctx: Context, nodes: Sequence[str]) -> int:
 
 
 def resume_fail(ctx: Context, nodes: Sequence[str]) -> int:
-    ctx.log(f"resume of {','.join(nodes)} failed (no registration within ResumeTimeout)", problem=True)
-    _delete(ctx, nodes, "resume failed", skip_busy=False)
+    """Only the nodes of the elastic islands this program manages: Slurm's list may name others (a fixed island's,
+    the controller, a login node), which are not ours to delete or power down; none of ours: nothing is done."""
+    mine = [n for names in _by_island(ctx, nodes).values() for n in names]
+    if not mine:
+        return 1
+    ctx.log(f"resume of {','.join(mine)} failed (no registration within ResumeTimeout)", problem=True)
+    _delete(ctx, mine, "resume failed", skip_busy=False)
     try:
         # Back into the pool: powered down (the suspend program then finds nothing left to delete) and, with
         # idle_on_node_suspend, idle for the next job.
-        ctx.scontrol.update(list(nodes), "State=POWER_DOWN_FORCE", f"Reason={RESUME_FAILED_REASON}")
+        ctx.scontrol.update(mine, "State=POWER_DOWN_FORCE", f"Reason={RESUME_FAILED_REASON}")
     except SlurmError as exc:
-        ctx.log(f"could not return {','.join(nodes)} to the pool: {exc}", problem=True)
+        ctx.log(f"could not return {','.join(mine)} to the pool: {exc}", problem=True)
     return 1
 
 
@@ -355,21 +389,29 @@ def reconcile(ctx: Context) -> int:
 def _keep_minimum(ctx: Context, island: IslandSettings, slurm_nodes: dict[str, SlurmNode]) -> None:
     """Power up nodes until minNodes of the island are up or on their way (SuspendExcNodes keeps them up after)."""
     mine = sorted((n for n in slurm_nodes.values() if ctx.settings.island_of(n.name) is island),
-                  key=lambda n: int(n.name.rpartition("-")[2]))  # fmt: skip
-    up = [n for n in mine if not n.powered_down]
-    wanted = [n.name for n in mine if n.powered_down][: max(0, island.min_nodes - len(up))]
+                  key=lambda n: island_and_index(n.name) or (n.name, 0))  # fmt: skip
+    up = [n for n in mine if not powered_down(n)]
+    wanted = [n.name for n in mine if powered_down(n)][: max(0, island.min_nodes - len(up))]
     if wanted:
         ctx.scontrol.update(wanted, "State=POWER_UP")
         ctx.log(f"{island.name}: powering up {','.join(wanted)} to keep minNodes = {island.min_nodes}")
 
 
+def powered_down(node: SlurmNode) -> bool:
+    return bool(node.flags & {"POWERED_DOWN", "POWERING_DOWN"})
+
+
+def busy(node: SlurmNode) -> bool:
+    return bool(node.flags & {"ALLOCATED", "MIXED", "COMPLETING"})
+
+
 def _given_up(node: SlurmNode) -> bool:
     """Powered down again: its resume failed (resume-fail) or it idled out before its burn-in could pass."""
-    return node.powered_down and "POWERING_UP" not in node.states
+    return powered_down(node) and "POWERING_UP" not in node.flags
 
 
 def _not_ready(node: SlurmNode) -> bool:
-    return "POWERING_UP" in node.states or node.reason.startswith(AWAITING_BURNIN_REASON)
+    return "POWERING_UP" in node.flags or node.reason.startswith(AWAITING_BURNIN_REASON)
 
 
 def _release_jobs(ctx: Context, state: IslandState, slurm_nodes: dict[str, SlurmNode]) -> None:

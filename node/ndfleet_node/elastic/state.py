@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -20,6 +21,16 @@ from pathlib import Path
 from typing import Any
 
 MAX_STATE_BYTES = 4 * 1024 * 1024
+# An elastic island's nodes are `<island>-<n>`, n from 1 (ndfleet/slurm/conf.py elastic_node_name). The one spelling
+# of n is its ASCII digits without a leading zero: "gpu-01" and "gpu-001" are not "gpu-1" under other names, and a
+# digit of another script ("gpu-\u0661", which str.isdigit accepts) is no number here.
+_NODE_NAME = re.compile(r"(.+)-([1-9][0-9]{0,8})")
+
+
+def island_and_index(name: str) -> tuple[str, int] | None:
+    """A node name parsed once into its island and its number; None for a name not spelled the canonical way."""
+    m = _NODE_NAME.fullmatch(name)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 @dataclass
@@ -45,8 +56,7 @@ class IslandState:
 
 
 def _natural(name: str) -> tuple[str, int]:
-    stem, _, number = name.rpartition("-")
-    return (stem, int(number)) if number.isdigit() else (name, -1)
+    return island_and_index(name) or (name, -1)
 
 
 def _load(path: Path) -> IslandState:

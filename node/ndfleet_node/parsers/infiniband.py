@@ -1,4 +1,4 @@
-"""InfiniBand: `ibstat` and `ibv_devinfo`."""
+"""InfiniBand: `ibstat`."""
 
 from __future__ import annotations
 
@@ -56,47 +56,4 @@ def parse_ibstat(text: str) -> dict[tuple[str, int], IbPort]:
     close()
     if not ports:
         raise fail("ibstat", text, "no CA with a port")
-    return ports
-
-
-@dataclass(frozen=True)
-class DevinfoPort:
-    device: str
-    port: int
-    state: str  # PORT_ACTIVE ...
-    link_layer: str
-    active_width: str
-    active_speed: str
-
-
-def parse_ibv_devinfo(text: str) -> dict[tuple[str, int], DevinfoPort]:
-    """`ibv_devinfo`: (hca_id, port) -> state, link layer, active width and speed."""
-    ports: dict[tuple[str, int], DevinfoPort] = {}
-    hca = ""
-    port: int | None = None
-    attrs: dict[str, str] = {}
-
-    def close() -> None:
-        if hca and port is not None:
-            state = attrs.get("state", "?").split(" ", 1)[0]
-            ports[(hca, port)] = DevinfoPort(
-                hca, port, state, attrs.get("link_layer", "?"), attrs.get("active_width", "?"),
-                attrs.get("active_speed", "?"),
-            )  # fmt: skip
-
-    for line in text.splitlines():
-        stripped = line.strip()
-        key, sep, value = stripped.partition(":")
-        key = key.strip()
-        if key == "hca_id" and sep:
-            close()
-            hca, port, attrs = value.strip(), None, {}
-        elif key == "port" and value.strip().isdigit() and hca:
-            close()
-            port, attrs = int(value.strip()), {}
-        elif sep and port is not None:
-            attrs[key] = value.strip()
-    close()
-    if not ports:
-        raise fail("ibv_devinfo", text, "no hca_id with a port")
     return ports

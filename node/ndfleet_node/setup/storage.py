@@ -4,11 +4,9 @@ comes from the scale set's tags through the instance metadata service, read once
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 
+from ndfleet_node.net import IMDS_CAP, FetchError, Service
 from ndfleet_node.runner import NOT_FOUND
 from ndfleet_node.setup import SetupContext, StepFailed
 from ndfleet_node.setup.apt import install_package
@@ -24,14 +22,14 @@ def imds_tags(ctx: SetupContext) -> dict[str, str]:
     tags: dict[str, str] = {}
     for attempt in range(IMDS_TRIES):
         try:
-            req = urllib.request.Request(url, headers={"Metadata": "true"})
-            with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 (the link-local IMDS address)
-                data = json.loads(resp.read(1024 * 1024).decode("utf-8", "replace"))
-            if isinstance(data, list):
-                tags = {str(t.get("name")): str(t.get("value", "")) for t in data if isinstance(t, dict)}
+            reply = Service("imds", url, IMDS_CAP).send("GET", url, {})
+            data = reply.json() if reply.status == 200 else None
+        except FetchError:
+            data = None
+        if isinstance(data, list):
+            tags = {str(t.get("name")): str(t.get("value", "")) for t in data if isinstance(t, dict)}
             break
-        except (OSError, ValueError, urllib.error.URLError):
-            ctx.sleep(attempt + 1)
+        ctx.sleep(attempt + 1)
     ctx.tags = tags
     return tags
 
