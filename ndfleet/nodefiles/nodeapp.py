@@ -124,11 +124,24 @@ def _dotted(path: Path) -> str:
     return ".".join(("ndfleet_node", *(rel[:-1] if rel[-1] == "__init__" else rel)))
 
 
+def _load_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """The statements Python runs when it imports the module: everything but function bodies. An import inside a
+    function is the module's optional part, which a machine may lack on purpose (impact_categories imports the
+    validator's checks only when asked about a check the controller never reports)."""
+    found: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return found
+
+
 def _imports(path: Path) -> set[str]:
-    """The ndfleet_node modules `path` imports anywhere (lazy imports inside functions too), each a dotted name."""
+    """The ndfleet_node modules `path` imports when it loads (not inside functions), each a dotted name."""
     package = _dotted(path) if path.name == "__init__.py" else _dotted(path).rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _load_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -142,8 +155,9 @@ def _imports(path: Path) -> set[str]:
 
 
 def import_closure(entries: list[str]) -> list[Path]:
-    """The files of `entries` (dotted ndfleet_node modules) and of every ndfleet_node module they import, directly
-    or not, with the packages that hold them; sorted. ValueError for an entry that is no module of the package."""
+    """The files of `entries` (dotted ndfleet_node modules) and of every ndfleet_node module they import when they
+    load, directly or not, with the packages that hold them; sorted. ValueError for an entry that is no module of
+    the package."""
     todo, seen = list(entries), set()
     for entry in entries:
         if _module_file(entry) is None:

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from ndfleet.nodefiles import nodeapp
+from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES
 from ndfleet.slurm.machines import NODE_LIBRARY, machine_bootstrap
 from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import base_config
 from tests.slurm.controller_library import library_modules, written_library
 
@@ -46,3 +48,12 @@ def test_the_archive_holds_the_import_closure_and_no_node_only_module(tmp_path: 
 def test_an_entry_that_is_no_module_of_the_node_program_is_refused() -> None:
     with pytest.raises(ValueError, match="ndfleet_node.no_such"):
         nodeapp.import_closure(["ndfleet_node.no_such"])
+
+
+def test_the_controller_customdata_keeps_a_fifth_of_azures_limit_spare() -> None:
+    # As the nodes' userData (tests/test_bootstrap.py): room for what the controller's programs add. Only what the
+    # modules import when they load is shipped; an import inside a function (impact_categories -> the validator's
+    # checks and parsers) would take it to 88 %.
+    for stack in ("dev", "prod"):
+        rendered = machine_bootstrap(load_spec(load_stack(stack).ndfleet_config, stack), "controller")
+        assert len(rendered.custom_data_bytes) <= CUSTOM_DATA_MAX_BYTES * 4 // 5, stack
