@@ -75,10 +75,12 @@ def source_files() -> list[Path]:
     return sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-# What only the Slurm controller runs, from its own copies (ndfleet/slurm/machines.py ships them: the elastic
-# programs, the gone-node reaper's and the Slurm state exporter's timers): left out of the nodes' zipapp, whose
-# userData has a 64 KB limit. Paths relative to the package; a folder ends with "/".
-CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py")
+# What only the Slurm controller runs, from its own archive (`library` below: the elastic programs, the gone-node
+# reaper's, the Slurm state exporter's and the burn-in's timers): left out of the nodes' zipapp, whose userData has
+# a 64 KB limit. The burn-in's Slurm mode reserves nodes and starts the tests from the controller; the nodes keep
+# the hostfile mode (`burnin`) and the test runner it starts on them. Paths relative to the package; a folder ends
+# with "/".
+CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py", "burnin/slurm.py")
 
 
 def bundled_files() -> list[Path]:
