@@ -71,17 +71,16 @@ def run_cli(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """The command; tests call it with a fake credential, a recorded transport and a fake sleep."""
-    from ndfleet.preflight.command import load_stack_spec
-    from ndfleet.preflight.errors import CannotCheck
+    from ndfleet.stackload import StackRefused, load_stack_spec
     from ndfleet.status.classify import StackStatus
     from ndfleet.status.read import read_status
     from ndfleet.status.render import render_json, render_table
 
     try:
         spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
-    except CannotCheck as exc:
+    except StackRefused as exc:
         failed = StackStatus(str(args.stack or args.stack_file), None, "", "", False, False)
-        failed.error = str(exc).replace("could not check:", "could not read:", 1)
+        failed.error = f"could not read: {exc}"
         _emit(failed, args.format, render_table, render_json, watching=False, verbose=args.verbose)
         return failed.exit_code
 

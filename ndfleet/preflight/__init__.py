@@ -25,12 +25,12 @@ Every fact it relies on, with its source: docs/sources.md.
 
 from __future__ import annotations
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.auth import build_credential, managed_identity_wanted
+from ndfleet.azure.arm import RetrySettings
+from ndfleet.azure.auth import build_credential, managed_identity_wanted
+from ndfleet.azure.clouds import CLOUDS, CloudSettings, resolve_cloud, resolve_subscription
+from ndfleet.azure.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.checks import run_checks
-from ndfleet.preflight.clouds import CLOUDS, CloudSettings, resolve_cloud, resolve_subscription
 from ndfleet.preflight.command import enforce_preflight, load_stack_spec, run_cli, run_preflight
-from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.facts import Facts
 from ndfleet.preflight.outcome import Check
 from ndfleet.preflight.report import EXIT_CANNOT_CHECK, EXIT_FAILED, EXIT_OK, Report, render_json, render_table

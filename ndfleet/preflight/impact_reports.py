@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, describe_error
-from ndfleet.preflight.clouds import CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.arm import ArmReader, RetrySettings, describe_error
+from ndfleet.azure.clouds import CloudSettings
+from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.arm import ArmReader, RetrySettings, client_kwargs, describe_error
+from ndfleet.azure.clouds import CloudSettings
 from ndfleet.preflight.facts import (
     Facts,
     FeatureRegistration,

@@ -18,9 +18,9 @@ from typing import Any
 
 from ndfleet_node.names import TAG_ISLAND
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
-from ndfleet.preflight.clouds import CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.arm import ArmReader, RetrySettings, client_kwargs, describe_error
+from ndfleet.azure.clouds import CloudSettings
+from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet, instance_from_json, scale_set_from_json
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.arm import RetrySettings
+from ndfleet.azure.clouds import CloudSettings
 
 # The token audience of the workspace query API per cloud (Microsoft Learn, "Query Prometheus metrics using the API
 # and PromQL": a token for https://prometheus.monitor.azure.com; the US Government and China audiences are the ones

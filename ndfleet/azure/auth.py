@@ -10,8 +10,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ndfleet.preflight.clouds import ENV_MANAGED_IDENTITY, MANAGED_IDENTITY_SIGNALS, CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.clouds import ENV_MANAGED_IDENTITY, MANAGED_IDENTITY_SIGNALS, CloudSettings
+from ndfleet.azure.errors import CannotCheck
 
 
 def managed_identity_wanted(env: Mapping[str, str]) -> bool:

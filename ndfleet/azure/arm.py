@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.preflight.auth import first_lines
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.auth import first_lines
+from ndfleet.azure.clouds import CloudSettings
 
 
 @dataclass(frozen=True)
