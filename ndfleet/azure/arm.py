@@ -154,6 +154,30 @@ def describe_error(
 
 
 
+def bearer_client(base_url: str, credential: Any, scope: str, bounds: Any, retry: RetrySettings, transport: Any,
+                  user_agent: str) -> Any:  # fmt: skip
+    """A pipeline client for a non-ARM Azure API with a bearer token (a workspace's query endpoint): the same
+    bounded transport, capped retries and bounds as Resource Manager's, the token only for `bounds.token_host`."""
+    from azure.core import PipelineClient
+    from azure.core.pipeline import policies
+
+    from ndfleet.azure.http import BoundedTransport, BoundsPolicy
+
+    return PipelineClient(
+        base_url=base_url,
+        policies=[
+            policies.RequestIdPolicy(),
+            policies.HeadersPolicy(),
+            policies.UserAgentPolicy(user_agent=user_agent),
+            retry_policy(retry),
+            policies.BearerTokenCredentialPolicy(credential, scope),
+            BoundsPolicy(bounds),
+            policies.HttpLoggingPolicy(),
+        ],
+        transport=transport if transport is not None else BoundedTransport(),
+    )
+
+
 class ArmReader:
     """GET requests through azure-core's pipeline with the policies the SDK clients use (request id, user agent,
     Resource Manager bearer-token challenge, the same retry policy), for the two reads no installed SDK client
