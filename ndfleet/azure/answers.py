@@ -29,7 +29,7 @@ def json_document(body: bytes, service: str) -> Any:
     except RecursionError:
         raise AnswerShape(f"{service} answered JSON nested too deeply: refused") from None
     except AnswerShape as exc:
-        raise AnswerShape(f"{service} answered JSON with {exc}") from None
+        raise AnswerShape(f"{service} answered something that is not JSON ({exc})") from None
     except ValueError as exc:
         raise AnswerShape(f"{service} answered something that is not JSON ({exc.args[0][:80]})") from None
 

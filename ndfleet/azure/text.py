@@ -23,7 +23,7 @@ def one_line(text: object, limit: int = 300) -> str:
     return terminal_safe(first, limit)
 
 
-def plausible(value: float, low: float, high: float) -> bool:
+def plausible(value: object, low: float, high: float) -> bool:
     """A finite number within [low, high]: what a figure from outside must be before arithmetic or printing."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
         low <= value <= high
