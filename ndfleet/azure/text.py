@@ -6,15 +6,24 @@ from __future__ import annotations
 import math
 import unicodedata
 
+# Unicode categories never printed as they came: controls (C0, DEL, C1 incl. U+0085), format characters (bidi
+# overrides, zero-width), line and paragraph separators (U+2028, U+2029).
+UNPRINTABLE = ("Cc", "Cf", "Zl", "Zp")
 
-def terminal_safe(text: object, limit: int = 300) -> str:
+
+def terminal_safe(text: object, limit: int | None = 300, squeeze: bool = True) -> str:
     """`text` with every control and format character (C0, DEL, C1, U+2028/U+2029, U+0085, bidi overrides) and
-    line break replaced by a space, runs of spaces squeezed, cut at `limit` characters."""
-    cleaned = "".join(
-        " " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in str(text)
-    )
-    cleaned = " ".join(cleaned.split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 3] + "..."
+    line break replaced by a space; runs of white space squeezed unless `squeeze` is off (a table's alignment);
+    cut at `limit` characters."""
+    cleaned = "".join(" " if unicodedata.category(c) in UNPRINTABLE else c for c in str(text))
+    if squeeze:
+        cleaned = " ".join(cleaned.split())
+    return cleaned if limit is None or len(cleaned) <= limit else cleaned[: limit - 3] + "..."
+
+
+def terminal_lines(lines: list[str]) -> str:
+    """Lines a renderer built, joined: each made terminal-safe first, so no text inside can start a line."""
+    return "\n".join(terminal_safe(line, limit=None, squeeze=False) for line in lines)
 
 
 def one_line(text: object, limit: int = 300) -> str:

@@ -102,8 +102,10 @@ def run_cli(
 
 
 def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool, verbose: bool) -> None:
+    from ndfleet.azure.text import terminal_lines
+
     if verbose and status.error_details:
-        print(status.error_details, file=sys.stderr, flush=True)
+        print(terminal_lines(status.error_details.split("\n")), file=sys.stderr, flush=True)
     if fmt == "json":
         # One document per read; with --watch one per line (JSON Lines), so a reader can follow it.
         text = render_json(status)
@@ -112,7 +114,7 @@ def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watchin
     if watching and sys.stdout.isatty():
         print(CLEAR_SCREEN, end="")
     if status.error is not None:
-        print(status.error, file=sys.stderr, flush=True)
+        print(terminal_lines([status.error]), file=sys.stderr, flush=True)
     else:
         print(render_table(status), flush=True)
     if watching:
