@@ -59,7 +59,7 @@ def run_cli(
     env = os.environ if env is None else env
     owned = None
     reader: Reader | None = None
-    from ndfleet.azure.auth import build_credential
+    from ndfleet.azure.auth import SharedTokenCredential, build_credential, first_token
     from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
     from ndfleet.azure.errors import CannotCheck
     from ndfleet.preflight.impact_reports import Reader, list_impacts, render_list, render_show, show_impact
@@ -74,7 +74,11 @@ def run_cli(
         subscription_id = resolve_subscription(spec, env, provider)
         if credential is None:
             credential = owned = build_credential(cloud, env)
-        reader = Reader(cloud, credential, retry or RetrySettings(), transport)
+        shared = SharedTokenCredential(credential)
+        # One line for no credentials or no network, and azure-identity's credential chain not printed at all
+        # (it was printed twice: its own warning, then the error's text).
+        first_token(shared, cloud)
+        reader = Reader(cloud, shared, retry or RetrySettings(), transport)
         if args.impact_command == "show":
             impact = show_impact(reader, subscription_id, args.name)
             print(json.dumps(impact.as_json(), indent=2) if args.format == "json" else render_show(impact))
