@@ -109,6 +109,8 @@ def describe_error(
     attempts = retry.total + 1
     if isinstance(exc, AnswerRefused):
         return f"refused the answer reading {what}: {one_line(str(exc))}"
+    if isinstance(exc, RecursionError):
+        return f"refused the answer reading {what}: JSON nested too deeply"
     if isinstance(exc, HttpResponseError) and exc.status_code is not None:
         status = exc.status_code
         error = getattr(exc, "error", None)

@@ -1,8 +1,9 @@
 """The one bounded way the tool talks HTTP: every Resource Manager, workspace query and Retail Prices call goes
 through `BoundedTransport` (an azure-core transport over http.client) with the policies below.
 
-- Each answer has an overall deadline (connect, headers and body together): a watchdog shuts the socket down when
-  it passes, so an answer dripped a byte at a time, before or after its headers, is cut off, not read for ever.
+- Each answer has an overall deadline (headers and body together; connect and TLS handshake within
+  CONNECT_TIMEOUT_S): every read of the socket waits at most until the deadline and none starts after it, so an
+  answer dripped a byte at a time, before or after its headers, is cut off, not read for ever.
 - Each answer has a byte cap: the body is read in pieces and refused past the cap, never read whole first.
 - `Retry-After` is honoured up to MAX_RETRY_AFTER_S (docs/operations.md promises 120 s per request at most); a
   longer, infinite, unparseable or overflowing one ends the retries with the answer as it is (a named 429).
@@ -15,12 +16,11 @@ through `BoundedTransport` (an azure-core transport over http.client) with the p
 
 from __future__ import annotations
 
-import contextlib
 import http.client
+import io
 import math
 import socket
 import ssl
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from azure.core.utils import case_insensitive_dict
 
 MAX_RETRY_AFTER_S = 120.0  # docs/operations.md: at most 120 s per request
 BOUNDS_OPTION = "ndfleet_bounds"
+CONNECT_TIMEOUT_S = 10.0  # TCP connect and TLS handshake
 _PIECE = 65536
 
 
@@ -145,6 +146,59 @@ class _Response(HttpResponseImpl):
         self._is_closed = True
 
 
+class _PastDeadline(TimeoutError):
+    pass
+
+
+class _Guarded:
+    """A connected socket whose every read waits at most until the answer's deadline and is refused after it:
+    a drip returns a byte per read, so the deadline is checked between bytes (headers and body alike)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise _PastDeadline()
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer, nbytes, flags)
+        except TimeoutError:
+            raise _PastDeadline() from None
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        # As socket.makefile does: the response's reader holds the socket open after the connection's close().
+        self._sock._io_refs += 1  # type: ignore[attr-defined]
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:
+        self._sock._decref_socketios()  # type: ignore[attr-defined]
+
+
+class _HTTP(http.client.HTTPConnection):
+    def __init__(self, deadline: float, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = _Guarded(self.sock, self._deadline)
+
+
+class _HTTPS(http.client.HTTPSConnection):
+    def __init__(self, deadline: float, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = _Guarded(self.sock, self._deadline)
+
+
 class BoundedTransport(HttpTransport):
     """One request per connection over http.client, within the request's Bounds (module doc)."""
 
@@ -177,23 +231,14 @@ class BoundedTransport(HttpTransport):
             raise AnswerRefused(f"refused to send a bearer token to {where.host}: it was issued for "
                                 f"{bounds.token_host or 'another host'}")  # fmt: skip
         connect_host, connect_port = self.connect_to.get(where.host, (where.host, where.port))
+        deadline = time.monotonic() + bounds.deadline_s
+        connect_s = min(CONNECT_TIMEOUT_S, bounds.deadline_s)
         if where.scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                connect_host, connect_port, timeout=bounds.deadline_s, context=self.tls)
+            conn: http.client.HTTPConnection = _HTTPS(deadline, connect_host, connect_port, timeout=connect_s,
+                                                      context=self.tls)  # fmt: skip
         else:
-            conn = http.client.HTTPConnection(connect_host, connect_port, timeout=bounds.deadline_s)
-        expired = threading.Event()
-
-        def cut() -> None:
-            expired.set()
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        watchdog = threading.Timer(bounds.deadline_s, cut)
-        watchdog.daemon = True
-        watchdog.start()
+            conn = _HTTP(deadline, connect_host, connect_port, timeout=connect_s)
+        answer: http.client.HTTPResponse | None = None
         try:
             body = getattr(request, "content", None) or getattr(request, "body", None)
             headers.setdefault("Host", where.host if where.port in (80, 443) else f"{where.host}:{where.port}")
@@ -204,21 +249,20 @@ class BoundedTransport(HttpTransport):
                 data += piece
                 if len(data) > bounds.max_bytes:
                     raise AnswerRefused(f"{where.host} answered more than {bounds.max_bytes:,} bytes: refused")
-            if expired.is_set():
-                raise OSError("cut at the deadline")
             reply = _Response(request, answer.status, answer.reason, case_insensitive_dict(answer.getheaders()),
                               bytes(data))  # fmt: skip
         except AnswerRefused:
             raise
+        except _PastDeadline:
+            raise AnswerRefused(f"{where.host} did not finish its answer within {bounds.deadline_s:g} s") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            if expired.is_set():
-                raise AnswerRefused(f"{where.host} did not finish its answer within {bounds.deadline_s:g} s") from None
             if isinstance(exc, socket.gaierror):
                 raise ServiceRequestError(f"network: cannot resolve {where.host} ({exc.strerror})") from None
-            if isinstance(exc, (ConnectionRefusedError, ssl.SSLCertVerificationError)) or conn.sock is None:
+            if answer is None and (conn.sock is None or isinstance(exc, ssl.SSLError)):
                 raise ServiceRequestError(f"network: cannot connect to {where.host}:{where.port} ({exc})") from None
             raise ServiceResponseError(f"network: {where.host} broke off its answer ({type(exc).__name__})") from None
         finally:
-            watchdog.cancel()
+            if answer is not None:
+                answer.close()
             conn.close()
         return reply

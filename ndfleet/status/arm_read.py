@@ -172,7 +172,7 @@ def _unreadable() -> tuple[type[Exception], ...]:
     errors (a field of the wrong type in an answer)."""
     from azure.core.exceptions import AzureError
 
-    return (AzureError, AnswerShape, TypeError, ValueError, KeyError, AttributeError)
+    return (AzureError, AnswerShape, TypeError, ValueError, KeyError, AttributeError, RecursionError)
 
 
 def _could_not_read(exc: Exception, what: str, cloud: CloudSettings, retry: RetrySettings) -> str:
