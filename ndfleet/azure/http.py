@@ -63,21 +63,27 @@ class Endpoint:
 
 
 def endpoint_of(url: str) -> Endpoint:
-    """The one parser for where a URL goes. Refuses what parsers disagree on: user info, backslashes, control
-    characters, anything but http(s); so the host checked is the host connected to."""
-    from urllib.parse import urlsplit
+    """The one parser for where a URL goes. Refuses what parsers disagree on (user info, a backslash in the
+    authority), control characters, anything but http(s); so the host checked is the host connected to. The
+    path and query are sent percent-encoded where they hold characters a request line cannot carry."""
+    from urllib.parse import quote, urlsplit
 
-    if any(c in url for c in "\\@") or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        raise AnswerRefused(f"refused URL {url[:200]!r}: user info, backslashes and control characters are not sent")
+    shown = repr(url[:200])
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise AnswerRefused(f"refused URL {shown}: control characters are not sent")
+    scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if not sep or "@" in authority or "\\" in authority:
+        raise AnswerRefused(f"refused URL {shown}: user info and backslashes in the host part are not sent")
     parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise AnswerRefused(f"refused URL {url[:200]!r}: not an http(s) URL with a host")
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.netloc != authority:
+        raise AnswerRefused(f"refused URL {shown}: not an http(s) URL with a host")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise AnswerRefused(f"refused URL {url[:200]!r}: the port is not a number") from None
+        raise AnswerRefused(f"refused URL {shown}: the port is not a number") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Endpoint(parts.scheme, parts.hostname.lower(), port, target)
+    return Endpoint(parts.scheme, parts.hostname.lower(), port, quote(target, safe="/?&=%:@!$'()*+,;~-._"))
 
 
 def same_host(url: str, host: str) -> bool:

@@ -80,7 +80,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 def standin(tls: Tls, **override: list[Reply]) -> Iterator[FakeArm]:
     """The healthy stack's routes with some replaced: keys are route names of `healthy_routes` ("vmss_list",
     "accounts", "nodes", "checks", "slurm") mapped to their replies."""
-    names = {"vmss_list": 0, "accounts": 5, "nodes": 6, "checks": 7, "slurm": 8}
+    names = {"vmss_list": 0, "vms_ib00": 3, "accounts": 5, "nodes": 6, "checks": 7, "slurm": 8}
     with serve({}, tls=tls.server) as arm:
         routes = healthy_routes(arm.base)
         keys = list(routes)
