@@ -106,8 +106,8 @@ def network_cause(exc: BaseException) -> str | None:
 
 def _network_message(cloud: CloudSettings, cause: str) -> str:
     return (
-        f"could not check: network: could not reach the sign-in service {cloud.authority_host} for {cloud.name} "
-        f"({cause}); check the network, DNS and any proxy (HTTPS_PROXY), then run again"
+        f"could not check: network: could not reach Microsoft Entra ID to sign in ({cause}); the credentials were "
+        f"not judged. Check the network, DNS and any proxy (HTTPS_PROXY) to {cloud.authority_host}, then run again"
     )
 
 

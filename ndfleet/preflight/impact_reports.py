@@ -132,7 +132,7 @@ class Reader:
 
         try:
             return shape(self.arm.get(path, READ_API_VERSION))
-        except (AzureError, AnswerShape) as exc:
+        except (AzureError, AnswerShape, RecursionError) as exc:
             raise self._fail(exc, what) from None
 
     def get_all(self, path: str, what: str, shape: Callable[[Mapping[str, Any]], T]) -> list[T]:
@@ -140,7 +140,7 @@ class Reader:
 
         try:
             return [shape(doc) for doc in self.arm.list(path, READ_API_VERSION)]
-        except (AzureError, AnswerShape) as exc:
+        except (AzureError, AnswerShape, RecursionError) as exc:
             raise self._fail(exc, what) from None
 
     def close(self) -> None:
