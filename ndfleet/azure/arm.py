@@ -12,9 +12,10 @@ from ndfleet.azure.auth import first_lines
 from ndfleet.azure.clouds import CloudSettings
 from ndfleet.azure.text import one_line
 
-# One Resource Manager answer: a page of a list is at most 1,000 items (ARM's paging; a scale set's VM list with
-# instance views is about 4 KiB a VM in the recorded answers of tests/data/status, so 4 MiB a full page); 32 MiB
-# leaves eight times that and refuses a 400 MB answer. 60 s for one answer, headers and body together.
+# One Resource Manager answer: the largest list ndfleet reads is a scale set's VMs with instance views, about 4 KiB
+# a VM (issue 31 measured 40 VMs at about 160 KiB), and a scale set holds at most 1,000 VMs ("Virtual Machine Scale
+# Sets limits"), so even one page holding all of them is about 4 MiB; 32 MiB is eight times that and refuses a
+# 400 MB answer. 60 s for one answer, headers and body together.
 ARM_MAX_ANSWER_BYTES = 32 * 1024 * 1024
 ARM_ANSWER_DEADLINE_S = 60.0
 # Pages of one list: a subscription of 20,000 scale sets at ARM's page size is 20 pages; a list still going after
