@@ -56,6 +56,7 @@ WRONG = {
     "value an object": (b'{"value": {"a": 1}}', "'value' is dict, not a list"),
     "an item a number": (b'{"value": [5]}', "an item that is int, not an object"),
     "an integer nextLink": (b'{"value": [], "nextLink": 3}', "'nextLink' is int, not a URL"),
+    "a nextLink to another host": (b'{"value": [], "nextLink": "https://evil.example/x"}', "leads to another host"),
     "a description a list": (listing_with(impactDescription=["x"]), "'impactDescription' is list, not text"),
     "not UTF-8": (b'{"value": ["\xff"]}', "not UTF-8"),
     "deeply nested": (b'{"value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
