@@ -10,6 +10,8 @@ through `BoundedTransport` (an azure-core transport over http.client) with the p
 - A bearer token goes only to the host it was issued for: the transport refuses a request carrying
   Authorization to any other host, and `endpoint_of` is the one parser deciding the host both for that check and
   for the connection (`https://evil.example:1\\@ws...` cannot be one host for the check and another on the wire).
+- HTTPS_PROXY / NO_PROXY are honoured for https as azure-core's default transport (requests) does: a CONNECT
+  tunnel, so the TLS name checked is still the service's.
 - Bounds travel with each request (`BoundsPolicy`, a per-retry hook), so one transport serves readers whose answers
   differ in size (a Prometheus answer, an ARM page, a price page).
 """
@@ -84,6 +86,28 @@ def endpoint_of(url: str) -> Endpoint:
         raise AnswerRefused(f"refused URL {shown}: the port is not a number") from None
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Endpoint(parts.scheme, parts.hostname.lower(), port, quote(target, safe="/?&=%:@!$'()*+,;~-._"))
+
+
+def https_proxy_for(where: Endpoint) -> tuple[str, int, dict[str, str]] | None:
+    """The proxy for an https request, from HTTPS_PROXY / NO_PROXY as requests (azure-core's default transport)
+    read them: (host, port, CONNECT headers), or None to connect directly."""
+    import base64
+    import urllib.request
+    from urllib.parse import unquote, urlsplit
+
+    if where.scheme != "https" or urllib.request.proxy_bypass(where.host):
+        return None
+    url = urllib.request.getproxies().get("https")
+    if not url:
+        return None
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if not parts.hostname:
+        return None
+    headers = {}
+    if parts.username:
+        token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(token).decode()
+    return parts.hostname, parts.port or 8080, headers
 
 
 def same_host(url: str, host: str) -> bool:
@@ -239,9 +263,14 @@ class BoundedTransport(HttpTransport):
         connect_host, connect_port = self.connect_to.get(where.host, (where.host, where.port))
         deadline = time.monotonic() + bounds.deadline_s
         connect_s = min(CONNECT_TIMEOUT_S, bounds.deadline_s)
+        proxy = None if where.host in self.connect_to else https_proxy_for(where)
         if where.scheme == "https":
+            if proxy is not None:  # CONNECT through the proxy; TLS and the host name still those of `where`
+                connect_host, connect_port = proxy[0], proxy[1]
             conn: http.client.HTTPConnection = _HTTPS(deadline, connect_host, connect_port, timeout=connect_s,
                                                       context=self.tls)  # fmt: skip
+            if proxy is not None:
+                conn.set_tunnel(where.host, where.port, headers=proxy[2])
         else:
             conn = _HTTP(deadline, connect_host, connect_port, timeout=connect_s)
         answer: http.client.HTTPResponse | None = None
