@@ -13,11 +13,12 @@ MAX_LINES = 500
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images"),  # the configuration model; reading bounded
     # input files; what Azure's images hold (the image contracts)
-    ("ndfleet.nodefiles",),  # what is rendered for a node
+    ("ndfleet.nodefiles", "ndfleet.azure"),  # what is rendered for a node; reading Azure (clouds, credentials,
+    # the one bounded HTTP transport): below every reader of Azure (cost, preflight, status, the commands)
     ("ndfleet.slurm", "ndfleet.monitoring", "ndfleet.cost"),  # their files and settings, on top of the node's;
     # what the VMs cost
-    ("ndfleet.prepare", "ndfleet.machine_files"),  # the one prepare step every command and `pulumi up` run; every
-    # file each machine kind receives, read from what it prepared
+    ("ndfleet.prepare", "ndfleet.machine_files", "ndfleet.stackload"),  # the one prepare step every command and
+    # `pulumi up` run; every file each machine kind receives, read from what it prepared; stack -> spec for readers
     ("ndfleet.preflight", "ndfleet.status", "ndfleet.components"),  # reading Azure (checks, the fleet's
     # state); the Pulumi components
     ("ndfleet.program",),  # the Pulumi program
@@ -162,7 +163,8 @@ def test_a_copied_shared_name_is_reported() -> None:
 
 # Commands that only read (Azure, the workspace, the price list): they must not import Pulumi's components.
 READ_ONLY_COMMANDS = ("ndfleet.commands.status", "ndfleet.commands.impact", "ndfleet.commands.cost",
-                      "ndfleet.commands.preflight", "ndfleet.status", "ndfleet.preflight", "ndfleet.cost")
+                      "ndfleet.commands.preflight", "ndfleet.status", "ndfleet.preflight", "ndfleet.cost",
+                      "ndfleet.azure")
 
 
 def reachable(sources: Mapping[str, str], start: str) -> set[str]:
@@ -215,3 +217,50 @@ def test_an_import_cycle_is_reported() -> None:
     sources = {"ndfleet.a": "from ndfleet.b import x\n", "ndfleet.b": "def f():\n    from ndfleet.c import y\n",
                "ndfleet.c": "import ndfleet.a\n", "ndfleet.d": "from ndfleet import a\n", "ndfleet": ""}
     assert import_cycles(sources) == [["ndfleet.a", "ndfleet.b", "ndfleet.c"]]
+
+
+# Only ndfleet.azure talks HTTP: every other reader goes through its bounded transport (deadline, byte cap, capped
+# Retry-After, tokens only to their own host), so the next reader is bounded by construction.
+HTTP_HOME = "ndfleet.azure"
+HTTP_MODULES = ("urllib.request", "http.client", "requests", "urllib3", "httpx", "aiohttp")
+HTTP_CONSTRUCTORS = ("PipelineClient", "ARMPipelineClient", "AsyncPipelineClient", "HTTPConnection",
+                     "HTTPSConnection", "RequestsTransport")
+
+
+def own_connections(sources: Mapping[str, str]) -> list[str]:
+    """`module:line what` for every HTTP library imported, or pipeline client built, outside ndfleet.azure."""
+    problems = []
+    for module, source in sorted(sources.items()):
+        if module == HTTP_HOME or module.startswith(HTTP_HOME + "."):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+                if called in HTTP_CONSTRUCTORS:
+                    problems.append(f"{module}:{node.lineno} builds {called}")
+            for name in names:
+                if any(name == m or name.startswith(m + ".") for m in HTTP_MODULES) or name.endswith(
+                    tuple("." + c for c in HTTP_CONSTRUCTORS)
+                ):
+                    problems.append(f"{module}:{node.lineno} imports {name}")
+    return problems
+
+
+def test_no_reader_opens_its_own_http_connection() -> None:
+    assert not own_connections(package_sources())
+
+
+def test_an_own_connection_is_reported() -> None:
+    sources = {"ndfleet.cost.retail": "import urllib.request\n",
+               "ndfleet.status.prometheus": "from azure.core import PipelineClient\nc = PipelineClient('x')\n",
+               "ndfleet.azure.http": "import http.client\n"}
+    assert own_connections(sources) == [
+        "ndfleet.cost.retail:1 imports urllib.request",
+        "ndfleet.status.prometheus:1 imports azure.core.PipelineClient",
+        "ndfleet.status.prometheus:2 builds PipelineClient"]

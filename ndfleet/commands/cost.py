@@ -54,8 +54,10 @@ def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         endpoint = environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT
         meters, errors = fetch_meters([g.vm_size for g in stack_vms(spec)], spec.location, endpoint)
         if errors:
+            from ndfleet.azure.text import terminal_safe
+
             for line in errors:
-                print(f"ndfleet cost: {line}", file=sys.stderr)
+                print(f"ndfleet cost: {terminal_safe(line, 500)}", file=sys.stderr)
             return 1
         today = datetime.date.today().isoformat()
         fetched = {

@@ -10,7 +10,7 @@ AcknowledgedUnhealthy, UpdatingNodeHealthState, NodeRemovedFromService (Microsof
 and insights"). `show` prints one impact with all its insights. Reading needs the Impact Reader role (or
 Impact Reporter) on the subscription.
 
-Requests go through preflight's `ArmReader` (azure-core's pipeline: Resource Manager bearer token, retries
+Requests go through ndfleet.azure's `ArmReader` (azure-core's pipeline: Resource Manager bearer token, retries
 honouring Retry-After, paging), with the same stack loading, cloud, subscription and credential resolution as
 `ndfleet preflight`. Exit 0 listed, 2 could not read.
 """
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ndfleet.commands.stackargs import add_stack_arguments
 
 if TYPE_CHECKING:
-    from ndfleet.preflight.arm import RetrySettings
+    from ndfleet.azure.arm import RetrySettings
 
 EXIT_OK = 0
 EXIT_CANNOT_READ = 2
@@ -54,22 +54,31 @@ def run_cli(
     retry: RetrySettings | None = None,
 ) -> int:  # fmt: skip
     """The command; tests call it with a fake credential and a recorded transport."""
-    from ndfleet.preflight.arm import RetrySettings
+    from ndfleet.azure.arm import RetrySettings
 
     env = os.environ if env is None else env
     owned = None
     reader: Reader | None = None
-    from ndfleet.preflight import CannotCheck, build_credential, resolve_cloud, resolve_subscription
-    from ndfleet.preflight.command import load_stack_spec  # the stack -> spec step preflight uses
+    from ndfleet.azure.auth import SharedTokenCredential, build_credential, first_token
+    from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
+    from ndfleet.azure.errors import CannotCheck
     from ndfleet.preflight.impact_reports import Reader, list_impacts, render_list, render_show, show_impact
+    from ndfleet.stackload import StackRefused, load_stack_spec
 
     try:
-        spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
+        try:
+            spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
+        except StackRefused as exc:
+            raise CannotCheck(f"could not check: {exc}") from None
         cloud = resolve_cloud(env, provider)
         subscription_id = resolve_subscription(spec, env, provider)
         if credential is None:
             credential = owned = build_credential(cloud, env)
-        reader = Reader(cloud, credential, retry or RetrySettings(), transport)
+        shared = SharedTokenCredential(credential)
+        # One line for no credentials or no network, and azure-identity's credential chain not printed at all
+        # (it was printed twice: its own warning, then the error's text).
+        first_token(shared, cloud)
+        reader = Reader(cloud, shared, retry or RetrySettings(), transport)
         if args.impact_command == "show":
             impact = show_impact(reader, subscription_id, args.name)
             print(json.dumps(impact.as_json(), indent=2) if args.format == "json" else render_show(impact))

@@ -71,17 +71,16 @@ def run_cli(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """The command; tests call it with a fake credential, a recorded transport and a fake sleep."""
-    from ndfleet.preflight.command import load_stack_spec
-    from ndfleet.preflight.errors import CannotCheck
+    from ndfleet.stackload import StackRefused, load_stack_spec
     from ndfleet.status.classify import StackStatus
     from ndfleet.status.read import read_status
     from ndfleet.status.render import render_json, render_table
 
     try:
         spec, provider = load_stack_spec(args.stack, args.stack_file, args.stack_name)
-    except CannotCheck as exc:
+    except StackRefused as exc:
         failed = StackStatus(str(args.stack or args.stack_file), None, "", "", False, False)
-        failed.error = str(exc).replace("could not check:", "could not read:", 1)
+        failed.error = f"could not read: {exc}"
         _emit(failed, args.format, render_table, render_json, watching=False, verbose=args.verbose)
         return failed.exit_code
 
@@ -103,8 +102,10 @@ def run_cli(
 
 
 def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool, verbose: bool) -> None:
+    from ndfleet.azure.text import terminal_lines
+
     if verbose and status.error_details:
-        print(status.error_details, file=sys.stderr, flush=True)
+        print(terminal_lines(status.error_details.split("\n")), file=sys.stderr, flush=True)
     if fmt == "json":
         # One document per read; with --watch one per line (JSON Lines), so a reader can follow it.
         text = render_json(status)
@@ -113,7 +114,7 @@ def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watchin
     if watching and sys.stdout.isatty():
         print(CLEAR_SCREEN, end="")
     if status.error is not None:
-        print(status.error, file=sys.stderr, flush=True)
+        print(terminal_lines([status.error]), file=sys.stderr, flush=True)
     else:
         print(render_table(status), flush=True)
     if watching:

@@ -9,27 +9,29 @@ case-sensitive from API version 2023-01-01-preview on. One VM size in one region
 Linux pay-as-you-go, Spot (`skuName` ends "Spot"), Low Priority, and Windows (`productName` ends "Windows");
 ndfleet takes the Linux pay-as-you-go one.
 
-Every request has a timeout, the whole refresh a deadline; pages, body size and 429 retries are bounded; a
-NextPageLink must stay on the endpoint's own host. Failures raise RetailPriceError with one line to print.
+Every request goes through ndfleet.azure's bounded transport: one answer (headers and body, a drip cut off) within
+the request timeout and what is left of the refresh's deadline, a page within max_body_bytes (a page is at most 100
+meters of about 700 bytes, 70 KiB; 4 MiB is fifty times that); pages and 429 retries are bounded; a NextPageLink
+must stay on the endpoint's own host, and a link seen before is a cycle. A retailPrice must be a plausible hourly
+price (0 to MAX_USD_PER_HOUR). Failures raise RetailPriceError with one line to print.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ndfleet.azure.text import plausible, terminal_safe
 
 DEFAULT_ENDPOINT = "https://prices.azure.com/api/retail/prices"
 # Test-only: where `ndfleet cost --refresh` sends its requests instead (a local recording server).
 ENDPOINT_ENV = "NDFLEET_RETAIL_PRICES_URL"
 API_NAME = "the Azure Retail Prices API"
-_CHUNK = 65536
+# The dearest VM meter in ndfleet's table is about US$110/h (ND H200 v5); a list price above this is not a price.
+MAX_USD_PER_HOUR = 1000.0
 
 
 @dataclass(frozen=True)
@@ -98,53 +100,42 @@ class _Clock:
         return min(self.limits.request_timeout_s, left)
 
 
-def _read_bounded(response: Any, clock: _Clock, what: str) -> bytes:
-    body = bytearray()
-    while True:
-        chunk = response.read(_CHUNK)
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if len(body) > clock.limits.max_body_bytes:
-            raise RetailPriceError(
-                f"{API_NAME} answered more than {clock.limits.max_body_bytes:,} bytes for one page ({what}): refused"
-            )
-        clock.timeout()  # the deadline also cuts off a body that drips
-
-
 def _get_json(url: str, clock: _Clock, sleep: Callable[[float], None], what: str) -> dict[str, Any]:
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+    from azure.core.rest import HttpRequest
+
+    from ndfleet.azure.answers import AnswerShape, json_object
+    from ndfleet.azure.http import AnswerRefused, BoundedTransport, Bounds
+    from ndfleet.azure.text import one_line
+
+    transport = BoundedTransport()
     for attempt in range(clock.limits.max_retries + 1):
-        request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "ndfleet"})
+        request = HttpRequest("GET", url, headers={"Accept": "application/json", "User-Agent": "ndfleet"})
+        bounds = Bounds(clock.timeout(), clock.limits.max_body_bytes)
         try:
-            with urllib.request.urlopen(request, timeout=clock.timeout()) as response:
-                body = _read_bounded(response, clock, what)
-            break
-        except urllib.error.HTTPError as error:
-            if error.code != 429 or attempt == clock.limits.max_retries:
-                raise RetailPriceError(f"{API_NAME} answered HTTP {error.code} {error.reason} ({what})") from None
-            wait = _retry_after(error.headers.get("Retry-After"), clock)
-            sleep(wait)
-        except (TimeoutError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            if isinstance(reason, TimeoutError) or isinstance(error, TimeoutError):
-                raise RetailPriceError(
-                    f"{API_NAME} did not answer within {clock.limits.request_timeout_s:g} s ({what})"
-                ) from None
+            response = transport.send(request, ndfleet_bounds=bounds)
+        except AnswerRefused as error:
+            raise RetailPriceError(f"{API_NAME}: {one_line(error)} ({what})") from None
+        except ServiceRequestError as error:
             host = urllib.parse.urlsplit(url).netloc
-            raise RetailPriceError(f"cannot reach {API_NAME} at {host}: {reason} ({what})") from None
+            raise RetailPriceError(f"cannot reach {API_NAME} at {host}: {one_line(error)} ({what})") from None
+        except ServiceResponseError as error:
+            raise RetailPriceError(f"{API_NAME}: {one_line(error)} ({what})") from None
+        if response.status_code == 200:
+            break
+        if response.status_code != 429 or attempt == clock.limits.max_retries:
+            reason = one_line(response.reason or "", 80)
+            raise RetailPriceError(f"{API_NAME} answered HTTP {response.status_code} {reason} ({what})")
+        sleep(_retry_after(response.headers.get("Retry-After"), clock))
     else:  # pragma: no cover - the loop always breaks or raises
         raise AssertionError
     try:
-        doc = json.loads(body, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError):
-        raise RetailPriceError(f"{API_NAME} answered something that is not JSON ({what})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("Items"), list):
+        doc = json_object(response.body(), API_NAME)
+    except AnswerShape as error:
+        raise RetailPriceError(f"{error} ({what})") from None
+    if not isinstance(doc.get("Items"), list):
         raise RetailPriceError(f"{API_NAME} answered JSON without an 'Items' list ({what})")
     return doc
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a price")
 
 
 def _retry_after(header: str | None, clock: _Clock) -> float:
@@ -153,8 +144,8 @@ def _retry_after(header: str | None, clock: _Clock) -> float:
         wait = float(header) if header is not None else 1.0
     except ValueError:
         wait = 1.0
-    if not math.isfinite(wait) or wait < 0:
-        wait = 1.0
+    if not plausible(wait, 0.0, clock.limits.deadline_s):
+        wait = clock.limits.max_retry_after_s
     wait = min(wait, clock.limits.max_retry_after_s)
     if wait >= clock.remaining():
         raise RetailPriceError(f"{API_NAME} asked to wait {wait:g} s (HTTP 429), past the refresh's deadline")
@@ -174,8 +165,13 @@ def _next_page(link: Any, endpoint: str) -> str | None:
 
 def _price(item: dict[str, Any], what: str) -> float:
     value = item.get("retailPrice")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise RetailPriceError(f"{API_NAME} answered a retailPrice that is not a price: {value!r} ({what})")
+    if not plausible(value, 0.0, MAX_USD_PER_HOUR):
+        shown = terminal_safe(repr(value), 40)
+        raise RetailPriceError(
+            f"{API_NAME} answered a retailPrice that is not a plausible hourly price (0 to US${MAX_USD_PER_HOUR:,.0f}):"
+            f" {shown} ({what})"
+        )
+    assert isinstance(value, (int, float))  # plausible() said so
     return float(value)
 
 
@@ -194,7 +190,11 @@ def fetch_meter(
     url: str | None = query_url(endpoint, vm_size, region)
     found: list[Meter] = []
     pages = 0
+    seen: set[str] = set()
     while url is not None:
+        if url in seen:
+            raise RetailPriceError(f"{API_NAME}'s NextPageLink points back at a page already read for {vm_size}")
+        seen.add(url)
         if pages == clock.limits.max_pages:
             raise RetailPriceError(f"{API_NAME} still had pages after {clock.limits.max_pages} for {vm_size}")
         doc = _get_json(url, clock, sleep, f"{vm_size} in {region}")
@@ -203,8 +203,9 @@ def fetch_meter(
             if isinstance(item, dict) and is_linux_pay_as_you_go(item, vm_size, region):
                 found.append(
                     Meter(
-                        vm_size, region, _price(item, f"{vm_size} in {region}"), str(item.get("meterName", "")),
-                        str(item.get("productName", "")), str(item.get("effectiveStartDate", "")),
+                        vm_size, region, _price(item, f"{vm_size} in {region}"),
+                        terminal_safe(item.get("meterName", ""), 100), terminal_safe(item.get("productName", ""), 100),
+                        terminal_safe(item.get("effectiveStartDate", ""), 40),
                     )
                 )  # fmt: skip
         url = _next_page(doc.get("NextPageLink"), endpoint)

@@ -15,8 +15,9 @@ Resource Manager with the Azure SDK (its pipeline, retry and error handling) and
     permissions            the caller's effective permissions on the deployment scope cover preview / up
     trusted-launch-default the subscription does not make new scale sets Trusted Launch (Secure Boot) by default
 
-Modules, one job each: `clouds` (which cloud and subscription), `auth` (credentials), `arm` (the Resource
-Manager pipeline and its errors), `facts` (what is read, as plain data), `read` (reading it in parallel),
+Modules, one job each (reading Azure itself, the cloud, credentials, the Resource Manager pipeline and its
+errors, is ndfleet.azure's, shared with status, impact and cost): `facts` (what is read, as plain data), `read`
+(reading it in parallel),
 `checks` / `permissions` / `features` (pure check functions), `report` (table and JSON), `command` (what
 `ndfleet preflight` runs, and the Pulumi hook `enforce_preflight`), `impact_reports` (reading the impacts filed
 for a stack's nodes). Exit codes: 0 every check passed (warnings allowed), 1 a check failed, 2 it could not check.
@@ -25,12 +26,12 @@ Every fact it relies on, with its source: docs/sources.md.
 
 from __future__ import annotations
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.auth import build_credential, managed_identity_wanted
+from ndfleet.azure.arm import RetrySettings
+from ndfleet.azure.auth import build_credential, managed_identity_wanted
+from ndfleet.azure.clouds import CLOUDS, CloudSettings, resolve_cloud, resolve_subscription
+from ndfleet.azure.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.checks import run_checks
-from ndfleet.preflight.clouds import CLOUDS, CloudSettings, resolve_cloud, resolve_subscription
 from ndfleet.preflight.command import enforce_preflight, load_stack_spec, run_cli, run_preflight
-from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.facts import Facts
 from ndfleet.preflight.outcome import Check
 from ndfleet.preflight.report import EXIT_CANNOT_CHECK, EXIT_FAILED, EXIT_OK, Report, render_json, render_table

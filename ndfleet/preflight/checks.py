@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.clouds import CloudSettings
 from ndfleet.preflight.facts import Facts, Region, Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.features import check_trusted_launch_default
 from ndfleet.preflight.images import check_image_version

@@ -1,31 +1,26 @@
 """Preflight as a command and as the Pulumi hook: load the stack, run every check, print or raise the result.
 
-`ndfleet preflight` (ndfleet/commands/preflight.py) calls `run_cli`; `ndfleet impact` loads its stack with
-`load_stack_spec`."""
+`ndfleet preflight` (ndfleet/commands/preflight.py) calls `run_cli`; the stack -> spec step is ndfleet.stackload's."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
-import struct
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.auth import SharedTokenCredential, build_credential, first_token
+from ndfleet import stackload
+from ndfleet.azure.arm import RetrySettings
+from ndfleet.azure.auth import SharedTokenCredential, build_credential, first_token
+from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
+from ndfleet.azure.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.checks import run_checks
-from ndfleet.preflight.clouds import resolve_cloud, resolve_subscription
-from ndfleet.preflight.errors import CannotCheck, PreflightFailed
 from ndfleet.preflight.permissions import Mode
 from ndfleet.preflight.read import gather_facts
 from ndfleet.preflight.report import EXIT_OK, Report, render_json, render_table
-from ndfleet.prepare import PrepareError, prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.problems import SpecError
-from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 
 
 def run_preflight(
@@ -108,32 +103,14 @@ def _pulumi_provider_config() -> dict[str, str]:
     except Exception:  # noqa: BLE001 - outside a Pulumi program there is simply no provider config
         return {}
 
-def _placeholder_ssh_key() -> str:
-    """A well-formed ed25519 key line that stands in for an encrypted (secure) sshPublicKey: preflight never uses it."""
-    kind = b"ssh-ed25519"
-    blob = struct.pack(">I", len(kind)) + kind + struct.pack(">I", 32) + bytes(32)
-    return "ssh-ed25519 " + base64.b64encode(blob).decode() + " ndfleet-preflight-placeholder"
-
 def load_stack_spec(
     stack_name: str | None, stack_file: str | None, name_override: str | None = None
 ) -> tuple[ClusterSpec, dict[str, str]]:
-    """The stack's validated spec (through the prepare step every command runs) and its `azure-native:`
-    provider settings. Raises CannotCheck with the reason when the stack cannot be read or is refused."""
+    """ndfleet.stackload's step, its refusal as CannotCheck (exit 2)."""
     try:
-        stack = load_stack(name=stack_name, path=stack_file, stack_name=name_override)
-    except StackFileError as exc:
+        return stackload.load_stack_spec(stack_name, stack_file, name_override)
+    except stackload.StackRefused as exc:
         raise CannotCheck(f"could not check: {exc}") from None
-    raw = stack.ndfleet_config
-    if "ndfleet:sshPublicKey" in stack.secret_keys:
-        raw["sshPublicKey"] = _placeholder_ssh_key()
-    try:
-        # The same prepare step as plan, render and `pulumi up`: a stack they refuse is not checked either.
-        spec = prepare_config(raw, stack.name, stack.engine_config).spec
-    except (SpecError, PrepareError) as exc:
-        raise CannotCheck(f"could not check: {exc}") from None
-    prefix = "azure-native:"
-    provider = {k[len(prefix) :]: v for k, v in stack.engine_config.items() if k.startswith(prefix)}
-    return spec, provider
 
 def run_cli(
     args: argparse.Namespace,

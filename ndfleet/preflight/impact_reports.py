@@ -1,24 +1,50 @@
 """Reading the Guest Health Reporting impacts filed for a stack's nodes, and Azure's insights on them
 (`ndfleet impact`, ndfleet/commands/impact.py, prints them).
 
-Requests go through preflight's `ArmReader` (azure-core's pipeline: Resource Manager bearer token, retries
-honouring Retry-After, paging). Reading needs the Impact Reader role (or Impact Reporter) on the subscription.
+Requests go through ndfleet.azure's `ArmReader` (its bounded transport, capped Retry-After, bounded paging);
+answers are checked by shape (`impact_from`, `insight_from`) and rendered terminal-safe.
+Reading needs the Impact Reader role (or Impact Reporter) on the subscription.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, describe_error
-from ndfleet.preflight.clouds import CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.answers import AnswerShape, field_object, field_text
+from ndfleet.azure.arm import ArmReader, RetrySettings, describe_error
+from ndfleet.azure.clouds import CloudSettings
+from ndfleet.azure.errors import CannotCheck
+from ndfleet.azure.text import one_line, terminal_lines, terminal_safe
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Microsoft.Impact REST API version with the insights operations (azure-rest-api-specs, specification/impact,
 # preview/2024-05-01-preview; the version pulumi-azure-native's impact module uses).
 READ_API_VERSION = "2024-05-01-preview"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Insight:
+    """One insight (`properties.category`, `status`, `eventTime`, `content.title`), checked by shape."""
+
+    category: str
+    status: str
+    event_time: str
+    title: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"category": self.category, "status": self.status, "eventTime": self.event_time, "title": self.title}
+
+
+def insight_from(doc: Mapping[str, Any]) -> Insight:
+    what = "an impact's insight"
+    props = field_object(doc, "properties", what)
+    return Insight(
+        field_text(props, "category", what), field_text(props, "status", what), field_text(props, "eventTime", what),
+        field_text(field_object(props, "content", what), "title", what),
+    )  # fmt: skip
 
 
 @dataclass
@@ -29,7 +55,7 @@ class Impact:
     resource_id: str
     reported: str
     physical_host: str
-    insights: list[dict[str, Any]] = field(default_factory=list)
+    insights: list[Insight] = field(default_factory=list)
 
     @property
     def vm(self) -> str:
@@ -46,32 +72,28 @@ class Impact:
         """The latest insight's category, or `filed` while Azure has said nothing yet."""
         if not self.insights:
             return "filed"
-        latest = max(self.insights, key=lambda i: i.get("properties", {}).get("eventTime", ""))
-        return str(latest.get("properties", {}).get("category", "?"))
+        return max(self.insights, key=lambda i: i.event_time).category or "?"
 
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "category": self.category, "description": self.description,
             "impactedResourceId": self.resource_id, "vm": self.vm, "reported": self.reported,
             "physicalHostName": self.physical_host, "state": self.state,
-            "insights": [
-                {k: i.get("properties", {}).get(k) for k in ("category", "status", "eventTime")}
-                | {"title": i.get("properties", {}).get("content", {}).get("title", "")}
-                for i in self.insights
-            ],
+            "insights": [i.as_json() for i in self.insights],
         }  # fmt: skip
 
 
 def impact_from(doc: Mapping[str, Any]) -> Impact:
-    props = doc.get("properties", {}) or {}
-    extra = props.get("additionalProperties", {}) or {}
+    what = "a workload impact"
+    props = field_object(doc, "properties", what)
+    extra = field_object(props, "additionalProperties", what)
     return Impact(
-        name=str(doc.get("name", "")),
-        category=str(props.get("impactCategory", "")),
-        description=str(props.get("impactDescription", "")),
-        resource_id=str(props.get("impactedResourceId", "")),
-        reported=str(props.get("reportedTimeUtc") or props.get("startDateTime") or ""),
-        physical_host=str(extra.get("PhysicalHostName", "")),
+        name=field_text(doc, "name", what),
+        category=field_text(props, "impactCategory", what),
+        description=field_text(props, "impactDescription", what),
+        resource_id=field_text(props, "impactedResourceId", what),
+        reported=field_text(props, "reportedTimeUtc", what) or field_text(props, "startDateTime", what),
+        physical_host=field_text(extra, "PhysicalHostName", what),
     )
 
 
@@ -86,7 +108,7 @@ def belongs_to_stack(resource_id: str, spec: ClusterSpec) -> bool:
 
 
 class Reader:
-    """Reads through preflight's `ArmReader` (azure-core pipeline, Resource Manager retries and errors)."""
+    """Reads through ndfleet.azure's `ArmReader` (bounded pipeline, Resource Manager retries and errors)."""
 
     def __init__(self, cloud: CloudSettings, credential: Any, retry: RetrySettings, transport: Any = None):
         self.cloud, self.retry = cloud, retry
@@ -95,31 +117,30 @@ class Reader:
     def _fail(self, exc: Exception, what: str) -> CannotCheck:
         status = getattr(exc, "status_code", None)
         error = getattr(exc, "error", None)
-        said = f"{getattr(error, 'code', '') or ''}: {getattr(error, 'message', '') or ''}".strip(": ")
-        said = said.splitlines()[0] if said else ""
+        said = one_line(f"{getattr(error, 'code', '') or ''}: {getattr(error, 'message', '') or ''}".strip(": "))
         if status == 403:
             hint = "reading impacts needs the Impact Reader (or Impact Reporter) role on the subscription"
             return CannotCheck(f"could not read {what}: HTTP 403 {said}; {hint}")
-        if status == 429:
+        if status == 429 and getattr(getattr(exc, "response", None), "ndfleet_refused_wait", None) is None:
             attempts = self.retry.total + 1
             return CannotCheck(f"could not read {what}: HTTP 429 {said} after {attempts} attempts (waited as "
                                "Retry-After asked); try again in a minute")  # fmt: skip
         return CannotCheck(f"could not read impacts: {describe_error(exc, what, self.cloud, self.retry)}")
 
-    def get(self, path: str, what: str) -> dict[str, Any]:
+    def get(self, path: str, what: str, shape: Callable[[Mapping[str, Any]], T]) -> T:
         from azure.core.exceptions import AzureError
 
         try:
-            return self.arm.get(path, READ_API_VERSION)
-        except AzureError as exc:
+            return shape(self.arm.get(path, READ_API_VERSION))
+        except (AzureError, AnswerShape, RecursionError) as exc:
             raise self._fail(exc, what) from None
 
-    def get_all(self, path: str, what: str) -> list[dict[str, Any]]:
+    def get_all(self, path: str, what: str, shape: Callable[[Mapping[str, Any]], T]) -> list[T]:
         from azure.core.exceptions import AzureError
 
         try:
-            return list(self.arm.list(path, READ_API_VERSION))
-        except AzureError as exc:
+            return [shape(doc) for doc in self.arm.list(path, READ_API_VERSION)]
+        except (AzureError, AnswerShape, RecursionError) as exc:
             raise self._fail(exc, what) from None
 
     def close(self) -> None:
@@ -132,19 +153,20 @@ def _impacts_path(subscription_id: str, name: str = "") -> str:
 
 
 def list_impacts(reader: Reader, spec: ClusterSpec, subscription_id: str) -> list[Impact]:
-    impacts = [impact_from(d) for d in reader.get_all(_impacts_path(subscription_id), "the workload impacts")]
+    impacts = reader.get_all(_impacts_path(subscription_id), "the workload impacts", impact_from)
     mine = [i for i in impacts if belongs_to_stack(i.resource_id, spec)]
     for impact in mine:
         impact.insights = insights(reader, subscription_id, impact.name)
     return sorted(mine, key=lambda i: i.reported, reverse=True)
 
 
-def insights(reader: Reader, subscription_id: str, name: str) -> list[dict[str, Any]]:
-    return reader.get_all(f"{_impacts_path(subscription_id, name)}/insights", f"the insights of impact {name}")
+def insights(reader: Reader, subscription_id: str, name: str) -> list[Insight]:
+    path = f"{_impacts_path(subscription_id, name)}/insights"
+    return reader.get_all(path, f"the insights of impact {one_line(name, 80)}", insight_from)
 
 
 def show_impact(reader: Reader, subscription_id: str, name: str) -> Impact:
-    impact = impact_from(reader.get(_impacts_path(subscription_id, name), f"impact {name}"))
+    impact = reader.get(_impacts_path(subscription_id, name), f"impact {one_line(name, 80)}", impact_from)
     impact.insights = insights(reader, subscription_id, name)
     return impact
 
@@ -155,8 +177,9 @@ def render_list(impacts: list[Impact], stack: str) -> str:
     rows = [("reported", "vm", "physical host", "category", "state", "name")]
     rows += [(i.reported, i.vm, i.physical_host, i.category.removeprefix("Resource.Hpc.Unhealthy."), i.state, i.name)
              for i in impacts]  # fmt: skip
+    rows = [tuple(terminal_safe(v, 120) for v in r) for r in rows]  # type: ignore[misc]  # cleaned, then measured
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    return terminal_lines(["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows])
 
 
 def render_show(impact: Impact) -> str:
@@ -169,7 +192,6 @@ def render_show(impact: Impact) -> str:
         f"  description   {impact.description}",
         f"  state         {impact.state}",
     ]
-    for i in sorted(impact.insights, key=lambda i: i.get("properties", {}).get("eventTime", "")):
-        p = i.get("properties", {})
-        lines.append(f"    {p.get('eventTime', '')}  {p.get('category', '')}: {p.get('content', {}).get('title', '')}")
-    return "\n".join(lines)
+    for i in sorted(impact.insights, key=lambda i: i.event_time):
+        lines.append(f"    {i.event_time}  {i.category}: {i.title}")
+    return terminal_lines(lines)

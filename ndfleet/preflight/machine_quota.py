@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.clouds import CloudSettings
 from ndfleet.preflight.facts import Sku, Unavailable, Usage, norm_location
 from ndfleet.preflight.outcome import Check, unavailable_check
 from ndfleet.stackconfig.clusterspec import ClusterSpec

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.arm import ArmReader, RetrySettings, bounded_pages, client_kwargs, describe_error
+from ndfleet.azure.clouds import CloudSettings
 from ndfleet.preflight.facts import (
     Facts,
     FeatureRegistration,
@@ -56,7 +56,7 @@ def gather_facts(
     def locations() -> list[Region]:
         with SubscriptionClient(credential, **kwargs()) as client:
             out = []
-            for loc in client.subscriptions.list_locations(subscription_id):
+            for loc in bounded_pages(client.subscriptions.list_locations(subscription_id), "the regions"):
                 meta = getattr(loc, "metadata", None)
                 out.append(
                     Region(
@@ -71,7 +71,7 @@ def gather_facts(
         with ComputeManagementClient(credential, subscription_id, **kwargs()) as client:
             return [
                 sku_from_model(s)
-                for s in client.resource_skus.list(filter=f"location eq '{location}'")
+                for s in bounded_pages(client.resource_skus.list(filter=f"location eq '{location}'"), "the VM sizes")
                 if (s.resource_type or "").lower() == "virtualmachines"
             ]
 
@@ -84,7 +84,7 @@ def gather_facts(
                     current=int(u.current_value),
                     limit=int(u.limit),
                 )
-                for u in client.usage.list(location)
+                for u in bounded_pages(client.usage.list(location), "the usages")
             ]
 
     image = spec.image
@@ -106,7 +106,7 @@ def gather_facts(
         from azure.mgmt.storagecache import StorageCacheManagementClient
 
         with StorageCacheManagementClient(credential, subscription_id, **kwargs()) as client:
-            return [sku_from_model(s) for s in client.skus.list()]
+            return [sku_from_model(s) for s in bounded_pages(client.skus.list(), "the Managed Lustre SKUs")]
 
     scope = deployment_scope(spec, subscription_id)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.clouds import CloudSettings
 from ndfleet.preflight.outcome import Check
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 

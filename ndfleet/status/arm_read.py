@@ -1,6 +1,7 @@
 """Reading a deployed stack from Resource Manager: its island scale sets, their instances with the instance view,
 the automatic-repairs service state, and its Azure Monitor workspace's query endpoint. Read-only calls (the Reader
-role is enough), through the SDK clients and `ArmReader` of preflight, with the same retry settings.
+role is enough), through the SDK clients and `ArmReader` of ndfleet.azure: its bounded transport, capped retries
+and bounded paging (ndfleet.azure.arm: MAX_PAGES pages, 32 MiB and 60 s an answer).
 
 Which scale sets are the stack's: Pulumi auto-names them (`<prefix>-<island>-vmss` plus a random suffix, and the
 resource group too unless `ndfleet:resourceGroupName` is set), so the names are not known offline. Every island
@@ -18,15 +19,15 @@ from typing import Any
 
 from ndfleet_node.names import TAG_ISLAND
 
-from ndfleet.preflight.arm import ArmReader, RetrySettings, client_kwargs, describe_error
-from ndfleet.preflight.clouds import CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.answers import AnswerShape, field_object, field_text
+from ndfleet.azure.arm import MAX_PAGES, ArmReader, RetrySettings, bounded_pages, client_kwargs, describe_error
+from ndfleet.azure.clouds import CloudSettings
+from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet, instance_from_json, scale_set_from_json
 
 MONITOR_ACCOUNTS_API = "2023-04-03"
 # A scale set holds at most 1,000 instances (300 with singlePlacementGroup); a subscription's listing is bounded too.
-MAX_PAGES = 50
 MAX_INSTANCES = 1000
 MAX_SCALE_SETS = 20_000
 
@@ -65,7 +66,6 @@ def read_stack(
     transport: Any = None,
 ) -> ArmView:
     """Everything status needs from Resource Manager. Raises CannotCheck (one line) when it cannot be read."""
-    from azure.core.exceptions import AzureError
     from azure.mgmt.compute import ComputeManagementClient
 
     def client() -> Any:
@@ -85,7 +85,7 @@ def read_stack(
                 else compute.virtual_machine_scale_sets.list_all()
             )
             found: list[tuple[str, Mapping[str, Any]]] = []
-            for seen, doc in enumerate(listing):
+            for seen, doc in enumerate(bounded_pages(listing, what)):
                 if seen >= MAX_SCALE_SETS:
                     raise CannotCheck(
                         f"could not read: {what} list more than {MAX_SCALE_SETS} scale sets; set "
@@ -94,7 +94,7 @@ def read_stack(
                 island = match_island(spec, doc)
                 if island is not None:
                     found.append((island, doc))
-    except AzureError as exc:
+    except _unreadable() as exc:
         raise CannotCheck(_could_not_read(exc, what, cloud, retry)) from None
 
     def read_one(item: tuple[str, Mapping[str, Any]]) -> tuple[str, ScaleSet]:
@@ -106,11 +106,11 @@ def read_stack(
                 view = compute.virtual_machine_scale_sets.get_instance_view(rg, name)
                 vms = compute.virtual_machine_scale_set_vms.list(rg, name, expand="instanceView")
                 instances: list[Instance] = []
-                for vm in vms:
+                for vm in bounded_pages(vms, f"the instances of scale set {name}"):
                     if len(instances) >= MAX_INSTANCES:
                         raise CannotCheck(f"could not read: scale set {name} lists more than {MAX_INSTANCES} instances")
                     instances.append(instance_from_json(vm))
-        except AzureError as exc:
+        except _unreadable() as exc:
             raise CannotCheck(_could_not_read(exc, f"scale set {name}", cloud, retry)) from None
         return island, scale_set_from_json(doc, island, view, tuple(instances))
 
@@ -143,7 +143,6 @@ def _query_endpoint(
     found: list[tuple[str, Mapping[str, Any]]],
 ) -> tuple[str | None, str | None]:
     """The Azure Monitor workspace in the islands' resource group (components/monitoring.py puts it there)."""
-    from azure.core.exceptions import AzureError
 
     groups = sorted({_resource_group(doc) for _, doc in found})
     if not groups:
@@ -154,17 +153,26 @@ def _query_endpoint(
         try:
             with ArmReader(credential, cloud, retry, transport) as arm:
                 for account in arm.list(path, MONITOR_ACCOUNTS_API, max_pages=MAX_PAGES):
-                    metrics = (account.get("properties") or {}).get("metrics") or {}
-                    endpoint = metrics.get("prometheusQueryEndpoint") if isinstance(metrics, Mapping) else None
-                    if isinstance(endpoint, str) and endpoint:
+                    what = f"the Azure Monitor workspace {field_text(account, 'name', 'a workspace')}"
+                    metrics = field_object(field_object(account, "properties", what), "metrics", what)
+                    endpoint = field_text(metrics, "prometheusQueryEndpoint", what)
+                    if endpoint:
                         endpoints.append(endpoint)
-        except AzureError as exc:
+        except _unreadable() as exc:
             return None, describe_error(exc, f"the Azure Monitor workspaces of {group}", cloud, retry, "status")
     if len(endpoints) != 1:
         return None, (
             f"{len(endpoints)} Azure Monitor workspaces with a query endpoint in {', '.join(groups)}; expected one"
         )
     return endpoints[0], None
+
+
+def _unreadable() -> tuple[type[Exception], ...]:
+    """What a read can fail with: azure-core's errors, a shape refusal, and the SDK models' own deserialisation
+    errors (a field of the wrong type in an answer)."""
+    from azure.core.exceptions import AzureError
+
+    return (AzureError, AnswerShape, TypeError, ValueError, KeyError, AttributeError, RecursionError)
 
 
 def _could_not_read(exc: Exception, what: str, cloud: CloudSettings, retry: RetrySettings) -> str:

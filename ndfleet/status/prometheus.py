@@ -3,8 +3,9 @@
 The workspace answers the Prometheus HTTP API at its query endpoint (`properties.metrics.prometheusQueryEndpoint`):
 `GET <endpoint>/api/v1/query?query=<PromQL>` with a Microsoft Entra bearer token for the audience
 `https://prometheus.monitor.azure.com` and the `Monitoring Data Reader` role on the workspace (Microsoft Learn,
-"Query Prometheus metrics using the API and PromQL"). Every request goes through azure-core's pipeline with the
-retry settings preflight uses (Retry-After honoured), a connect and read timeout, and a bound on the body.
+"Query Prometheus metrics using the API and PromQL"). Every request goes through ndfleet.azure's bounded pipeline
+(`bearer_client`): capped Retry-After, ANSWER_DEADLINE_S for one answer, MAX_ANSWER_BYTES of body, the token
+only to the endpoint's own host as ndfleet.azure.http.endpoint_of reads it.
 
 A query that fails, or an answer this module cannot understand, is a `QueryFailed` with one line saying why: the
 caller shows the column as unknown. A value that is not 0 or 1 (NaN, garbage) makes that node's state unknown.
@@ -12,14 +13,16 @@ caller shows the column as unknown. A value that is not 0 or 1 (NaN, garbage) ma
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.clouds import CloudSettings
+from ndfleet.azure.answers import AnswerShape, json_document, json_object
+from ndfleet.azure.arm import RetrySettings, bearer_client
+from ndfleet.azure.clouds import CloudSettings
+from ndfleet.azure.http import MAX_RETRY_AFTER_S
+from ndfleet.azure.text import one_line
 
 # The token audience of the workspace query API per cloud (Microsoft Learn, "Query Prometheus metrics using the API
 # and PromQL": a token for https://prometheus.monitor.azure.com; the US Government and China audiences are the ones
@@ -29,8 +32,11 @@ PROMETHEUS_SCOPES = {
     "AzureUSGovernment": "https://prometheus.monitor.azure.us/.default",
     "AzureChinaCloud": "https://prometheus.monitor.azure.cn/.default",
 }
-# An answer for a few thousand nodes is well under a megabyte; more than this is not an answer we read.
+# The largest answer is the node-metrics query: two series a node, about 375 bytes a series with its labels (the
+# recorded answers of tests/data/status), so 1,000 nodes are about 750 KiB and the 10,240-node plan about 7.5 MiB;
+# 32 MiB is four times that. 60 s an answer, headers and body together; the retries' 120 s bound the request.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
+ANSWER_DEADLINE_S = 60.0
 # Metric names (node/ndfleet_node/metrics.py, node/ndfleet_node/slurm_export.py).
 NODE_METRICS = ("ndfleet_node_validated", "ndfleet_node_healthy")
 CHECK_METRIC = "ndfleet_validation_check_status"
@@ -75,13 +81,11 @@ def slurm_query(stack: str) -> str:
 def parse_vector(body: bytes) -> list[Sample]:
     """The samples of an instant-query answer (`resultType: vector`); QueryFailed for anything else."""
     try:
-        doc = json.loads(body.decode("utf-8"), parse_constant=lambda name: name)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise QueryFailed(f"the query API answered something that is not JSON ({exc})") from None
-    if not isinstance(doc, Mapping):
-        raise QueryFailed("the query API answered JSON that is not an object")
+        doc = json_object(body, "the query API")
+    except AnswerShape as exc:
+        raise QueryFailed(str(exc)) from None
     if doc.get("status") != "success":
-        error = str(doc.get("error") or doc.get("errorType") or "no detail")[:200]
+        error = one_line(doc.get("error") or doc.get("errorType") or "no detail", 200)
         raise QueryFailed(f"the query failed: {error}")
     data = doc.get("data")
     if not isinstance(data, Mapping) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
@@ -114,56 +118,39 @@ class PrometheusReader:
     def __init__(
         self, endpoint: str, credential: Any, cloud: CloudSettings, retry: RetrySettings, transport: Any = None
     ):
-        from urllib.parse import urlsplit
-
-        from azure.core import PipelineClient
-        from azure.core.pipeline import policies
+        from ndfleet.azure.http import AnswerRefused, Bounds, endpoint_of
 
         # The token goes only to a workspace query endpoint: https and a host under the audience's domain
-        # (<workspace>.<region>.prometheus.monitor.azure.com and the sovereign equivalents).
+        # (<workspace>.<region>.prometheus.monitor.azure.com and the sovereign equivalents). endpoint_of is the
+        # parser the transport connects with, so the host checked here is the host the token goes to.
         suffix = "." + prometheus_scope(cloud).removeprefix("https://").removesuffix("/.default")
-        host = urlsplit(endpoint).hostname or ""
-        if not endpoint.startswith("https://") or not host.endswith(suffix):
-            raise QueryFailed(f"the workspace's query endpoint {endpoint!r} is not an https:// URL on *{suffix}")
+        shown = one_line(repr(endpoint), 200)
+        try:
+            where = endpoint_of(endpoint)
+        except AnswerRefused:
+            raise QueryFailed(f"the workspace's query endpoint {shown} is refused: user info, backslashes or "
+                              "control characters in it") from None  # fmt: skip
+        if where.scheme != "https" or not where.host.endswith(suffix):
+            raise QueryFailed(f"the workspace's query endpoint {shown} is not an https:// URL on *{suffix}")
         self.endpoint = endpoint.rstrip("/")
-        self._client: Any = PipelineClient(
-            base_url=self.endpoint,
-            policies=[
-                policies.RequestIdPolicy(),
-                policies.HeadersPolicy(),
-                policies.UserAgentPolicy(user_agent="ndfleet-status"),
-                policies.RetryPolicy(
-                    retry_total=retry.total,
-                    retry_status=retry.total,
-                    retry_connect=retry.total,
-                    retry_read=retry.total,
-                    retry_backoff_factor=retry.backoff_factor,
-                    retry_backoff_max=retry.backoff_max,
-                    timeout=retry.timeout_s,
-                ),
-                policies.BearerTokenCredentialPolicy(credential, prometheus_scope(cloud)),
-                policies.HttpLoggingPolicy(),
-            ],
-            transport=transport,
-            connection_timeout=retry.connection_timeout_s,
-            read_timeout=retry.read_timeout_s,
-        )
+        bounds = Bounds(ANSWER_DEADLINE_S, MAX_ANSWER_BYTES, where.host)
+        self._client: Any = bearer_client(self.endpoint, credential, prometheus_scope(cloud), bounds, retry,
+                                          transport, "ndfleet-status")  # fmt: skip
 
     def query(self, promql: str) -> list[Sample]:
         from azure.core.exceptions import AzureError
         from azure.core.rest import HttpRequest
 
         request = HttpRequest("GET", f"{self.endpoint}/api/v1/query", params={"query": promql})
+        from ndfleet.azure.http import AnswerRefused
+
         try:
-            response = self._client.send_request(request, stream=True)
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    response.close()
-                    raise QueryFailed(f"the query API answered more than {MAX_ANSWER_BYTES} bytes")
+            response = self._client.send_request(request)
+            body = response.body()  # read by the transport within MAX_ANSWER_BYTES and ANSWER_DEADLINE_S
+        except AnswerRefused as exc:
+            raise QueryFailed(f"refused the query endpoint's answer: {one_line(exc, 200)}") from None
         except AzureError as exc:
-            raise QueryFailed(f"could not reach the query endpoint {self.endpoint}: {_first_line(exc)}") from None
+            raise QueryFailed(f"could not reach the query endpoint {self.endpoint}: {one_line(exc, 200)}") from None
         if response.status_code != 200:
             hint = {
                 401: "credentials rejected",
@@ -172,6 +159,9 @@ class PrometheusReader:
                 429: "throttled after retries",
             }.get(response.status_code, "")
             detail = _error_detail(bytes(body))
+            refused = getattr(response, "ndfleet_refused_wait", None)
+            if response.status_code == 429 and refused is not None:
+                hint = f"throttled, and asked to wait longer than the {MAX_RETRY_AFTER_S:.0f} s a request may"
             said = "; ".join(x for x in (hint, detail) if x)
             raise QueryFailed(f"the query API answered HTTP {response.status_code}" + (f" ({said})" if said else ""))
         return parse_vector(bytes(body))
@@ -180,20 +170,14 @@ class PrometheusReader:
         self._client.close()
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 200 else line[:197] + "..."
-
-
 def _error_detail(body: bytes) -> str:
     try:
-        doc = json.loads(body.decode("utf-8", "replace"))
-    except ValueError:
+        doc = json_document(body, "the query API")
+    except AnswerShape:
         return ""
     if isinstance(doc, Mapping):
         error = doc.get("error")
         if isinstance(error, Mapping):
             error = f"{error.get('code', '')}: {error.get('message', '')}"
-        return str(error or "")[:200]
+        return one_line(error or "", 200)
     return ""

@@ -7,10 +7,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ndfleet.preflight.arm import RetrySettings
-from ndfleet.preflight.auth import SharedTokenCredential, build_credential, first_token
-from ndfleet.preflight.clouds import resolve_cloud, resolve_subscription
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.arm import RetrySettings
+from ndfleet.azure.auth import SharedTokenCredential, build_credential, first_token
+from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
+from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.arm_read import ArmView, read_stack
 from ndfleet.status.classify import StackStatus, classify_island

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ndfleet.azure.text import terminal_lines
 from ndfleet.status.classify import IslandStatus, NodeStatus, StackStatus
 
 SCHEMA_VERSION = 1
@@ -111,7 +112,7 @@ def _node_summary(node: NodeStatus) -> str:
 
 def render_table(status: StackStatus) -> str:
     if status.error is not None:
-        return status.error
+        return terminal_lines([status.error])
     slurm_read = status.slurm and any(n.slurm is not None for i in status.islands for n in i.nodes)
     lines = [f"stack {status.stack}: {status.vm_size} in {status.location}"]
     header = ("ISLAND", "WANTED", "RUNNING", "VALIDATED", "IN SLURM", "UNHEALTHY", "REPAIRING", "COST/HOUR")
@@ -164,4 +165,6 @@ def render_table(status: StackStatus) -> str:
         count = sum(1 for i in status.islands for n in i.nodes if n.health == "unknown")
         verdict = f"could not tell whether {count} of {wanted} wanted nodes are healthy"
     lines += ["", f"status: {verdict} (exit {code})"]
-    return "\n".join(lines)
+    # Labels and server text (check ids, Slurm reasons, instance names, notes) cannot break a line or print a
+    # control sequence: a label must not forge a line such as the verdict above.
+    return terminal_lines(lines)

@@ -124,7 +124,7 @@ def test_a_huge_body_is_refused() -> None:
 def test_a_server_that_hangs_times_out() -> None:
     short = Limits(request_timeout_s=1, deadline_s=30, max_pages=5, max_body_bytes=64 * 1024, max_retries=0)
     with served(d8={0: [Reply(hang=True)]}) as server:
-        assert "did not answer within 1 s" in failure(server, limits=short)
+        assert "did not finish its answer within 1 s" in failure(server, limits=short)
 
 
 def test_pages_are_bounded() -> None:

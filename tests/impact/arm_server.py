@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -59,6 +60,8 @@ def _client_gone(sock: socket.socket) -> bool:
     try:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:
+        return False
+    except ValueError:  # a TLS socket refuses recv flags: the next write tells instead (it raises when gone)
         return False
     except OSError:
         return True
@@ -116,7 +119,8 @@ class FakeArm:
 
 
 @contextmanager
-def serve(routes: dict[tuple[str, str], list[Reply]]) -> Iterator[FakeArm]:
+def serve(routes: dict[tuple[str, str], list[Reply]], tls: ssl.SSLContext | None = None) -> Iterator[FakeArm]:
+    """`tls`: serve HTTPS with this server context (Resource Manager and the workspace are https only)."""
     loopback_up()
     arm = FakeArm(routes)
 
@@ -154,7 +158,9 @@ def serve(routes: dict[tuple[str, str], list[Reply]]) -> Iterator[FakeArm]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    arm.base = f"http://127.0.0.1:{server.server_address[1]}"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    arm.base = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()  # the socket is bound and listening already: clients cannot race the start
     try:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clouds import canonical_cloud_name
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 

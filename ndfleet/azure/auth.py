@@ -10,8 +10,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ndfleet.preflight.clouds import ENV_MANAGED_IDENTITY, MANAGED_IDENTITY_SIGNALS, CloudSettings
-from ndfleet.preflight.errors import CannotCheck
+from ndfleet.azure.clouds import ENV_MANAGED_IDENTITY, MANAGED_IDENTITY_SIGNALS, CloudSettings
+from ndfleet.azure.errors import CannotCheck
+from ndfleet.azure.text import one_line
 
 
 def managed_identity_wanted(env: Mapping[str, str]) -> bool:
@@ -77,9 +78,43 @@ def _no_credentials_message(cloud: CloudSettings) -> str:
     )
 
 
+# What a failed sign-in says when the network, not the credentials, is the cause (urllib3, requests, socket and
+# MSAL wordings): DNS, a refused or unreachable connection, a timeout.
+NETWORK_SIGNS = (
+    "Failed to resolve", "Name or service not known", "Temporary failure in name resolution", "nodename nor servname",
+    "getaddrinfo failed", "Connection refused", "Network is unreachable", "No route to host", "Connection timed out",
+    "NewConnectionError", "NameResolutionError", "ConnectTimeout", "Max retries exceeded", "ServiceRequestError",
+)
+
+
+def network_cause(exc: BaseException) -> str | None:
+    """The line of a sign-in failure that names a network cause, or None when the cause is not the network.
+    Looks through the error's text and its chained causes (azure-identity wraps the transport's error)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        for line in str(getattr(current, "message", None) or current).splitlines():
+            if any(sign in line for sign in NETWORK_SIGNS):
+                return one_line(line.strip().lstrip("-").strip(), 240)
+        todo += [current.__cause__, current.__context__]
+    return None
+
+
+def _network_message(cloud: CloudSettings, cause: str) -> str:
+    return (
+        f"could not check: network: could not reach Microsoft Entra ID to sign in ({cause}); the credentials were "
+        f"not judged. Check the network, DNS and any proxy (HTTPS_PROXY) to {cloud.authority_host}, then run again"
+    )
+
+
 def first_token(credential: SharedTokenCredential, cloud: CloudSettings) -> None:
-    """Get a token before any request, so "no credentials" is one clear message and not one per check."""
-    from azure.core.exceptions import ClientAuthenticationError
+    """Get a token before any request, so "no credentials" (or "no network") is one clear message and not one
+    per check; azure-identity's own warning, which lists every credential tried, is held back (--verbose)."""
+    from azure.core.exceptions import AzureError, ClientAuthenticationError
 
     # DefaultAzureCredential also logs its failure as a warning; the message below says it once, better.
     identity_log = logging.getLogger("azure.identity")
@@ -88,8 +123,12 @@ def first_token(credential: SharedTokenCredential, cloud: CloudSettings) -> None
     try:
         credential.get_token(cloud.credential_scope)
     except ClientAuthenticationError as exc:
-        raise CannotCheck(_no_credentials_message(cloud), "azure-identity said:\n" +
-                          first_lines(exc.message or str(exc), limit=40)) from None
+        said = "azure-identity said:\n" + first_lines(exc.message or str(exc), limit=40)
+        cause = network_cause(exc)
+        raise CannotCheck(_network_message(cloud, cause) if cause else _no_credentials_message(cloud), said) from None
+    except AzureError as exc:  # the transport's own error, before any credential could answer
+        cause = network_cause(exc) or one_line(str(exc), 240)
+        raise CannotCheck(_network_message(cloud, cause), str(exc)) from None
     except ValueError as exc:  # e.g. an authority host azure-identity refuses
         raise CannotCheck(f"could not check: the credential settings are invalid: {exc}") from None
     finally:
