@@ -64,26 +64,19 @@ class ElasticScaling(pulumi.ComponentResource):
             assignable_scopes=[args.resource_group_id],
             opts=child,
         )
+        # At each elastic scale set ("<name>-<island>") and at the two linked resources ("<name>--subnet",
+        # "<name>--identity": an island name starts with a letter, so these never collide with one).
+        scopes = {island: scale_set_id for island, scale_set_id in args.scale_set_ids.items()}
+        scopes |= {"-subnet": args.subnet_id, "-identity": args.node_identity_id}
         self.assignments = [
             authorization.RoleAssignment(
-                f"{name}-{island}",
-                scope=scale_set_id,
-                principal_id=args.controller_principal_id,
-                principal_type="ServicePrincipal",
-                role_definition_id=role.id,
-                opts=child,
-            )
-            for island, scale_set_id in args.scale_set_ids.items()
-        ]
-        self.linked_assignments = [
-            authorization.RoleAssignment(
-                f"{name}-{linked}",
+                f"{name}-{suffix}",
                 scope=scope,
                 principal_id=args.controller_principal_id,
                 principal_type="ServicePrincipal",
                 role_definition_id=role.id,
                 opts=child,
             )
-            for linked, scope in (("subnet", args.subnet_id), ("identity", args.node_identity_id))
+            for suffix, scope in scopes.items()
         ]
         self.register_outputs({"roleDefinitionId": role.id})

@@ -52,8 +52,8 @@ def test_the_scaling_role_is_assigned_at_the_elastic_scale_set_and_its_linked_re
     assigned = {r.name: r.inputs["scope"] for r in of_type(plan, ROLE) if r.name.startswith("test-elastic-")}
     assert assigned == {
         "test-elastic-burst": assigned["test-elastic-burst"],
-        "test-elastic-subnet": subnet,
-        "test-elastic-identity": next(iter(identities)),
+        "test-elastic--subnet": subnet,
+        "test-elastic--identity": next(iter(identities)),
     }
     assert assigned["test-elastic-burst"].endswith("/virtualMachineScaleSets/test-burst-vmss")
     assert len(identities) == 1
