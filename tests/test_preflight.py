@@ -438,14 +438,16 @@ def test_lustre_sku_not_offered(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_unknown_location_suggests_a_close_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = preflight_run(capsys, stack_file(tmp_path, location="eastsu"), arm())
+    # A name outside ndfleet's table is refused offline unless the stack says it is new (newRegion); then preflight
+    # asks Azure's list.
+    run = preflight_run(capsys, stack_file(tmp_path, location="eastsu", newRegion=True), arm())
     check = run.check("location")
     assert run.code == 1
     assert check["figures"]["suggestions"][0] == "eastus"
 
 
 def test_logical_region_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = preflight_run(capsys, stack_file(tmp_path, location="unitedstates"), arm())
+    run = preflight_run(capsys, stack_file(tmp_path, location="unitedstates", newRegion=True), arm())
     assert "is a logical region" in run.check("location")["detail"]
 
 

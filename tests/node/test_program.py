@@ -84,6 +84,7 @@ def test_the_nodes_zipapp_leaves_out_what_only_the_controller_runs():
     # under Azure's 64 KB limit (tests/test_bootstrap.py).
     nodeapp.build.cache_clear()
     names = zipfile.ZipFile(io.BytesIO(nodeapp.build())).namelist()
-    assert "ndfleet_node/burnin/slurm.py" in names
+    assert "ndfleet_node/burnin/runner.py" in names  # the hostfile mode and the test runner the nodes run
+    assert "ndfleet_node/burnin/slurm.py" not in names  # the burn-in's Slurm mode: the controller's timer
     assert not [n for n in names if n.startswith("ndfleet_node/elastic/")]
     assert "ndfleet_node/slurm_reap.py" not in names and "ndfleet_node/slurm_export.py" not in names

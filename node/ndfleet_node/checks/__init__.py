@@ -131,10 +131,13 @@ def check(
 
 
 def load_all() -> dict[str, Check]:
-    # This order is the run and report order.
-    from ndfleet_node.checks import gpu, ib, host, perf  # noqa: F401, I001 (registers the checks)
+    """Every check, in run and report order: by module (gpu, ib, host, perf), then as each module defines them;
+    whichever module Python happened to import first does not matter."""
+    from ndfleet_node.checks import gpu, ib, host, perf  # noqa: I001 (registers the checks)
 
-    return REGISTRY
+    modules = [m.__name__ for m in (gpu, ib, host, perf)]
+    ordered = sorted(enumerate(REGISTRY.values()), key=lambda item: (modules.index(item[1].fn.__module__), item[0]))
+    return {c.id: c for _, c in ordered}
 
 
 def level_ids(level: str) -> list[str]:
