@@ -156,8 +156,18 @@ class TwinMachine:
     def journal(self, unit: str, lines: int = 60) -> str:
         return self.run(f"journalctl -b -u {shlex.quote(unit)} --no-pager -n {lines}", check=False).stdout
 
+    def pid1_cannot_spawn(self) -> bool:
+        """Whether the machine's systemd has lost the ability to start processes: "Failed to spawn executor: No
+        such file or directory" for every unit from some point on. Seen once in the twin (Debian trixie's systemd 257,
+        which starts each unit through its pinned systemd-executor, in a container on this cgroup-v1 host), right
+        after a daemon-reload; a real node (Ubuntu 22.04, systemd 249, no executor) cannot fail this way."""
+        out = self.run("journalctl -b --no-pager -o cat | grep -m 1 'Failed to spawn executor'", check=False, timeout=30)
+        return "Failed to spawn executor" in out.stdout
+
     def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float, units: tuple[str, ...] = ()) -> None:
         deadline = time.monotonic() + timeout
+        next_health_check = time.monotonic() + 30
+        rebooted = False
         while time.monotonic() < deadline:
             try:
                 if predicate():
@@ -166,6 +176,16 @@ class TwinMachine:
                 pass
             if self.proc is not None and self.proc.poll() is not None:
                 break
+            if not rebooted and time.monotonic() >= next_health_check:
+                next_health_check = time.monotonic() + 30
+                with contextlib.suppress(subprocess.TimeoutExpired, BootError):
+                    if self.pid1_cannot_spawn():
+                        # The container's systemd, not ndfleet, is broken: reboot the machine once, loudly, as an
+                        # operator would, and wait on (the node validates again at boot).
+                        print(f"twin: {self.name}: its systemd cannot start processes (Failed to spawn executor); "
+                              "rebooting it once", flush=True)  # fmt: skip
+                        rebooted = True
+                        self.reboot()
             time.sleep(2)
         detail = (
             "\n".join(f"--- {u}\n{self.journal(u)}" for u in units) if self.proc and self.proc.poll() is None else ""
