@@ -161,7 +161,8 @@ class TwinMachine:
         such file or directory" for every unit from some point on. Seen once in the twin (Debian trixie's systemd 257,
         which starts each unit through its pinned systemd-executor, in a container on this cgroup-v1 host), right
         after a daemon-reload; a real node (Ubuntu 22.04, systemd 249, no executor) cannot fail this way."""
-        out = self.run("journalctl -b --no-pager -o cat | grep -m 1 'Failed to spawn executor'", check=False, timeout=30)
+        command = "journalctl -b --no-pager -o cat | grep -m 1 'Failed to spawn executor'"
+        out = self.run(command, check=False, timeout=30)
         return "Failed to spawn executor" in out.stdout
 
     def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float, units: tuple[str, ...] = ()) -> None:
