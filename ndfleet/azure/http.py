@@ -209,24 +209,27 @@ class _Guarded:
         self._sock._decref_socketios()  # type: ignore[attr-defined]
 
 
-class _HTTP(http.client.HTTPConnection):
+class _DeadlineConnection:
+    """Mixed in before http.client's connection class: the connected socket (after TLS, for https) reads only
+    until the answer's deadline."""
+
+    sock: Any
+
     def __init__(self, deadline: float, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._deadline = deadline
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         self.sock = _Guarded(self.sock, self._deadline)
 
 
-class _HTTPS(http.client.HTTPSConnection):
-    def __init__(self, deadline: float, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._deadline = deadline
+class _HTTP(_DeadlineConnection, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self.sock = _Guarded(self.sock, self._deadline)
+
+class _HTTPS(_DeadlineConnection, http.client.HTTPSConnection):
+    pass
 
 
 class BoundedTransport(HttpTransport):
