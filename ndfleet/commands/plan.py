@@ -108,9 +108,6 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.program is not None:
         from ndfleet.plans.any_program import plan_program_command
 
-        if args.policies:
-            print("error: --policies checks ndfleet's own plan; it does not go with --program", file=sys.stderr)
-            return 1
         return plan_program_command(args)
     # Pulumi and the program load here, for the chosen command only: `ndfleet --help` stays fast.
     import pulumi
@@ -132,10 +129,7 @@ def plan_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:
-        from ndfleet.plans.policy_rules import evaluate_plan, format_violations, has_mandatory
+        from ndfleet.plans.policy_rules import report_policies
 
-        violations = evaluate_plan(plan.as_json())
-        print(format_violations(violations), file=sys.stderr if args.format == "json" else sys.stdout)
-        if has_mandatory(violations):
-            return 1
+        return report_policies(plan.as_json(), sys.stderr if args.format == "json" else sys.stdout)
     return 0
