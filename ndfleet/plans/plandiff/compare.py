@@ -162,7 +162,7 @@ def format_value(value: Any, path: str = "") -> str:
     extra = f", {len(decoded.encode())} bytes decoded" if decoded is not None else ""
     files = bundle.decode_bundle(value) if bundle.is_user_data(path) else None
     if files is not None:
-        extra = f", node bundle of {len(files) - 1} files"
+        extra = f", {len(files) - 1} files decoded"
     return f"<{len(text.encode())} bytes{extra}, sha256 {digest}>"
 
 
