@@ -428,6 +428,9 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
     if base is None and head is None:
         raise ValueError("diff_plans needs at least one plan")
     name = stack or str((head or base or {}).get("stack") or "stack")
+    old_name, new_name = (base or {}).get("stack"), (head or {}).get("stack")
+    if stack is None and old_name and new_name and old_name != new_name:  # `ndfleet diff --allow-different-stacks`
+        name = f"{old_name} -> {new_name}"
     old_idx, new_idx = _index(base), _index(head)
     changes: list[ResourceChange] = []
     for key in sorted(set(old_idx) | set(new_idx)):
