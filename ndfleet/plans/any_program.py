@@ -138,7 +138,7 @@ def plan_program_command(args: argparse.Namespace) -> int:
             print(f"warning: {warning}", file=sys.stderr)
     else:
         text = render(program_dir, stack.name, resources, outputs)
-        text += "".join(f"  warning: {w}\n" for w in warnings)
+        text += "".join(["\n"] * bool(warnings) + [f"warning: {w}\n" for w in warnings])
         if spec is not None:
             text += "\n".join(plan_cost_lines(spec)) + "\n"
         sys.stdout.write(text)
