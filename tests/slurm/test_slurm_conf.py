@@ -23,6 +23,7 @@ from ndfleet.slurm.conf import (
 )
 from ndfleet.slurm.machines import (
     APT_PREFERENCES_PATH,
+    BURNIN_CONFIG,
     DPKG_LOCK_TIMEOUT_S,
     ROLE_PACKAGES,
     SECRET_RETRY_S,
@@ -344,6 +345,13 @@ def test_scaling_changes_the_controllers_user_data_not_its_custom_data() -> None
     small, large = spec_of(nodes=2), spec_of(nodes=150)
     assert machine_bootstrap(small, "controller").custom_data == machine_bootstrap(large, "controller").custom_data
     assert machine_user_data(small, "controller") != machine_user_data(large, "controller")
+
+
+def test_a_gpu_size_change_changes_the_controllers_user_data_not_its_custom_data() -> None:
+    h100, h200 = spec_of(vmSize="Standard_ND96isr_H100_v5"), spec_of(vmSize="Standard_ND96isr_H200_v5")
+    assert machine_bootstrap(h100, "controller").custom_data == machine_bootstrap(h200, "controller").custom_data
+    burnin = json.loads(base64.b64decode(machine_user_data(h200, "controller")))["files"][BURNIN_CONFIG]
+    assert json.loads(burnin)["vm_size"] == "Standard_ND96isr_H200_v5"
 
 
 @pytest.mark.needs_tool("cloud-init")
