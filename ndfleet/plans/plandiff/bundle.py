@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import functools
 import hashlib
 import json
 from typing import Any
@@ -38,9 +39,15 @@ def is_user_data(path: str) -> bool:
 
 def decode_bundle(value: Any) -> dict[str, bytes] | None:
     """The files a userData value carries, by path: a compute node's bundle (and its activation commands) or a
-    Slurm machine's configuration (and its Slurm release); None when `value` is neither."""
+    Slurm machine's configuration (and its Slurm release); None when `value` is neither. Do not modify the result."""
     if not isinstance(value, str) or not value:
         return None
+    return _decode(value)
+
+
+# One diff reads each changed userData several times (its size, its consequence, its lines): decoded once.
+@functools.lru_cache(maxsize=16)
+def _decode(value: str) -> dict[str, bytes] | None:
     try:
         files, activate = unpack(value)
     except BundleError:
