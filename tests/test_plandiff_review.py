@@ -225,3 +225,15 @@ def test_folders_with_a_stack_file_of_another_stack_are_refused(
     write(tmp_path / "head" / "dev.json", other)
     code, _, err = run(capsys, "--base-dir", str(tmp_path / "base"), "--head-dir", str(tmp_path / "head"))
     assert code == 2 and "of stack 'prod'" in err
+
+
+def test_a_user_data_bomb_is_not_decoded(base: dict[str, Any], head: dict[str, Any]) -> None:
+    """xz of 5 MiB of zeros (a few hundred bytes): decompressing stops at nodebundle's bound and it stays a hash."""
+    import lzma
+
+    bomb = base64.b64encode(lzma.compress(b"\0" * (5 << 20), format=lzma.FORMAT_XZ)).decode()
+    with_user_data(base, node_bundle("a=1\n"))
+    with_user_data(head, bomb)
+    assert bundle.decode_bundle(bomb) is None
+    text = plandiff.render_text([plandiff.diff_plans(base, head)])
+    assert "--- base" not in text and "sha256" in text
