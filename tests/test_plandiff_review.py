@@ -231,8 +231,11 @@ def test_a_user_data_bomb_is_not_decoded(base: dict[str, Any], head: dict[str, A
     """xz of 5 MiB of zeros (a few hundred bytes): decompressing stops at nodebundle's bound and it stays a hash."""
     import lzma
 
-    bomb = base64.b64encode(lzma.compress(b"\0" * (5 << 20), format=lzma.FORMAT_XZ)).decode()
-    with_user_data(base, node_bundle("a=1\n"))
+    def bomb_of(mib: int) -> str:
+        return base64.b64encode(lzma.compress(b"\0" * (mib << 20), format=lzma.FORMAT_XZ)).decode()
+
+    bomb = bomb_of(5)
+    with_user_data(base, bomb_of(6))
     with_user_data(head, bomb)
     assert bundle.decode_bundle(bomb) is None
     text = plandiff.render_text([plandiff.diff_plans(base, head)])
