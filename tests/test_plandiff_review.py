@@ -110,9 +110,15 @@ def test_a_cost_decrease_is_negative(base: dict[str, Any], head: dict[str, Any])
     assert "(-US$200.00)" in text
 
 
-def test_an_incomplete_cost_says_so(base: dict[str, Any], head: dict[str, Any]) -> None:
-    text = plandiff.render_text([plandiff.diff_plans(with_cost(base, 100.0), with_cost(head, 100.0, False))])
-    assert "incomplete: a VM size has no list price in the region" in text
+def test_an_incomplete_cost_gives_no_change(base: dict[str, Any], head: dict[str, Any]) -> None:
+    text = plandiff.render_text([plandiff.diff_plans(with_cost(base, 100.0), with_cost(head, 50.0, False))])
+    assert ("cost (VMs, list price): US$100.00 -> US$50.00 (priced VMs only) per hour; incomplete: a VM size has no "
+            "list price in the region, so no change is given") in text
+
+
+def test_a_cost_without_any_price_is_unknown_not_zero(base: dict[str, Any], head: dict[str, Any]) -> None:
+    text = plandiff.render_text([plandiff.diff_plans(with_cost(base, 100.0), with_cost(head, 0.0, False))])
+    assert "US$100.00 -> unknown per hour" in text and "US$0" not in text
 
 
 def test_a_plan_without_cost_is_named_not_guessed(base: dict[str, Any], head: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from ndfleet.plans.plandiff.resources import (
     MARKDOWN_MARKER,
     MARKDOWN_MAX_CHARS,
     SEVERITY_RANK,
+    PlanCost,
     ResourceChange,
     StackDiff,
 )
@@ -49,14 +50,18 @@ def cost_line(d: StackDiff) -> str:
         sides = [side for side, c in (("base", old), ("head", new)) if c is None]
         return (f"cost: not compared: the {' and '.join(sides)} plan{'s carry' if len(sides) == 2 else ' carries'} "
                 "no cost (a program plan without an ndfleet cluster, or a plan from an older ndfleet)")
+    if not (old.complete and new.complete):
+        # A total that leaves out VMs without a price is no figure to subtract: no change is given.
+        def side(c: PlanCost) -> str:
+            return usd(c.usd_per_hour) + ("" if c.complete else " (priced VMs only)") if c.usd_per_hour else "unknown"
+
+        return (f"cost (VMs, list price): {side(old)} -> {side(new)} per hour; incomplete: a VM size has no list "
+                "price in the region, so no change is given (`ndfleet cost`)")
     delta = new.usd_per_hour - old.usd_per_hour
-    text = (f"cost (VMs, list price): {usd(old.usd_per_hour)} -> {usd(new.usd_per_hour)} per hour "
+    return (f"cost (VMs, list price): {usd(old.usd_per_hour)} -> {usd(new.usd_per_hour)} per hour "
             f"({_signed(delta)}), {usd(old.usd_per_hour * HOURS_PER_MONTH)} -> "
             f"{usd(new.usd_per_hour * HOURS_PER_MONTH)} per {HOURS_PER_MONTH}-hour month "
             f"({_signed(delta * HOURS_PER_MONTH)})")
-    if not (old.complete and new.complete):
-        text += "; incomplete: a VM size has no list price in the region (`ndfleet cost`)"
-    return text
 
 
 def summary_line(diffs: Sequence[StackDiff]) -> str:
