@@ -40,7 +40,7 @@ from ndfleet.slurm.machines import (
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.problems import SpecError
-from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.profiles import PROFILES, VmSizeProfile
 from tests.conftest import base_config
 from tests.slurm.controller_library import library_modules
 
@@ -471,12 +471,40 @@ def elastic() -> ClusterSpec:
     )
 
 
-def test_an_elastic_island_is_cloud_nodes_with_its_feature_gpus_and_memory(elastic: ClusterSpec) -> None:
-    site = slurm_site(elastic)
+def test_an_elastic_island_is_cloud_nodes_with_the_sizes_shape_feature_gpus_and_memory(elastic: ClusterSpec) -> None:
+    # ND96isr H100 v5 (the spec's default size): 96 vCPUs = 2 sockets x 48 cores x 1 thread; RealMemory 1800 GiB, the
+    # validator's floor, below CycleCloud's 1900 GiB - 5 % = 1805 GiB. Without the shape Slurm takes the node as 1 CPU.
+    assert elastic.profile.name == "Standard_ND96isr_H100_v5"
     assert (
-        f"NodeName=gpu-[1-4] State=CLOUD Feature=island-gpu Gres=gpu:{site.gpus_per_node} "
-        f"RealMemory={site.real_memory_mib}"
+        "NodeName=gpu-[1-4] State=CLOUD CPUs=96 Sockets=2 CoresPerSocket=48 ThreadsPerCore=1 Feature=island-gpu "
+        "Gres=gpu:8 RealMemory=1843200"
     ) in conf_lines(elastic)
+
+
+@pytest.mark.parametrize(
+    ("size", "cyclecloud_mib", "floor_mib"),
+    # CycleCloud: memory - max(1 GiB, 5 %) (azure-slurm/slurmcc/partition.py); floor: the profile's memory_min_gib.
+    [("Standard_ND96isr_H100_v5", 1900 * 1024 - 97280, 1800 * 1024),
+     ("Standard_ND96isr_H200_v5", 1850 * 1024 - 94720, 1750 * 1024)],
+)  # fmt: skip
+def test_real_memory_keeps_back_at_least_what_cyclecloud_does_and_never_exceeds_the_validators_floor(
+    size: str, cyclecloud_mib: int, floor_mib: int
+) -> None:
+    profile = PROFILES[size]
+    assert profile.slurm_real_memory_mib == min(cyclecloud_mib, floor_mib)
+    assert profile.slurm_real_memory_mib <= cyclecloud_mib and profile.slurm_real_memory_mib <= floor_mib
+
+
+def test_a_profile_whose_shape_is_not_its_vcpus_is_refused() -> None:
+    with pytest.raises(ValueError, match="sockets x cores_per_socket x threads_per_core = 48, not the size's 96"):
+        VmSizeProfile.model_validate({**PROFILES["Standard_ND96isr_H100_v5"].model_dump(), "sockets": 1})
+
+
+def test_dynamic_nodes_leave_the_shape_to_the_hardware(prod: ClusterSpec) -> None:
+    # slurmd(8), --conf: CPUs, Boards, SocketsPerBoard, CoresPerSocket, ThreadsPerCore given there override what
+    # `slurmd -C` reads; ndfleet gives none, so a VM registers the shape it has.
+    conf = dynamic_node_conf(slurm_site(prod), "ib00")
+    assert not any(key in conf for key in ("CPUs=", "Sockets=", "CoresPerSocket=", "ThreadsPerCore="))
 
 
 def test_only_the_elastic_partition_suspends_its_nodes(elastic: ClusterSpec) -> None:
