@@ -573,3 +573,18 @@ def test_the_controller_gets_the_elastic_settings_in_its_user_data(elastic: Clus
     files = json.loads(base64.b64decode(machine_user_data(elastic, "controller")))["files"]
     doc = json.loads(files["/etc/ndfleet/elastic.json"])
     assert doc["islands"] == {"gpu": {"scaleSet": f"{elastic.name_prefix}-gpu-vmss", "minNodes": 1, "maxNodes": 4}}
+
+
+@pytest.mark.parametrize("version", ["25.11.2", "25.11.5"])
+def test_no_topology_block_for_slurm_25_11_to_drop_powered_down_nodes_from(version: str) -> None:
+    # Slurm 25.11.0-25.11.2 remove a CLOUD node listed in topology.conf/topology.yaml from its topology when it is
+    # powered down and do not put it back (fixed in 25.11.3: SchedMD/slurm 0178580c04, ticket 24405; the workaround
+    # was `Topology=default:<block>` on the node line). ndfleet keeps jobs inside an island by partitions selected
+    # by feature and renders no topology plugin, topology file or Topology= option, for any release: docs/elastic.md.
+    islands = [{"name": "a", "nodes": 2}, {"name": "gpu", "elastic": {"maxNodes": 4}}]
+    spec = spec_of(nodes=None, islands=islands, slurm={"version": version})
+    assert spec.slurm is not None and spec.slurm.version == version
+    files = config_files(slurm_site(spec))
+    assert set(files) == {"slurm.conf", "gres.conf", "cgroup.conf"}
+    topology = [line for line in files["slurm.conf"].splitlines() if "topolog" in line.lower()]
+    assert topology == [], topology
