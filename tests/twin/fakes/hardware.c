@@ -114,7 +114,7 @@ int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *mask) {
 
 /* A CPU list ("0-3,8,10-11\n") folded onto the host's CPUs; 0 when the text is not one. */
 static size_t fold_cpu_list(const char *in, size_t len, char *out, size_t out_size) {
-    static unsigned char cpus[MAX_CPUS];
+    unsigned char cpus[MAX_CPUS]; /* on the stack: slurmstepd writes from several threads */
     char text[4096], *tok, *save = NULL;
     size_t used = 0;
     int i, n = host_cpus();
