@@ -142,3 +142,26 @@ def plan_lines(spec: ClusterSpec) -> list[str]:
         f"{WORKSPACE_ACTIVE_SERIES_LIMIT:,} and {WORKSPACE_EVENTS_PER_MINUTE_LIMIT:,}/min by default, about "
         f"{b.max_nodes:,} nodes at this scrape interval"
     ]
+
+
+def budget_markdown(spec: ClusterSpec) -> str:
+    """The workspace figures docs/monitoring.md carries for the prod example (a test keeps the two equal)."""
+    b = budget(spec)
+
+    def holds(interval_s: int) -> str:
+        at = SeriesBudget(b.nodes, b.series_per_node, b.controller_own, b.controller_per_node, interval_s)
+        per_minute = 60 / interval_s
+        binds = (
+            "the samples-per-minute limit binds first"
+            if per_minute > 1
+            else ("both limits bind together" if per_minute == 1 else "the active-series limit binds first")
+        )
+        rate = f"{per_minute:g} sample{'s' if per_minute != 1 else ''} per series per minute"
+        return f"about **{at.max_nodes:,}** scraped every {interval_s} s ({rate}: {binds})"
+
+    return (
+        f"Stack `{spec.stack}`: {b.nodes:,} nodes x {b.series_per_node:,} series + the Slurm controller's "
+        f"{b.controller_series:,} = **{b.series:,} active series**, {b.events_per_minute:,.0f} samples per minute at "
+        f"{b.scrape_interval_s} s. One workspace at its default limits holds such nodes: {holds(b.scrape_interval_s)}; "
+        f"{holds(60)}."
+    )
