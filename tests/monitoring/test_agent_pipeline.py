@@ -96,29 +96,16 @@ def pipeline(
     receiver_port, agent_port = free_port(), free_port()
     (folder / "receiver.yml").write_text("global: {}\n")
     try:
-        with (
-            node_exporter_running(folder / "node") as node_port,
-            running(
-                [
-                    binary,
-                    f"--config.file={folder / 'receiver.yml'}",
-                    f"--storage.tsdb.path={folder / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{receiver_port}",
-                    "--web.enable-remote-write-receiver",
-                ],
-                f"http://127.0.0.1:{receiver_port}/-/ready",
-            ),
+        with node_exporter_running(folder / "node") as node_port, running(
+            [binary, f"--config.file={folder / 'receiver.yml'}", f"--storage.tsdb.path={folder / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{receiver_port}", "--web.enable-remote-write-receiver"],
+            f"http://127.0.0.1:{receiver_port}/-/ready",
         ):
             config = agent_config(mon_spec, node_port, dcgm.server_address[1], receiver_port)
             (folder / "agent.yml").write_text(yaml.safe_dump(config))
             with running(
-                [
-                    binary,
-                    "--enable-feature=agent",
-                    f"--config.file={folder / 'agent.yml'}",
-                    f"--storage.agent.path={folder / 'wal'}",
-                    f"--web.listen-address=127.0.0.1:{agent_port}",
-                ],
+                [binary, "--enable-feature=agent", f"--config.file={folder / 'agent.yml'}",
+                 f"--storage.agent.path={folder / 'wal'}", f"--web.listen-address=127.0.0.1:{agent_port}"],
                 f"http://127.0.0.1:{agent_port}/-/ready",
             ):
                 deadline = time.monotonic() + ARRIVAL_TIMEOUT_S
@@ -141,13 +128,8 @@ def received(pipeline: tuple[list[dict[str, Any]], str]) -> list[dict[str, Any]]
     return pipeline[0]
 
 
-SCRAPE_SERIES = {
-    "up",
-    "scrape_duration_seconds",
-    "scrape_samples_scraped",
-    "scrape_samples_post_metric_relabeling",
-    "scrape_series_added",
-}
+SCRAPE_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
+                 "scrape_series_added"}
 
 
 def test_only_exported_names_leave_the_node(received: list[dict[str, Any]]) -> None:
@@ -164,13 +146,8 @@ def test_every_gpu_metric_arrives_for_every_gpu(received: list[dict[str, Any]]) 
 
 def test_node_and_validation_metrics_arrive(received: list[dict[str, Any]]) -> None:
     names = {s["metric"]["__name__"] for s in received}
-    assert {
-        "node_infiniband_state_id",
-        "node_infiniband_rate_bytes_per_second",
-        "ndfleet_node_healthy",
-        "ndfleet_validation_check_status",
-        "node_memory_MemAvailable_bytes",
-    } <= names
+    assert {"node_infiniband_state_id", "node_infiniband_rate_bytes_per_second", "ndfleet_node_healthy",
+            "ndfleet_validation_check_status", "node_memory_MemAvailable_bytes"} <= names
 
 
 def test_cpu_is_idle_time_only(received: list[dict[str, Any]]) -> None:
