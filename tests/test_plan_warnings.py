@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.derive import EXAMPLE_KEY_WARNING
 from ndfleet.stackconfig.stackfile import load_stack
@@ -106,10 +107,17 @@ def workspace_warnings(spec_warnings: tuple[str, ...]) -> list[str]:
     return [w for w in spec_warnings if w.startswith((SERIES_OVER, SAMPLES_OVER))]
 
 
+def planned_spec(config: dict[str, object]) -> ClusterSpec:
+    """The spec as `ndfleet plan` and the program's prepare step hold it, the series budget's warnings added."""
+    from ndfleet.monitoring.budget import with_workspace_warnings
+
+    return with_workspace_warnings(load_spec(config, "t"))
+
+
 def test_a_stack_within_the_workspace_limits_gets_no_warning() -> None:
     from ndfleet.monitoring.budget import WORKSPACE_ACTIVE_SERIES_LIMIT, budget
 
-    spec = load_spec(monitored(256, 30), "t")
+    spec = planned_spec(monitored(256, 30))
     assert budget(spec).series < WORKSPACE_ACTIVE_SERIES_LIMIT / 2  # far within: the test is about the check
     assert workspace_warnings(spec.warnings) == []
 
@@ -117,7 +125,7 @@ def test_a_stack_within_the_workspace_limits_gets_no_warning() -> None:
 def test_a_stack_over_the_active_series_limit_is_warned_with_what_to_do() -> None:
     from ndfleet.monitoring.budget import WORKSPACE_ACTIVE_SERIES_LIMIT, budget
 
-    spec = load_spec(monitored(2_000, 120), "t")  # 120 s: few samples per minute, many series
+    spec = planned_spec(monitored(2_000, 120))  # 120 s: few samples per minute, many series
     b = budget(spec)
     assert b.series > WORKSPACE_ACTIVE_SERIES_LIMIT > b.events_per_minute
     (warning,) = workspace_warnings(spec.warnings)
@@ -132,7 +140,7 @@ def test_a_stack_over_the_active_series_limit_is_warned_with_what_to_do() -> Non
 def test_a_stack_over_the_samples_per_minute_limit_is_told_to_scrape_less_often() -> None:
     from ndfleet.monitoring.budget import WORKSPACE_EVENTS_PER_MINUTE_LIMIT, budget
 
-    spec = load_spec(monitored(1_000, 30), "t")
+    spec = planned_spec(monitored(1_000, 30))
     b = budget(spec)
     assert b.events_per_minute > WORKSPACE_EVENTS_PER_MINUTE_LIMIT > b.series
     (warning,) = workspace_warnings(spec.warnings)
@@ -147,7 +155,7 @@ def test_a_stack_over_the_samples_per_minute_limit_is_told_to_scrape_less_often(
 def test_monitoring_off_is_never_warned_about_the_workspace() -> None:
     config = monitored(2_000, 30)
     config["monitoring"] = {"enabled": False}
-    assert workspace_warnings(load_spec(config, "t").warnings) == []
+    assert workspace_warnings(planned_spec(config).warnings) == []
 
 
 def test_the_plan_table_shows_the_series_and_prints_the_warning_once() -> None:
@@ -160,3 +168,11 @@ def test_the_plan_table_shows_the_series_and_prints_the_warning_once() -> None:
     b = budget(plan.spec)
     assert f"  monitoring: about {b.series:,} active series ({b.series_per_node:,} per node)" in table
     assert table.count(SAMPLES_OVER) == 1
+
+
+def test_the_program_logs_the_workspace_warning_before_deploying() -> None:
+    """`pulumi up` runs the prepare step, whose spec carries the warning the program logs (ndfleet/program.py)."""
+    from ndfleet.prepare import prepare
+
+    prepared = prepare(load_spec(monitored(1_000, 30), "t"))
+    assert len(workspace_warnings(prepared.spec.warnings)) == 1

@@ -165,3 +165,10 @@ def budget_markdown(spec: ClusterSpec) -> str:
         f"{b.scrape_interval_s} s. One workspace at its default limits holds such nodes: {holds(b.scrape_interval_s)}; "
         f"{holds(60)}."
     )
+
+
+def with_workspace_warnings(spec: ClusterSpec) -> ClusterSpec:
+    """The spec with `workspace_warnings` added to its warnings: what `ndfleet plan` prints and the Pulumi program
+    logs. Here, not in the spec's own checks (ndfleet/stackconfig), which sit below the exporters they would count."""
+    over = workspace_warnings(spec)
+    return spec.model_copy(update={"warnings": (*spec.warnings, *over)}) if over else spec

@@ -122,13 +122,7 @@ def build_spec(
     image = _other_settings(config, ok, problems, warnings)
     if problems or network is None:
         return None, problems
-    spec = _spec(config, stack, islands, network, lustre, image, warnings)
-    # Monitoring's series need the whole spec (profile, storage, scheduler): checked last, against the workspace's
-    # limits. Imported here: ndfleet.monitoring reads the spec this module builds.
-    from ndfleet.monitoring.budget import workspace_warnings
-
-    over = workspace_warnings(spec)
-    return (spec.model_copy(update={"warnings": (*spec.warnings, *over)}) if over else spec), []
+    return _spec(config, stack, islands, network, lustre, image, warnings), []
 
 
 def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> list[IslandSpec]:
@@ -253,6 +247,7 @@ def _region(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str
                 + (f"; did you mean {guesses}?" if guesses else "")
                 + f" A region newer than that list: set {NAMESPACE}:newRegion: true"
             )
+
 
 
 def _lustre(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> LustreSpec | None:
