@@ -106,6 +106,10 @@ def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExte
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
+    # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) join the spec's own.
+    from ndfleet.monitoring.budget import with_workspace_warnings
+
+    spec = with_workspace_warnings(spec)
     problems: list[str] = []
     budget = validation_budget_s(spec)
     explicit = explicit_probe_grace_period(spec)

@@ -42,6 +42,7 @@ def _key_facts(r: PlannedResource) -> str:
 
 def render_table(plan: Plan) -> str:
     from ndfleet.cost.estimate import plan_cost_lines
+    from ndfleet.monitoring.budget import plan_lines as monitoring_plan_lines
     from ndfleet.stackconfig.vms import quota_lines
 
     spec = plan.spec
@@ -79,6 +80,7 @@ def render_table(plan: Plan) -> str:
             "every subnet (set ndfleet:plannedNodes to the most nodes the stack will reach)"
         )
     lines += quota_lines(spec)
+    lines += monitoring_plan_lines(spec)
     for warning in spec.warnings:
         lines.append(f"  warning: {warning}")
     lines += plan_cost_lines(spec)
