@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -40,8 +41,44 @@ REGIONAL_FAULT_DOMAINS = 1
 ZONAL_FAULT_DOMAINS = 5
 
 
-# The one property `pulumi up` leaves to Slurm on an elastic island's scale set (`ndfleet diff` says so).
-ELASTIC_IGNORED = "sku.capacity"
+# An elastic island's capacity belongs to the controller (docs/elastic.md, "`pulumi up` and Slurm do not fight over
+# capacity"). pulumi-azure-native updates a scale set with a full PUT whose sku.capacity wins, and `ignoreChanges`
+# would send the capacity kept in Pulumi's state (Pulumi docs, "Resource option: ignoreChanges"): so the program
+# reads the live capacity while `pulumi up` runs and sends that; `ndfleet diff` reads the elastic tag and says so.
+ELASTIC_CAPACITY = "sku.capacity"
+# Azure's answer to a GET of a scale set or a resource group that does not exist (yet): its first deployment.
+_NOT_FOUND = re.compile(r"\b(ResourceNotFound|ResourceGroupNotFound)\b|\b404\b")
+# Scale-in order of an elastic island: the newest VMs first ("NewestVM: ... the newest virtual machines that are
+# not protected from scale-in will be chosen for removal", Compute REST API, ScaleInPolicy.rules). A capacity lowered
+# by a racing deployment then removes only VMs created after the program read the capacity, never an older one
+# that runs a job; an island is in one zone, so no balancing across zones comes first.
+ELASTIC_SCALE_IN_RULES = ["NewestVM"]
+
+
+def live_capacity(resource_group_name: str, scale_set_name: str, when_absent: int) -> int:
+    """The scale set's capacity as Azure has it now (`GET` through the provider's invoke), or `when_absent` when
+    the scale set or its resource group does not exist yet. Any other failure stops the deployment with a named
+    error: sending a guessed capacity is what deletes VMs."""
+    try:
+        found = compute.get_virtual_machine_scale_set(
+            resource_group_name=resource_group_name, vm_scale_set_name=scale_set_name
+        )
+    except Exception as exc:  # the provider's error: its text is all there is to tell "absent" from a failure
+        if _NOT_FOUND.search(str(exc)):
+            return when_absent
+        raise ValueError(
+            f"elastic scale set {scale_set_name!r} in {resource_group_name!r}: its live capacity could not be read "
+            f"({str(exc)[:300]}); not deploying it with a guessed capacity (docs/elastic.md)"
+        ) from None
+    capacity = found.sku.capacity if found.sku is not None else None
+    if isinstance(capacity, float) and capacity.is_integer():
+        capacity = int(capacity)  # a number crosses Pulumi's RPC as a protobuf double
+    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+        raise ValueError(
+            f"elastic scale set {scale_set_name!r} in {resource_group_name!r}: sku.capacity = {capacity!r} read "
+            "from Azure, expected a whole number >= 0"
+        )
+    return capacity
 
 
 def fault_domain_count(zone: str | None) -> int:
@@ -101,9 +138,9 @@ class IbIslandArgs:
     # What the nodes need at boot (storage private endpoint, its DNS records, their role assignment): the scale
     # set is created only after these exist.
     boot_dependencies: Sequence[pulumi.Resource] = ()
-    # Elastic (docs/elastic.md): Slurm owns the capacity once the scale set exists (`pulumi up` leaves sku.capacity
-    # alone), node_count is the capacity it is created with, and the scale set gets a fixed name the controller's
-    # programs can address before deployment.
+    # Elastic (docs/elastic.md): Slurm owns the capacity once the scale set exists (`pulumi up` sends the capacity
+    # the scale set has at that moment, read live), node_count is the capacity it is created with, and the scale set
+    # gets a fixed name the controller's programs can address before deployment (required when elastic).
     elastic: bool = False
     scale_set_name: str | None = None
 
@@ -114,6 +151,8 @@ def _check(args: IbIslandArgs) -> None:
         problems.append(f"vm_size = {args.vm_size!r}: no VM-size profile; known: {', '.join(sorted(PROFILES))}")
     if args.node_count < (0 if args.elastic else 1):
         problems.append(f"node_count = {args.node_count}: at least {0 if args.elastic else 1}")
+    if args.elastic and not args.scale_set_name:
+        problems.append("scale_set_name: required when elastic (its live capacity is read by that name)")
     for name, value, limit in (
         ("custom_data", args.custom_data, CUSTOM_DATA_MAX_BYTES),
         ("user_data", args.user_data, USER_DATA_MAX_BYTES),
@@ -162,17 +201,24 @@ class IbIsland(pulumi.ComponentResource):
 
         spot = args.priority == "Spot"
         health = args.health
+        capacity: pulumi.Input[int] = args.node_count
+        if args.elastic:
+            name_of_set = str(args.scale_set_name)
+            capacity = pulumi.Output.from_input(args.resource_group_name).apply(
+                lambda group: live_capacity(group, name_of_set, args.node_count)
+            )
         vmss = compute.VirtualMachineScaleSet(
             f"{name}-vmss",
             resource_group_name=args.resource_group_name,
             location=args.location,
-            sku=compute.SkuArgs(name=profile.name, tier="Standard", capacity=args.node_count),
+            sku=compute.SkuArgs(name=profile.name, tier="Standard", capacity=capacity),
             vm_scale_set_name=args.scale_set_name,
             orchestration_mode="Uniform",
             single_placement_group=True,
             platform_fault_domain_count=fault_domain_count(args.zone),
             overprovision=False,
             upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
+            scale_in_policy=compute.ScaleInPolicyArgs(rules=ELASTIC_SCALE_IN_RULES) if args.elastic else None,
             zones=zones,
             proximity_placement_group=ppg_ref,
             identity=compute.VirtualMachineScaleSetIdentityArgs(
@@ -263,7 +309,6 @@ class IbIsland(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.boot_dependencies),
-                ignore_changes=[ELASTIC_IGNORED] if args.elastic else None,
             ),
         )
 

@@ -145,6 +145,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# The invoke an elastic island's scale set reads its live capacity with (ndfleet/components/ib_island.py).
+GET_SCALE_SET = "azure-native:compute:getVirtualMachineScaleSet"
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Records every resource and answers with deterministic provider outputs."""
 
@@ -206,6 +210,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "subscriptionId": MOCK_SUBSCRIPTION_ID,
                 "tenantId": MOCK_TENANT_ID,
             }, []
+        if args.token == GET_SCALE_SET:
+            # A plan is a first deployment: the elastic scale set whose live capacity the program reads does not
+            # exist yet, and the provider says so as Resource Manager does (404, code ResourceNotFound).
+            name = args.args.get("vmScaleSetName")
+            return {}, [("vmScaleSetName", f"ResourceNotFound: the scale set {name!r} was not found (404)")]
         return {}, []
 
 

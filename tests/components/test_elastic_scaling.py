@@ -1,6 +1,6 @@
 """An elastic island's Azure side under the mocks (docs/elastic.md): the scale set has the fixed name the controller's
-programs address, starts empty and leaves its capacity to Slurm; the controller's identity gets one custom role with
-exactly the programs' actions, assigned at each elastic scale set and nowhere else."""
+programs address, starts empty and is deployed later with the capacity it has live; the controller's identity gets
+one custom role with exactly the programs' actions, assigned at each elastic scale set and nowhere else."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import ndfleet.plans.build
 from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
-from ndfleet.plans.build import Plan, run_plan
+from ndfleet.plans.build import GET_SCALE_SET, Plan, run_plan
 from tests.conftest import ROLE, VMSS, base_config, of_type, one, plan_of, stack_from
 
 ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
@@ -80,18 +80,55 @@ def test_a_stack_without_elastic_islands_has_no_scaling_role() -> None:
     assert of_type(plan_of(base_config(scheduler="slurm")), ROLE_DEFINITION) == []
 
 
-def test_pulumi_leaves_an_elastic_scale_sets_capacity_to_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
-    ignored: dict[str, list[str]] = {}
+def _registrations(monkeypatch: pytest.MonkeyPatch, live: Any) -> dict[str, tuple[list[str], Any]]:
+    """Plan CONFIG with `live` answering the scale-set GET (a dict: the scale set as Azure returns it; a string: the
+    provider's error), and return each scale set's (ignoreChanges, sku.capacity) as registered."""
+    seen: dict[str, tuple[list[str], Any]] = {}
     register = ndfleet.plans.build.RecordingMonitor.RegisterResource
+    call = ndfleet.plans.build.RecordingMocks.call
 
     def recording(self: Any, request: Any) -> Any:
         if request.type == VMSS:
-            ignored[request.name] = list(request.ignoreChanges)
+            capacity = dict(request.object)["sku"]["capacity"]
+            seen[request.name] = (list(request.ignoreChanges), capacity)
         return register(self, request)
 
+    def answering(self: Any, args: Any) -> Any:
+        if args.token != GET_SCALE_SET:
+            return call(self, args)
+        assert (args.args["resourceGroupName"], args.args["vmScaleSetName"]) == ("test-net-rg", "test-burst-vmss")
+        return ({}, [("vmScaleSetName", live)]) if isinstance(live, str) else (live, [])
+
     monkeypatch.setattr(ndfleet.plans.build.RecordingMonitor, "RegisterResource", recording)
+    monkeypatch.setattr(ndfleet.plans.build.RecordingMocks, "call", answering)
     run_plan(stack_from(CONFIG))
-    assert {name: changes for name, changes in ignored.items()} == {
-        "test-burst-vmss": ["sku.capacity"],
-        "test-ib00-vmss": [],
-    }
+    return seen
+
+
+def test_a_later_pulumi_up_sends_the_capacity_the_scale_set_has_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pulumi-azure-native updates with a full PUT whose sku.capacity wins: the program sends the live capacity
+    (3 VMs Slurm created), not the 0 it was created with, and no ignoreChanges (which would send the 0 kept in
+    Pulumi's state); a fixed island keeps its configured size."""
+    live = {"sku": {"name": "Standard_ND96isr_H100_v5", "tier": "Standard", "capacity": 3}}
+    assert _registrations(monkeypatch, live) == {"test-burst-vmss": ([], 3), "test-ib00-vmss": ([], 2)}
+
+
+def test_the_first_deployment_creates_the_elastic_scale_set_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _registrations(monkeypatch, "GET .../test-burst-vmss: RESPONSE 404: 404 Not Found, ERROR CODE: "
+                                       "ResourceNotFound")  # fmt: skip
+    assert seen["test-burst-vmss"] == ([], 0)
+
+
+@pytest.mark.parametrize(
+    "live", ["RESPONSE 429: Too Many Requests, ERROR CODE: TooManyRequests", {"sku": {"capacity": "3"}}, {}]
+)
+def test_a_capacity_that_cannot_be_read_stops_the_deployment(monkeypatch: pytest.MonkeyPatch, live: Any) -> None:
+    """Never a guessed capacity: a failed read (throttled) or an answer without a whole capacity is a named error."""
+    with pytest.raises(Exception, match="(?s)test-burst-vmss.*(could not be read|sku.capacity = )"):
+        _registrations(monkeypatch, live)
+
+
+def test_an_elastic_scale_set_removes_its_newest_vms_first(plan: Plan) -> None:
+    """A racing capacity can then only remove VMs created after the program read it (docs/elastic.md)."""
+    assert one(plan, VMSS, "burst").inputs["scaleInPolicy"] == {"rules": ["NewestVM"]}
+    assert "scaleInPolicy" not in one(plan, VMSS, "ib00").inputs

@@ -244,10 +244,11 @@ def _capacity_and_island_consequences(
             out.append(Consequence("island-removed", "danger", key[0], key[1],
                                    f"scale set deleted: {what}; running jobs die, local NVMe scratch is lost"))
         elif _elastic(new_res):
-            # pulumi up ignores sku.capacity here (ignore_changes): the plan's capacity is not what runs.
+            # pulumi up sends the capacity the scale set has when it runs (read live): the plan's is not what runs.
             out.append(Consequence("island-elastic", "info", key[0], key[1],
-                                   f"island {island} is elastic: Slurm manages its capacity (pulumi up leaves "
-                                   "sku.capacity alone; docs/elastic.md)", "sku.capacity"))
+                                   f"island {island} is elastic: Slurm manages its capacity (pulumi up sends the "
+                                   "capacity it reads from Azure, so no VM is added or deleted; docs/elastic.md)",
+                                   "sku.capacity"))
             if key in replaced:
                 out.append(Consequence("island-replaced", "danger", key[0], key[1],
                                        f"every node of island {island} is recreated"))
