@@ -3,11 +3,22 @@ Sets", api-version 2024-07-01) for the elastic islands' scale sets, booting and 
 creates and deletes instances.
 
 - `GET .../virtualMachineScaleSets/{name}`: the scale set, with `sku.capacity`;
-- `PATCH` the same with `{"sku": {"capacity": n}}`: 200 with the updated scale set and an `Azure-AsyncOperation`
-  header; a higher capacity creates instances, each listed at once as `Creating` with its computer name (Uniform
-  scale sets: `computerNamePrefix` + the instance id in base 36, six digits) and booted as a new machine from the
-  scale set's customData and userData, `Succeeded` once it runs; a lower one deletes instances of Azure's choosing
-  (the newest here);
+- `PATCH` the same (e.g. `{"sku": {"capacity": n}}`, what the controller sends): merges only the members given into
+  the scale set's model; a capacity only when the body has one ("Virtual Machine Scale Sets - Update": "Update a
+  VM scale set", every body member optional). `PUT` (what pulumi-azure-native sends on every update,
+  pulumi/pulumi-azure-native#3983): the body replaces the model and its `sku.capacity` is the new capacity
+  ("Virtual Machine Scale Sets - Create Or Update"; the capacity reset the aks-engine upgrade met,
+  Azure/aks-engine#2183, and any ARM template redeployment, Azure/vm-scale-sets#70); a PUT without a capacity keeps
+  the current one (the workaround reported in Azure/vm-scale-sets#70). Either answers 200 with the scale set and an
+  `Azure-AsyncOperation` header. A higher capacity creates instances, each listed at once as `Creating` with its
+  computer name (Uniform scale sets: `computerNamePrefix` + the instance id in base 36, six digits) and booted as a
+  new machine from the model's customData and userData (a PUT's new model boots the next instances), `Succeeded`
+  once it runs. A lower capacity deletes instances in the order of the model's `scaleInPolicy.rules` (Compute REST
+  API, ScaleInPolicy: `Default`, on a regional one-fault-domain Uniform scale set, removes the highest instance id;
+  `NewestVM` the newest; `OldestVM` the oldest; the stand-in's ids grow with creation). `protectFromScaleIn` is not
+  honoured: Microsoft Learn ("Instance Protection for Azure Virtual Machine Scale Set instances") promises it only
+  against Autoscale-initiated scale-in and says operations initiated on the scale set are not blocked, so the
+  stand-in does the worst the documentation allows;
 - `GET .../virtualMachines`: the instances (`instanceId`, `properties.provisioningState`,
   `properties.osProfile.computerName`);
 - `POST .../delete` with `{"instanceIds": [...]}`: 202 with `Azure-AsyncOperation` and `Location`; exactly those
@@ -27,12 +38,14 @@ creates its instances but never boots them: an allocation that never comes up (t
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.twin.plan import ScaleSetTemplate
@@ -82,6 +95,12 @@ class ScaleSet:
     template: ScaleSetTemplate
     instances: dict[str, Instance] = field(default_factory=dict)
     next_id: int = 0
+    # The model as Azure holds it (a REST body): the plan's at first, then as PUT replaces and PATCH merges it.
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            self.model = copy.deepcopy(self.template.body)
 
     @property
     def resource_id(self) -> str:
@@ -161,12 +180,8 @@ class ResourceManager:
                 return 200, {"value": [self._instance(scale_set, i) for i in scale_set.instances.values()]}, {}
             doc = _json(body)
             if method in ("PATCH", "PUT") and not rest:
-                capacity = (doc.get("sku") or {}).get("capacity") if isinstance(doc, dict) else None
-                if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
-                    return 400, _error("InvalidParameter", f"sku.capacity = {capacity!r}"), {}
-                self.calls.append((method, scale_set.template.name, {"capacity": capacity}, time.time()))
-                self._scale(scale_set, capacity)
-                return 200, self._model(scale_set), async_headers
+                status, answer = self._write(method, scale_set, doc)
+                return status, answer, async_headers if status == 200 else {}
             if method == "POST" and rest == ["delete"]:
                 ids = doc.get("instanceIds") if isinstance(doc, dict) else None
                 if not isinstance(ids, list) or not ids:
@@ -185,7 +200,38 @@ class ResourceManager:
             for granted, actions in self.grants.items()
         )
 
+    def deploy(self, scale_set: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """A deployment's `PUT` of the scale set (pulumi up, with the deployer's own rights: the stand-in judges only
+        the controller's identity), answered as `handle` answers the controller's."""
+        with self.lock:
+            return self._write("PUT", self.scale_sets[scale_set], copy.deepcopy(body))
+
     # --- what Azure does --------------------------------------------------------------------------------------
+    def _write(self, method: str, scale_set: ScaleSet, doc: Any) -> tuple[int, Any]:
+        """A `PUT` (the body is the new model) or `PATCH` (the body's members merged into it) of the scale set."""
+        if not isinstance(doc, dict):
+            return 400, _error("InvalidRequestContent", "The request content was invalid and could not be deserialized")
+        sku = doc.get("sku")
+        capacity = sku.get("capacity") if isinstance(sku, dict) else None
+        if sku is not None and not isinstance(sku, dict) or capacity is not None and (
+            not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0
+        ):
+            return 400, _error("InvalidParameter", f"sku.capacity = {capacity!r}")
+        if method == "PUT":
+            if not isinstance(doc.get("location"), str) or not isinstance(sku, dict) or not sku.get("name"):
+                return 400, _error("InvalidParameter", "a scale set's PUT needs location and sku.name")
+            model = doc
+        else:
+            model = _merge(scale_set.model, doc)
+        scale_set.model = model
+        scale_set.template = _boots_from(scale_set.template, model)
+        asked: dict[str, Any] = {"members": sorted(doc)}
+        if capacity is not None:
+            asked["capacity"] = capacity
+        self.calls.append((method, scale_set.template.name, asked, time.time()))
+        self._scale(scale_set, len(scale_set.instances) if capacity is None else capacity)
+        return 200, self._model(scale_set)
+
     def _scale(self, scale_set: ScaleSet, capacity: int) -> None:
         while len(scale_set.instances) < capacity:
             instance_id = scale_set.next_id
@@ -194,7 +240,10 @@ class ResourceManager:
             scale_set.instances[inst.instance_id] = inst
             if scale_set.template.name not in self.never_boots:
                 self.boot(scale_set.template, inst)
-        for instance_id in sorted(scale_set.instances, key=int, reverse=True)[: len(scale_set.instances) - capacity]:
+        rules = ((scale_set.model.get("properties") or {}).get("scaleInPolicy") or {}).get("rules") or ["Default"]
+        newest_first = rules[0] != "OldestVM"
+        by_age = sorted(scale_set.instances, key=int, reverse=newest_first)
+        for instance_id in by_age[: max(0, len(scale_set.instances) - capacity)]:
             self._delete(scale_set, instance_id)
 
     def _delete(self, scale_set: ScaleSet, instance_id: str) -> None:
@@ -203,12 +252,16 @@ class ResourceManager:
             self.remove(inst.computer_name)
 
     def _model(self, scale_set: ScaleSet) -> dict[str, Any]:
+        model = copy.deepcopy(scale_set.model)
+        sku = {"name": "Standard_ND96isr_H100_v5", "tier": "Standard", **(model.get("sku") or {})}
+        properties = {"orchestrationMode": "Uniform", **(model.get("properties") or {})}
         return {
+            **model,
             "id": scale_set.resource_id,
             "name": scale_set.template.name,
-            "location": "eastus",
-            "sku": {"name": "Standard_ND96isr_H100_v5", "tier": "Standard", "capacity": len(scale_set.instances)},
-            "properties": {"provisioningState": "Succeeded", "orchestrationMode": "Uniform"},
+            "location": model.get("location", "eastus"),
+            "sku": {**sku, "capacity": len(scale_set.instances)},
+            "properties": {**properties, "provisioningState": "Succeeded"},
         }
 
     def _instance(self, scale_set: ScaleSet, inst: Instance) -> dict[str, Any]:
@@ -226,14 +279,39 @@ class ResourceManager:
         with self.lock:
             return [i for m, s, body, _ in self.calls if m == "DELETE" and s == scale_set for i in body]
 
-    def capacities(self, scale_set: str) -> list[int]:
+    def capacities(self, scale_set: str, method: str | None = None) -> list[int]:
+        """The capacities asked of the scale set (by PATCH and PUT, or by `method` only), in order."""
         with self.lock:
-            return [body["capacity"] for m, s, body, _ in self.calls if m in ("PATCH", "PUT") and s == scale_set]
+            return [
+                body["capacity"] for m, s, body, _ in self.calls
+                if m in ("PATCH", "PUT") and m == (method or m) and s == scale_set and "capacity" in body
+            ]  # fmt: skip
 
     def last_delete(self, scale_set: str) -> float:
         """When the last instances of the scale set were deleted (time.time(); 0 when none were)."""
         with self.lock:
             return max((at for m, s, _, at in self.calls if m == "DELETE" and s == scale_set), default=0.0)
+
+
+def _merge(model: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A PATCH's body merged into the model: objects member by member, anything else (lists too) replaced."""
+    merged = copy.deepcopy(model)
+    for key, value in patch.items():
+        old = merged.get(key)
+        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else copy.deepcopy(value)
+    return merged
+
+
+def _boots_from(template: ScaleSetTemplate, model: dict[str, Any]) -> ScaleSetTemplate:
+    """The template new instances boot from, after the model changed: its customData, userData and tags."""
+    profile = (model.get("properties") or {}).get("virtualMachineProfile") or {}
+    custom_data = (profile.get("osProfile") or {}).get("customData")
+    return replace(
+        template,
+        custom_data=base64.b64decode(custom_data) if isinstance(custom_data, str) else template.custom_data,
+        user_data=profile.get("userData", template.user_data),
+        tags=dict(model.get("tags") or template.tags),
+    )
 
 
 def _json(body: bytes) -> Any:

@@ -53,6 +53,27 @@ class ScaleSetTemplate:
     subnet_ids: tuple[str, ...] = ()
     identity_ids: tuple[str, ...] = ()
     vm_size: str = ""  # sku.name
+    # The REST body pulumi-azure-native PUTs for this resource as the plan holds it (put_body).
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+# The top-level members of a scale set's REST body; pulumi-azure-native flattens `properties` into the resource's
+# inputs and puts every other input but the URL's (resourceGroupName, vmScaleSetName) back under it (Compute REST API
+# 2024-11-01, "Virtual Machine Scale Sets - Create Or Update", request body).
+REST_TOP_LEVEL = ("location", "tags", "sku", "plan", "identity", "zones", "extendedLocation", "etag")
+URL_INPUTS = ("resourceGroupName", "vmScaleSetName")
+
+
+def put_body(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The scale set's inputs as the body of the full PUT pulumi-azure-native sends on create and on every update
+    (pulumi/pulumi-azure-native#3983: "every resource where the spec defines a PUT operation is created and updated
+    via PUT"). A user-assigned identity goes as a map keyed by its id (the input is a list)."""
+    body: dict[str, Any] = {k: v for k, v in inputs.items() if k in REST_TOP_LEVEL}
+    identity = body.get("identity")
+    if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
+        body["identity"] = {**identity, "userAssignedIdentities": {i: {} for i in identity["userAssignedIdentities"]}}
+    body["properties"] = {k: v for k, v in inputs.items() if k not in REST_TOP_LEVEL and k not in URL_INPUTS}
+    return body
 
 
 @dataclass
@@ -128,6 +149,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                 ),
                 identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
                 vm_size=inputs["sku"]["name"],
+                body=put_body(inputs),
             )
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]

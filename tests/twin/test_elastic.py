@@ -173,7 +173,7 @@ def test_a_job_needing_more_nodes_than_are_up_gets_new_vms_from_the_scale_set(
 ) -> None:
     twin = elastic_ready
     assert twin.arm is not None
-    assert twin.arm.capacities(BURST_SCALE_SET) == [2]
+    assert twin.arm.capacities(BURST_SCALE_SET, "PATCH") == [2]
     vms = [tm for tm in twin.role("compute") if tm.spec.island == BURST]
     assert sorted(tm.name for tm in vms) == ["twin-burst-000000", "twin-burst-000001"]
     # Booted from exactly the scale set's boot data, as Azure boots an instance.
