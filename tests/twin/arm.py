@@ -200,6 +200,11 @@ class ResourceManager:
             for granted, actions in self.grants.items()
         )
 
+    def get(self, scale_set: str) -> dict[str, Any]:
+        """The scale set as `GET` answers it (what the program's capacity read sees)."""
+        with self.lock:
+            return self._model(self.scale_sets[scale_set])
+
     def deploy(self, scale_set: str, body: dict[str, Any]) -> tuple[int, Any]:
         """A deployment's `PUT` of the scale set (pulumi up, with the deployer's own rights: the stand-in judges only
         the controller's identity), answered as `handle` answers the controller's."""

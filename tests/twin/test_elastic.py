@@ -10,6 +10,7 @@ than from registration to burn-in, docs/elastic.md) and `stuck`, whose VMs the s
 
 from __future__ import annotations
 
+import copy
 import shlex
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ BURST = "burst"
 BURST_SCALE_SET = "twin-burst-vmss"
 STUCK = "stuck"
 ELASTIC_LOG = "/srv/slurm/elastic/elastic.log"
+JOB_S = 180  # how long the scale-out's job runs
 # Slurm's power saving works in its own time (SuspendTime, SuspendTimeout, ResumeTimeout) on top of the boot.
 WAIT_S = BOOT_TIMEOUT_S
 
@@ -139,8 +141,11 @@ def stuck_given_up(elastic_ready: Twin, stuck_job: Submitted) -> Twin:
 def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     twin = elastic_ready
     # Its second step asks for every core of one node (test_a_step_on_every_core_of_a_new_node_runs): trivial tasks,
-    # so that 96 of them finish on the twin's 2-core host.
-    job = submitted(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; srun -N 1 -n {burst_cores(twin)} true; sleep 20'")
+    # so that 96 of them finish on the twin's 2-core host. Then long enough to be running still when a later
+    # deployment lands (test_a_later_deployment_leaves_the_running_vms_and_their_job_alone).
+    job = submitted(
+        twin, f"-p {BURST} -N 2 --wrap 'srun hostname; srun -N 1 -n {burst_cores(twin)} true; sleep {JOB_S}'"
+    )
     ctl = controller(twin)
     wait(twin, job.job, "the job running on new VMs",
          lambda: job_fields(ctl, job.job).get("JobState") == "RUNNING")  # fmt: skip
@@ -222,6 +227,34 @@ def test_the_job_waits_until_its_new_nodes_are_burned_in(elastic_ready: Twin, sc
     log = controller(elastic_ready).run(f"cat {ELASTIC_LOG}").stdout
     assert f"job {scaled_out.job} held until its new nodes are burned in" in log
     assert f"job {scaled_out.job} released: its nodes are burned in" in log
+
+
+def test_a_later_deployment_leaves_the_running_vms_and_their_job_alone(
+    elastic_ready: Twin, scaled_out: Submitted
+) -> None:
+    """A later `pulumi up` that changes the scale set (a tag here) while the job runs: pulumi-azure-native PUTs the
+    whole body as the plan's resource holds it, with the capacity the program read live (docs/elastic.md). The
+    stand-in answers the PUT as Azure does (its capacity wins), so this fails if the program sent anything else."""
+    twin = elastic_ready
+    arm = twin.arm
+    assert arm is not None
+    ctl = controller(twin)
+    assert job_fields(ctl, scaled_out.job).get("JobState") == "RUNNING", diagnose(twin, scaled_out.job)
+    vms = sorted(tm.name for tm in twin.role("compute") if tm.spec.island == BURST)
+    body = copy.deepcopy(twin.plan.scale_sets[BURST_SCALE_SET].body)
+    assert body["sku"]["capacity"] == 0  # the plan's: what ignoreChanges kept in Pulumi's state
+    body["tags"]["owner"] = "a later deployment"
+    body["sku"]["capacity"] = arm.get(BURST_SCALE_SET)["sku"]["capacity"]  # the program's live read
+    status, answer = arm.deploy(BURST_SCALE_SET, body)
+    assert (status, answer["sku"]["capacity"], answer["tags"]["owner"]) == (200, 2, "a later deployment")
+    # Its end, whatever it is: a VM deleted under it would fail the job or requeue it (PENDING, Restarts 1).
+    wait(twin, scaled_out.job, "the job's end",
+         lambda: job_fields(ctl, scaled_out.job).get("JobState") not in ("RUNNING", "COMPLETING"))  # fmt: skip
+    done = job_fields(ctl, scaled_out.job)
+    assert (done["JobState"], done["Restarts"], done["NodeList"]) == ("COMPLETED", "0", f"{BURST}-[1-2]")
+    assert (arm.deleted(BURST_SCALE_SET), sorted(arm.scale_sets[BURST_SCALE_SET].instances)) == ([], ["0", "1"])
+    assert sorted(tm.name for tm in twin.role("compute") if tm.spec.island == BURST) == vms
+    assert not set(vms) & set(twin.removed)
 
 
 def test_a_resume_that_never_comes_up_is_given_up_and_its_vm_deleted(
