@@ -111,9 +111,13 @@ def test_a_lower_put_capacity_removes_vms_in_the_scale_in_policys_order(
     assert azure.removed == removed
 
 
-def test_a_put_without_a_capacity_keeps_the_current_one(plan: Plan, azure: Azure) -> None:
+@pytest.mark.parametrize("without", ["sku.capacity", "sku"])
+def test_a_put_without_a_capacity_keeps_the_current_one(plan: Plan, azure: Azure, without: str) -> None:
     body = later_put(plan, 0)
-    del body["sku"]["capacity"]
+    if without == "sku":
+        del body["sku"]
+    else:
+        del body["sku"]["capacity"]
     assert azure.arm.deploy(NAME, body)[0] == 200
     assert len(azure.running()) == 3
 
@@ -145,7 +149,7 @@ def test_a_bad_capacity_is_refused_and_changes_nothing(azure: Azure, body: Any) 
     assert len(azure.running()) == 3
 
 
-def test_a_put_without_location_or_sku_name_is_refused(plan: Plan, azure: Azure) -> None:
+def test_a_put_without_location_is_refused_and_changes_nothing(plan: Plan, azure: Azure) -> None:
     body = later_put(plan, 3)
     del body["location"]
     assert azure.arm.deploy(NAME, body)[0] == 400

@@ -4,11 +4,14 @@ one custom role with exactly the programs' actions, assigned at each elastic sca
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import ndfleet.plans.build
+from ndfleet.components import ib_island
 from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
 from ndfleet.plans.build import GET_SCALE_SET, Plan, run_plan
 from tests.conftest import ROLE, VMSS, base_config, of_type, one, plan_of, stack_from
@@ -119,13 +122,39 @@ def test_the_first_deployment_creates_the_elastic_scale_set_empty(monkeypatch: p
     assert seen["test-burst-vmss"] == ([], 0)
 
 
-@pytest.mark.parametrize(
-    "live", ["RESPONSE 429: Too Many Requests, ERROR CODE: TooManyRequests", {"sku": {"capacity": "3"}}, {}]
-)
-def test_a_capacity_that_cannot_be_read_stops_the_deployment(monkeypatch: pytest.MonkeyPatch, live: Any) -> None:
-    """Never a guessed capacity: a failed read (throttled) or an answer without a whole capacity is a named error."""
-    with pytest.raises(Exception, match="(?s)test-burst-vmss.*(could not be read|sku.capacity = )"):
-        _registrations(monkeypatch, live)
+def test_a_capacity_that_cannot_be_read_stops_the_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a guessed capacity: a failed read (throttled here) is a named error that stops the program."""
+    with pytest.raises(Exception, match="(?s)test-burst-vmss.*could not be read.*TooManyRequests"):
+        _registrations(monkeypatch, "RESPONSE 429: Too Many Requests, ERROR CODE: TooManyRequests")
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (SimpleNamespace(sku=SimpleNamespace(capacity=3.0)), 3),  # a number crosses Pulumi's RPC as a double
+    (SimpleNamespace(sku=SimpleNamespace(capacity=3)), 3),
+    (SimpleNamespace(sku=SimpleNamespace(capacity="3")), "sku.capacity = '3'"),
+    (SimpleNamespace(sku=SimpleNamespace(capacity=2.5)), "sku.capacity = 2.5"),
+    (SimpleNamespace(sku=SimpleNamespace(capacity=-1)), "sku.capacity = -1"),
+    (SimpleNamespace(sku=SimpleNamespace(capacity=True)), "sku.capacity = True"),
+    (SimpleNamespace(sku=None), "sku.capacity = None"),
+    (RuntimeError("GET ...: RESPONSE 404: 404 Not Found, ERROR CODE: ResourceGroupNotFound"), 0),
+    (RuntimeError("RESPONSE 403: 403 Forbidden, ERROR CODE: AuthorizationFailed"), "could not be read"),
+])  # fmt: skip
+def test_the_live_capacity_is_a_whole_number_or_a_named_error(
+    monkeypatch: pytest.MonkeyPatch, answer: Any, expected: int | str
+) -> None:
+    def get(**kwargs: str) -> Any:
+        assert kwargs == {"resource_group_name": "rg", "vm_scale_set_name": "x-burst-vmss"}
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(ib_island.compute, "get_virtual_machine_scale_set", get)
+    if isinstance(expected, int):
+        assert ib_island.live_capacity("rg", "x-burst-vmss", when_absent=0) == expected
+    else:
+        with pytest.raises(ValueError, match=re.escape(expected)) as err:
+            ib_island.live_capacity("rg", "x-burst-vmss", when_absent=0)
+        assert "x-burst-vmss" in str(err.value)
 
 
 def test_an_elastic_scale_set_removes_its_newest_vms_first(plan: Plan) -> None:

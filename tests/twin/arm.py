@@ -9,16 +9,17 @@ creates and deletes instances.
   pulumi/pulumi-azure-native#3983): the body replaces the model and its `sku.capacity` is the new capacity
   ("Virtual Machine Scale Sets - Create Or Update"; the capacity reset the aks-engine upgrade met,
   Azure/aks-engine#2183, and any ARM template redeployment, Azure/vm-scale-sets#70); a PUT without a capacity keeps
-  the current one (the workaround reported in Azure/vm-scale-sets#70). Either answers 200 with the scale set and an
-  `Azure-AsyncOperation` header. A higher capacity creates instances, each listed at once as `Creating` with its
-  computer name (Uniform scale sets: `computerNamePrefix` + the instance id in base 36, six digits) and booted as a
-  new machine from the model's customData and userData (a PUT's new model boots the next instances), `Succeeded`
-  once it runs. A lower capacity deletes instances in the order of the model's `scaleInPolicy.rules` (Compute REST
-  API, ScaleInPolicy: `Default`, on a regional one-fault-domain Uniform scale set, removes the highest instance id;
-  `NewestVM` the newest; `OldestVM` the oldest; the stand-in's ids grow with creation). `protectFromScaleIn` is not
-  honoured: Microsoft Learn ("Instance Protection for Azure Virtual Machine Scale Set instances") promises it only
-  against Autoscale-initiated scale-in and says operations initiated on the scale set are not blocked, so the
-  stand-in does the worst the documentation allows;
+  the current one (reported for a body without `sku` in Azure/vm-scale-sets#70, not confirmed by the reference).
+  Either answers 200 with the scale set and an `Azure-AsyncOperation` header. A higher capacity creates instances,
+  each listed at once as `Creating` with its computer name (Uniform scale sets: `computerNamePrefix` + the instance
+  id in base 36, six digits) and booted as a new machine from the model's customData and userData (a PUT's new model
+  boots the next instances), `Succeeded` once it runs. A lower capacity deletes instances in the order of the model's
+  `scaleInPolicy.rules` (Microsoft Learn, "Use custom scale-in policies with Azure Virtual Machine Scale Sets":
+  `Default` on a Uniform scale set balances zones and fault domains, one each here, then deletes the highest
+  instance id; `NewestVM` the newest; `OldestVM` the oldest; the stand-in's ids grow with creation).
+  `protectFromScaleIn` is not honoured: Microsoft Learn ("Instance Protection for Azure Virtual Machine Scale Set
+  instances") promises it only against Autoscale-initiated scale-in and says operations initiated on the scale set
+  are not blocked, so the stand-in does the worst the documentation allows;
 - `GET .../virtualMachines`: the instances (`instanceId`, `properties.provisioningState`,
   `properties.osProfile.computerName`);
 - `POST .../delete` with `{"instanceIds": [...]}`: 202 with `Azure-AsyncOperation` and `Location`; exactly those
@@ -223,8 +224,8 @@ class ResourceManager:
         ):
             return 400, _error("InvalidParameter", f"sku.capacity = {capacity!r}")
         if method == "PUT":
-            if not isinstance(doc.get("location"), str) or not isinstance(sku, dict) or not sku.get("name"):
-                return 400, _error("InvalidParameter", "a scale set's PUT needs location and sku.name")
+            if not isinstance(doc.get("location"), str):  # the one required member of the body
+                return 400, _error("LocationRequired", "The location property is required for this definition.")
             model = doc
         else:
             model = _merge(scale_set.model, doc)
