@@ -22,6 +22,7 @@ import pulumi
 import pulumi_azure_native.compute as compute
 from ndfleet_node.names import TAG_ELASTIC, TAG_ISLAND
 
+from ndfleet.azure.text import terminal_safe
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
 from ndfleet.stackconfig.profiles import PROFILES
@@ -44,8 +45,8 @@ ZONAL_FAULT_DOMAINS = 5
 # An elastic island's capacity belongs to the controller (docs/elastic.md, "`pulumi up` and Slurm do not fight over
 # capacity"). pulumi-azure-native updates a scale set with a full PUT whose sku.capacity wins, and `ignoreChanges`
 # would send the capacity kept in Pulumi's state (Pulumi docs, "Resource option: ignoreChanges"): so the program
-# reads the live capacity while `pulumi up` runs and sends that; `ndfleet diff` reads the elastic tag and says so.
-ELASTIC_CAPACITY = "sku.capacity"
+# reads the live capacity while `pulumi up` runs and sends that (`live_capacity`); `ndfleet diff` reads the elastic
+# tag and says so.
 # Azure's answer to a GET of a scale set or a resource group that does not exist (yet): its first deployment.
 _NOT_FOUND = re.compile(r"\b(ResourceNotFound|ResourceGroupNotFound)\b|\b404\b")
 # Scale-in order of an elastic island: the newest VMs first ("NewestVM: ... the newest virtual machines that are
@@ -68,15 +69,15 @@ def live_capacity(resource_group_name: str, scale_set_name: str, when_absent: in
             return when_absent
         raise ValueError(
             f"elastic scale set {scale_set_name!r} in {resource_group_name!r}: its live capacity could not be read "
-            f"({str(exc)[:300]}); not deploying it with a guessed capacity (docs/elastic.md)"
+            f"({terminal_safe(exc)}); not deploying it with a guessed capacity (docs/elastic.md)"
         ) from None
     capacity = found.sku.capacity if found.sku is not None else None
     if isinstance(capacity, float) and capacity.is_integer():
         capacity = int(capacity)  # a number crosses Pulumi's RPC as a protobuf double
     if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
         raise ValueError(
-            f"elastic scale set {scale_set_name!r} in {resource_group_name!r}: sku.capacity = {capacity!r} read "
-            "from Azure, expected a whole number >= 0"
+            f"elastic scale set {scale_set_name!r} in {resource_group_name!r}: sku.capacity = "
+            f"{terminal_safe(repr(capacity), 60)} read from Azure, expected a whole number >= 0"
         )
     return capacity
 

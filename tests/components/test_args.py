@@ -43,6 +43,7 @@ def _island(**overrides: typing.Any) -> IbIslandArgs:
     [
         ({"vm_size": "Standard_D4s_v5"}, "vm_size = 'Standard_D4s_v5': no VM-size profile"),
         ({"node_count": 0}, "node_count = 0: at least 1"),
+        ({"node_count": 0, "elastic": True}, "scale_set_name: required when elastic"),
         ({"custom_data": "not base64!"}, "custom_data: not base64"),
         ({"custom_data": "A" * 90_000}, "over Azure's limit of 65,535"),
         ({"user_data": "not base64!"}, "user_data: not base64"),
