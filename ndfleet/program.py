@@ -15,6 +15,7 @@ from ndfleet.components.cluster import Cluster, ClusterArgs
 from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import read_pulumi_config
+from ndfleet.stackconfig.settings import SMOKE_KEY
 
 
 class ProgramError(Exception):
@@ -22,12 +23,23 @@ class ProgramError(Exception):
 
 
 def prepare_from_stack() -> PreparedCluster:
-    """The running stack, prepared (ndfleet.prepare); SpecError / PrepareError carry the message."""
+    """The running stack, prepared (ndfleet.prepare); SpecError / PrepareError / ProgramError carry the message."""
     provider = {}
     environment = pulumi.Config("azure-native").get("environment")
     if environment:
         provider["azure-native:environment"] = environment
-    return prepare_config(read_pulumi_config(), pulumi.get_stack(), provider, os.environ)
+    raw = read_pulumi_config()
+    if SMOKE_KEY in raw and not under_mocks():
+        # A smoke stack: its settings are derived from the stack files as every command derives them (under the
+        # mocks, `ndfleet plan` has derived them already: ndfleet.stackconfig.stackfile.load_stack).
+        from ndfleet.stackconfig.smoke import resolve_running_smoke
+        from ndfleet.stackconfig.stackfile import StackFileError
+
+        try:
+            raw = resolve_running_smoke(pulumi.get_stack(), raw)
+        except StackFileError as error:
+            raise ProgramError(str(error)) from None
+    return prepare_config(raw, pulumi.get_stack(), provider, os.environ)
 
 
 def deploy(prepared: PreparedCluster) -> Cluster:
