@@ -17,7 +17,7 @@ from ndfleet.nodefiles.bootstrap import validation_budget_s
 from ndfleet.plans.build import Plan, run_plan
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.profiles import LUSTRE_SKUS
-from ndfleet.stackconfig.smoke import resolve_running_smoke
+from ndfleet.stackconfig.smoke import PULUMI_REQUIRED, resolve_running_smoke
 from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 from tests.conftest import REPO, STACKS_DIR, VMSS, dev_ssh_key
 
@@ -103,6 +103,19 @@ def test_a_full_stack_has_no_run_price(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["cost", "--stack", "prod", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "runHours" not in doc and "usdPerRun" not in doc
+
+
+def test_the_settings_pulumi_requires_are_pulumi_yamls() -> None:
+    """A smoke stack's file must repeat what Pulumi.yaml declares without a default (Pulumi refuses a stack file
+    without it); the list the smoke check asks for is Pulumi.yaml's."""
+    declared = yaml.safe_load((REPO / "Pulumi.yaml").read_text())["config"]
+    required = {k for k, v in declared.items() if isinstance(v, dict) and "default" not in v and "value" not in v}
+    assert required == set(PULUMI_REQUIRED)
+
+
+def test_the_example_smoke_file_sets_only_its_own_settings() -> None:
+    own = yaml.safe_load((STACKS_DIR / "Pulumi.prod-smoke.yaml").read_text())["config"]
+    assert set(own) == {"ndfleet:smoke", "ndfleet:location", "ndfleet:sshPublicKey"}
 
 
 # --- smoke stacks of other bases, in a scratch folder ---
