@@ -8,6 +8,7 @@ Nothing is registered until every check has passed.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pulumi
 
@@ -32,14 +33,28 @@ def prepare_from_stack() -> PreparedCluster:
     if SMOKE_KEY in raw and not under_mocks():
         # A smoke stack: its settings are derived from the stack files as every command derives them (under the
         # mocks, `ndfleet plan` has derived them already: ndfleet.stackconfig.stackfile.load_stack).
-        from ndfleet.stackconfig.smoke import resolve_running_smoke
-        from ndfleet.stackconfig.stackfile import StackFileError
-
-        try:
-            raw = resolve_running_smoke(pulumi.get_stack(), raw)
-        except StackFileError as error:
-            raise ProgramError(str(error)) from None
+        raw = smoke_settings(pulumi.get_stack(), raw)
     return prepare_config(raw, pulumi.get_stack(), provider, os.environ)
+
+
+def smoke_settings(stack_name: str, running: dict[str, Any]) -> dict[str, Any]:
+    """Under `pulumi up`: the running smoke stack's settings, derived from the stack files as every command derives
+    them (`load_stack`, docs/smoke.md). The engine's config cannot be used as it is: it holds only the smoke stack's
+    own settings, with Pulumi.yaml's defaults merged in (a default cannot be told from a value the file sets). The
+    secrets of the smoke stack's own file come from `running` (the engine decrypts them; the file holds ciphertext)."""
+    from ndfleet.stackconfig.settings import NAMESPACE
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
+    try:
+        stack = load_stack(name=stack_name)
+    except StackFileError as error:
+        raise ProgramError(str(error)) from None
+    raw = stack.ndfleet_config
+    for key in stack.secret_keys:
+        short = key.removeprefix(NAMESPACE + ":")
+        if short != key and short in running:
+            raw[short] = running[short]
+    return raw
 
 
 def deploy(prepared: PreparedCluster) -> Cluster:
@@ -113,5 +128,6 @@ __all__ = [
     "prepare_from_stack",
     "refuse_example_key",
     "run_preflight_if_enabled",
+    "smoke_settings",
     "under_mocks",
 ]

@@ -17,7 +17,7 @@ from ndfleet.nodefiles.bootstrap import validation_budget_s
 from ndfleet.plans.build import Plan, run_plan
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.profiles import LUSTRE_SKUS
-from ndfleet.stackconfig.smoke import PULUMI_REQUIRED, resolve_running_smoke
+from ndfleet.stackconfig.smoke import PULUMI_REQUIRED
 from ndfleet.stackconfig.stackfile import StackFileError, load_stack
 from tests.conftest import REPO, STACKS_DIR, VMSS, dev_ssh_key
 
@@ -271,6 +271,6 @@ def test_the_program_takes_the_smoke_stack_secrets_from_the_engine(tmp_path: Pat
     _write(stacks, "big", ELASTIC_BASE)
     _write(stacks, "s", {**_smoke(of="big"), "ndfleet:sshPublicKey": {"secure": "v1:ciphertext"}})
     monkeypatch.chdir(tmp_path)
-    raw = resolve_running_smoke("s", {"sshPublicKey": dev_ssh_key(), "smoke": {"of": "big"}})
+    raw = program.smoke_settings("s", {"sshPublicKey": dev_ssh_key(), "smoke": {"of": "big"}})
     assert raw["sshPublicKey"] == dev_ssh_key()
     assert [i["name"] for i in raw["islands"]] == ["fixed", "burst", "cold"]

@@ -2,7 +2,8 @@
 
 The smoke stack's file holds only what must be its own (the `smoke` block, and what Pulumi requires of every stack
 file, `location` and `sshPublicKey`); every other setting is read from the base stack's file when the stack is read,
-here, by every command (`load_stack`) and by the Pulumi program under `pulumi up` (`resolve_running_smoke`). One
+here, called by `load_stack` for every command and for the Pulumi program under `pulumi up`
+(`ndfleet.program.smoke_settings`). One
 derivation, so `ndfleet plan --stack prod-smoke` shows what `pulumi up --stack prod-smoke` creates. What is changed
 from the base and why (docs/smoke.md):
 
@@ -30,7 +31,6 @@ from ndfleet.stackconfig.derive import default_prefix
 from ndfleet.stackconfig.names import grafana_name, stack_name_problem
 from ndfleet.stackconfig.problems import SpecError, setting_problem, show_value
 from ndfleet.stackconfig.settings import NAMESPACE, SMOKE_DCGM_LEVEL, SMOKE_KEY, SmokeConfig
-from ndfleet.stackconfig.stackfile import StackFile, StackFileError, load_stack
 
 SMOKE_SETTING = f"{NAMESPACE}:{SMOKE_KEY}"
 # An elastic island's fewest nodes (derive.island_size: the burn-in tests new nodes in pairs).
@@ -46,9 +46,9 @@ PULUMI_REQUIRED = ("location", "sshPublicKey")
 _SIZING = ("nodes", "islands", "plannedNodes")
 
 
-class SmokeRefused(StackFileError):
-    """The smoke stack cannot be derived; str() lists every problem (SpecError's form). A StackFileError: every
-    command that reads a stack reports it as it reports a stack file it cannot read."""
+class SmokeRefused(Exception):
+    """The smoke stack cannot be derived; str() lists every problem (SpecError's form). `load_stack` raises it as a
+    StackFileError: every command reports it as it reports a stack file it cannot read."""
 
 
 def _full(key: str) -> str:
@@ -69,10 +69,17 @@ def _has_secret(value: Any) -> bool:
 
 
 def resolve_smoke(
-    name: str, path: Path, config: Mapping[str, Any], read_config: Callable[[Path], dict[str, Any]]
+    name: str,
+    path: Path,
+    config: Mapping[str, Any],
+    read_config: Callable[[Path], dict[str, Any]],
+    settings_of: Callable[[str, Path, dict[str, Any]], dict[str, Any]],
 ) -> dict[str, Any]:
     """The smoke stack `name`'s settings (a stack file's `config` mapping, keys as written) from its own `config`
-    and its base's file, which `read_config` reads (the same folder as `path`). SmokeRefused with every problem."""
+    and its base's file (the same folder as `path`). `read_config` reads a stack file's `config` (its errors pass
+    through: they name the file); `settings_of` turns one into `ndfleet:*` settings over the project's defaults, as
+    Pulumi would hand them to the program (stackfile.py passes both: this module does not import it). SmokeRefused
+    with every problem."""
     own = {_full(str(k)): v for k, v in config.items()}
     problems: list[str] = []
     smoke: SmokeConfig | None = None
@@ -102,11 +109,7 @@ def resolve_smoke(
             f"{where}: no such stack ({base_file} does not exist); known stacks: {', '.join(known) or 'none'}"
         )
         raise SmokeRefused(SpecError(problems).render())
-    try:
-        base_config = {_full(str(k)): v for k, v in read_config(base_file).items()}
-    except StackFileError as e:
-        problems.append(f"{where}: the base stack cannot be read: {e}")
-        raise SmokeRefused(SpecError(problems).render()) from None
+    base_config = {_full(str(k)): v for k, v in read_config(base_file).items()}
     if is_smoke(base_config):
         base_of = base_config[SMOKE_SETTING].get("of") if isinstance(base_config[SMOKE_SETTING], dict) else None
         cycle = f" and names {name!r} as its base: a cycle" if base_of == name else ""
@@ -122,8 +125,7 @@ def resolve_smoke(
             f"{key} of the base stack {of!r} holds a secret, encrypted with {of!r}'s key, which a smoke stack cannot "
             "read; make it a plain value in the base, or deploy the smoke run from a copy of the base's file"
         )
-    base_stack = StackFile.from_config(of, base_file, {k: v for k, v in base_config.items() if not _has_secret(v)})
-    base_raw = base_stack.ndfleet_config
+    base_raw = settings_of(of, base_file, {k: v for k, v in base_config.items() if not _has_secret(v)})
     # The base's key plays no part in what the smoke stack takes from it; a secret one is unreadable here.
     base_raw.setdefault("sshPublicKey", STAND_IN_SSH_KEY)
     try:
@@ -212,18 +214,4 @@ def smoke_lines(spec: ClusterSpec, validation_budget_s: int) -> list[str]:
     ]
 
 
-def resolve_running_smoke(stack_name: str, running: Mapping[str, Any]) -> dict[str, Any]:
-    """Under `pulumi up`: the running smoke stack's settings, derived from the stack files as every command derives
-    them (`load_stack`). The engine's config cannot be used as it is: it holds only the smoke stack's own settings,
-    with Pulumi.yaml's defaults merged in (a default cannot be told from a value the file sets). Secrets of the smoke
-    stack's own file come from `running` (the engine decrypts them; the file holds ciphertext)."""
-    stack = load_stack(name=stack_name)
-    raw = stack.ndfleet_config
-    for key in stack.secret_keys:
-        short = key[len(NAMESPACE) + 1 :]
-        if key.startswith(NAMESPACE + ":") and short in running:
-            raw[short] = running[short]
-    return raw
-
-
-__all__ = ["SMOKE_SETTING", "SmokeRefused", "is_smoke", "resolve_running_smoke", "resolve_smoke", "smoke_lines"]
+__all__ = ["SMOKE_SETTING", "SmokeRefused", "is_smoke", "resolve_smoke", "smoke_lines"]

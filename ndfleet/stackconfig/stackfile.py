@@ -231,8 +231,15 @@ def load_stack(name: str | None = None, path: str | Path | None = None, stack_na
 
     if smoke.is_smoke(config):
         # A smoke stack: its base's settings at smoke size (docs/smoke.md), derived here for every command.
-        config = smoke.resolve_smoke(name, file, config, read_stack_config)
+        try:
+            config = smoke.resolve_smoke(name, file, config, read_stack_config, _settings_of)
+        except smoke.SmokeRefused as e:
+            raise StackFileError(str(e)) from None
     return StackFile.from_config(name, file, config)
+
+
+def _settings_of(name: str, path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    return StackFile.from_config(name, path, config).ndfleet_config
 
 
 def read_stack_config(file: Path) -> dict[str, Any]:
