@@ -99,6 +99,14 @@ def test_cost_prices_the_smoke_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert sum(i["count"] for i in doc["items"] if i["vmSize"] == "Standard_ND96isr_H100_v5") == 3
 
 
+def test_plan_json_says_what_the_smoke_is(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--stack", "prod-smoke", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["smoke"] == {"of": "prod", "nodesPerIsland": 1, "dcgmLevel": 1, "hours": 2}
+    cost = doc["cost"]
+    assert (cost["runHours"], cost["usdPerRun"]) == (2, pytest.approx(2 * cost["usdPerHour"], abs=0.01))
+
+
 def test_a_full_stack_has_no_run_price(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "--stack", "prod", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

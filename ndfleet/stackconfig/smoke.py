@@ -3,9 +3,8 @@
 The smoke stack's file holds only what must be its own (the `smoke` block, and what Pulumi requires of every stack
 file, `location` and `sshPublicKey`); every other setting is read from the base stack's file when the stack is read,
 here, called by `load_stack` for every command and for the Pulumi program under `pulumi up`
-(`ndfleet.program.smoke_settings`). One
-derivation, so `ndfleet plan --stack prod-smoke` shows what `pulumi up --stack prod-smoke` creates. What is changed
-from the base and why (docs/smoke.md):
+(`ndfleet.program.smoke_settings`). One derivation, so `ndfleet plan --stack prod-smoke` shows what
+`pulumi up --stack prod-smoke` creates. What is changed from the base and why (docs/smoke.md):
 
 - islands: the base's islands, same names, `smoke.nodesPerIsland` (1 or 2) nodes each; an elastic island stays
   elastic with maxNodes 2 (the least an elastic island may have: its new nodes are burnt in in pairs) and at most
@@ -159,14 +158,16 @@ def resolve_smoke(
         resolved.pop(f"{NAMESPACE}:{key}", None)
     resolved[f"{NAMESPACE}:islands"] = [_smoke_island(island, smoke) for island in base.islands]
     health = dict(base_config.get(f"{NAMESPACE}:health") or {})
-    base_dcgm = base.health.dcgm_level
-    health["dcgmLevel"] = smoke.dcgm_level if smoke.dcgm_level is not None else min(base_dcgm, SMOKE_DCGM_LEVEL)
+    dcgm = smoke.dcgm_level if smoke.dcgm_level is not None else min(base.health.dcgm_level, SMOKE_DCGM_LEVEL)
+    health["dcgmLevel"] = dcgm
     resolved[f"{NAMESPACE}:health"] = health
     if base.storage.lustre is not None:
         storage = dict(base_config[f"{NAMESPACE}:storage"])
         storage["lustre"] = {**storage["lustre"], "capacityTiB": base.storage.lustre.sku.min_tib}
         resolved[f"{NAMESPACE}:storage"] = storage
     resolved.update(own)  # the smoke block, location, key, and what makes it a separate deployment
+    # The smoke block as it applies: the spec, the plan and its JSON say the DCGM level the run validates at.
+    resolved[SMOKE_SETTING] = smoke.model_copy(update={"dcgm_level": dcgm}).model_dump(by_alias=True)
 
     smoke_prefix = own.get(f"{NAMESPACE}:namePrefix")
     if not isinstance(smoke_prefix, str):
