@@ -148,7 +148,7 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
     if priced and estimate.run_hours is not None:
         lines.append(
             f"  smoke run of {estimate.run_hours:g} h (ndfleet:smoke.hours, up to destroy): "
-            f"{_usd(estimate.usd_per_run or 0.0)}"
+            f"{usd(estimate.usd_per_run or 0.0)}"
         )
     lines += [f"  {m}" for m in estimate.missing]
     if estimate.has_spot:
