@@ -33,17 +33,12 @@ import pulumi_azure_native.privatedns as privatedns
 from ndfleet.components.identity import role_definition_id
 from ndfleet.monitoring.agent import INGEST_STREAM
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
+from ndfleet.stackconfig.names import grafana_name
 from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 MONITOR_PRIVATE_DNS_ZONE = "privatelink.monitor.azure.com"
 # Alerts that stay true resolve on their own this long after the condition clears.
 ALERT_AUTO_RESOLVE = "PT10M"
-
-
-def grafana_name(name_prefix: str) -> str:
-    """Managed Grafana names are short (the portal allows 2-23 letters, digits and hyphens, starting with a letter
-    and ending with a letter or digit); Pulumi's auto-name (name + random suffix) could run over, so name it."""
-    return f"{name_prefix[:14].rstrip('-')}-grafana"
 
 
 def action_group_short_name(stack: str) -> str:

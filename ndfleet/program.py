@@ -8,6 +8,7 @@ Nothing is registered until every check has passed.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pulumi
 
@@ -15,6 +16,7 @@ from ndfleet.components.cluster import Cluster, ClusterArgs
 from ndfleet.prepare import PreparedCluster, PrepareError, prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import read_pulumi_config
+from ndfleet.stackconfig.settings import SMOKE_KEY
 
 
 class ProgramError(Exception):
@@ -22,12 +24,37 @@ class ProgramError(Exception):
 
 
 def prepare_from_stack() -> PreparedCluster:
-    """The running stack, prepared (ndfleet.prepare); SpecError / PrepareError carry the message."""
+    """The running stack, prepared (ndfleet.prepare); SpecError / PrepareError / ProgramError carry the message."""
     provider = {}
     environment = pulumi.Config("azure-native").get("environment")
     if environment:
         provider["azure-native:environment"] = environment
-    return prepare_config(read_pulumi_config(), pulumi.get_stack(), provider, os.environ)
+    raw = read_pulumi_config()
+    if SMOKE_KEY in raw and not under_mocks():
+        # A smoke stack: its settings are derived from the stack files as every command derives them (under the
+        # mocks, `ndfleet plan` has derived them already: ndfleet.stackconfig.stackfile.load_stack).
+        raw = smoke_settings(pulumi.get_stack(), raw)
+    return prepare_config(raw, pulumi.get_stack(), provider, os.environ)
+
+
+def smoke_settings(stack_name: str, running: dict[str, Any]) -> dict[str, Any]:
+    """Under `pulumi up`: the running smoke stack's settings, derived from the stack files as every command derives
+    them (`load_stack`, docs/smoke.md). The engine's config cannot be used as it is: it holds only the smoke stack's
+    own settings, with Pulumi.yaml's defaults merged in (a default cannot be told from a value the file sets). The
+    secrets of the smoke stack's own file come from `running` (the engine decrypts them; the file holds ciphertext)."""
+    from ndfleet.stackconfig.settings import NAMESPACE
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
+    try:
+        stack = load_stack(name=stack_name)
+    except StackFileError as error:
+        raise ProgramError(str(error)) from None
+    raw = stack.ndfleet_config
+    for key in stack.secret_keys:
+        short = key.removeprefix(NAMESPACE + ":")
+        if short != key and short in running:
+            raw[short] = running[short]
+    return raw
 
 
 def deploy(prepared: PreparedCluster) -> Cluster:
@@ -101,5 +128,6 @@ __all__ = [
     "prepare_from_stack",
     "refuse_example_key",
     "run_preflight_if_enabled",
+    "smoke_settings",
     "under_mocks",
 ]

@@ -73,6 +73,11 @@ def render_table(plan: Plan) -> str:
     lines.append(f"  islands: {len(spec.islands)}   nodes: {spec.total_nodes}   GPUs: {spec.total_gpus}")
     for island in spec.islands:
         lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs")
+    if spec.smoke is not None:
+        from ndfleet.nodefiles.bootstrap import validation_budget_s
+        from ndfleet.stackconfig.smoke import smoke_lines
+
+        lines += smoke_lines(spec, validation_budget_s(spec))
     if spec.network is not None:
         capacity = spec.network.compute_node_capacity
         lines.append(

@@ -63,6 +63,12 @@ class LineItem:
 class CostEstimate:
     region: str
     items: tuple[LineItem, ...]
+    # A smoke stack's stated run length (ndfleet:smoke.hours, docs/smoke.md): priced as well as the hour and month.
+    run_hours: float | None = None
+
+    @property
+    def usd_per_run(self) -> float | None:
+        return None if self.run_hours is None else self.usd_per_hour * self.run_hours
 
     @property
     def usd_per_hour(self) -> float:
@@ -91,6 +97,11 @@ class CostEstimate:
             "items": [i.as_json() for i in self.items],
             "usdPerHour": round(self.usd_per_hour, 2),
             "usdPerMonth": round(self.usd_per_month, 2),
+            **(
+                {"runHours": self.run_hours, "usdPerRun": round(self.usd_per_run or 0.0, 2)}
+                if self.run_hours is not None
+                else {}
+            ),
             "complete": not self.missing,
             "missing": self.missing,
             "notIncluded": NOT_PRICED,
@@ -101,7 +112,8 @@ def estimate_cost(spec: ClusterSpec, price_of: PriceLookup = table_price) -> Cos
     items = tuple(
         LineItem(group, price_of(group.vm_size, spec.location), spec.spot_max_price) for group in stack_vms(spec)
     )
-    return CostEstimate(region=spec.location, items=items)
+    run_hours = spec.smoke.hours if spec.smoke is not None else None
+    return CostEstimate(region=spec.location, items=items, run_hours=run_hours)
 
 
 def usd(value: float) -> str:
@@ -133,6 +145,11 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
         )
     else:
         lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
+    if priced and estimate.run_hours is not None:
+        lines.append(
+            f"  smoke run of {estimate.run_hours:g} h (ndfleet:smoke.hours, up to destroy): "
+            f"{usd(estimate.usd_per_run or 0.0)}"
+        )
     lines += [f"  {m}" for m in estimate.missing]
     if estimate.has_spot:
         lines.append(

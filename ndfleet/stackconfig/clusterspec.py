@@ -6,7 +6,7 @@ derive.py builds it from the settings (settings.py); load_spec (config.py) is th
 from __future__ import annotations
 
 from ndfleet.stackconfig.profiles import LustreSku, VmSizeProfile
-from ndfleet.stackconfig.settings import FrozenModel, HealthConfig, MonitoringConfig, SlurmConfig
+from ndfleet.stackconfig.settings import FrozenModel, HealthConfig, MonitoringConfig, SlurmConfig, SmokeConfig
 
 
 class ElasticSpec(FrozenModel):
@@ -120,6 +120,8 @@ class ClusterSpec(FrozenModel):
     # share (components/slurm*.py); `slurm` holds their settings (None when the scheduler is "none").
     scheduler: str = "none"
     slurm: SlurmConfig | None = None
+    # A smoke stack (docs/smoke.md): its base and run length; None for any other stack.
+    smoke: SmokeConfig | None = None
 
     @property
     def total_nodes(self) -> int:

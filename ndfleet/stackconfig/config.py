@@ -27,11 +27,9 @@ from ndfleet.stackconfig.settings import NAMESPACE, StackConfig
 
 # A required setting that is missing or invalid is replaced by this stand-in for the second pass only (so the
 # cross-setting checks of the other settings still run); checks that read it are skipped.
-_STAND_INS = {
-    "location": "eastus",
-    # An ED25519 key of 32 zero bytes: well-formed, and nobody's.
-    "sshPublicKey": "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(32)).decode(),
-}
+# An ED25519 key of 32 zero bytes: well-formed, and nobody's.
+STAND_IN_SSH_KEY = "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + bytes(32)).decode()
+_STAND_INS = {"location": "eastus", "sshPublicKey": STAND_IN_SSH_KEY}
 
 _NUMERIC_OR_BOOL = (int, float, bool)
 

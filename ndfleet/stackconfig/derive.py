@@ -334,7 +334,7 @@ def _spec(
 ) -> ClusterSpec:
     profile = PROFILES[config.vm_size]
     limit = config.max_nodes_per_island
-    prefix = config.name_prefix or _default_prefix(stack)
+    prefix = config.name_prefix or default_prefix(stack)
     spec = ClusterSpec(
         stack=stack,
         name_prefix=prefix,
@@ -364,6 +364,7 @@ def _spec(
         warnings=tuple(warnings),
         scheduler=config.scheduler,
         slurm=config.slurm if config.scheduler == "slurm" else None,
+        smoke=config.smoke,
     )
     return spec
 
@@ -417,7 +418,8 @@ def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
     return []
 
 
-def _default_prefix(stack: str) -> str:
+def default_prefix(stack: str) -> str:
+    """The resource-name prefix of a stack without `namePrefix`: its name, cleaned."""
     cleaned = re.sub(r"[^a-z0-9-]", "-", stack.lower()).strip("-") or "ndfleet"
     if not cleaned[0].isalpha():
         cleaned = "nd" + cleaned

@@ -20,3 +20,11 @@ def stack_name_problem(name: str) -> str | None:
         return None
     shown = repr(name) if name.isprintable() and len(name) <= 60 else f"of {len(name)} characters"
     return f"stack name {shown} is not valid: {STACK_NAME_RULE}"
+
+
+def grafana_name(name_prefix: str) -> str:
+    """The Managed Grafana instance's name. Managed Grafana names are short (the portal allows 2-23 letters, digits
+    and hyphens, starting with a letter and ending with a letter or digit); Pulumi's auto-name (name + random suffix)
+    could run over, so the stack names it. Here, not in the component: a smoke stack checks that its name differs
+    from its base's (ndfleet/stackconfig/smoke.py)."""
+    return f"{name_prefix[:14].rstrip('-')}-grafana"

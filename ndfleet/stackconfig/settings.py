@@ -15,6 +15,8 @@ from ndfleet.stackconfig.regions import REGION_NAME, name_form
 from ndfleet.stackconfig.sshkeys import check_ssh_public_key
 
 NAMESPACE = "ndfleet"
+# The setting that makes a stack a smoke run of another (SmokeConfig; ndfleet/stackconfig/smoke.py).
+SMOKE_KEY = "smoke"
 
 DEFAULT_VM_SIZE = "Standard_ND96isr_H100_v5"
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
@@ -220,6 +222,26 @@ class SlurmConfig(SettingsModel):
         return v
 
 
+# A smoke run, from `pulumi up` to `pulumi destroy`, priced at this many hours unless `smoke.hours` says otherwise:
+# Azure's creation of the cluster (Managed Lustre and Bastion take the longest), each node's set-up and validation
+# (at most 1,510 s at dcgmLevel 1), a look at the result and the teardown (docs/smoke.md).
+DEFAULT_SMOKE_HOURS = 2.0
+# The smoke stack's validation: `full` at DCGM level 1 unless the base asks for less, so every check runs but the
+# long DCGM diagnostics (levels 2 and 3) do not set its time (docs/smoke.md, "Validation").
+SMOKE_DCGM_LEVEL = 1
+
+
+class SmokeConfig(SettingsModel):
+    """`ndfleet:smoke`: this stack is a smoke run of the stack `of`: every setting of `of`, one or two nodes per
+    island (docs/smoke.md). ndfleet.stackconfig.smoke derives the rest when the stack file is read."""
+
+    of: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    nodes_per_island: int = Field(default=1, ge=1, le=2, alias="nodesPerIsland")
+    # None: the base's DCGM level, at most SMOKE_DCGM_LEVEL.
+    dcgm_level: int | None = Field(default=None, ge=0, le=3, alias="dcgmLevel")
+    hours: float = Field(default=DEFAULT_SMOKE_HOURS, gt=0, le=168)
+
+
 class StackConfig(SettingsModel):
     """The `ndfleet:*` keys of a stack, as written in `stacks/Pulumi.<stack>.yaml`."""
 
@@ -260,6 +282,8 @@ class StackConfig(SettingsModel):
     subscription_id: str | None = Field(
         default=None, alias="subscriptionId", pattern=r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$"
     )
+    # Set in a smoke stack's file; the rest of its settings are its base's (ndfleet.stackconfig.smoke).
+    smoke: SmokeConfig | None = None
 
     @field_validator("location")
     @classmethod

@@ -226,10 +226,28 @@ def load_stack(name: str | None = None, path: str | Path | None = None, stack_na
                 f"{file}: the stack's name is taken from the file name (Pulumi.<stack>.yaml) and {problem}; "
                 "rename the file or give the name with --stack-name"
             )
+    config = read_stack_config(file)
+    from ndfleet.stackconfig import smoke
+
+    if smoke.is_smoke(config):
+        # A smoke stack: its base's settings at smoke size (docs/smoke.md), derived here for every command.
+        try:
+            config = smoke.resolve_smoke(name, file, config, read_stack_config, _settings_of)
+        except smoke.SmokeRefused as e:
+            raise StackFileError(str(e)) from None
+    return StackFile.from_config(name, file, config)
+
+
+def _settings_of(name: str, path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    return StackFile.from_config(name, path, config).ndfleet_config
+
+
+def read_stack_config(file: Path) -> dict[str, Any]:
+    """The `config` mapping of a stack file, as written. Raises StackFileError."""
     doc = read_yaml(file) or {}
     if not isinstance(doc, dict):
         raise StackFileError(f"{file} is not a Pulumi stack file: expected a mapping with a 'config' key")
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")
-    return StackFile.from_config(name, file, config)
+    return config

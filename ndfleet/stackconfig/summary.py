@@ -32,4 +32,6 @@ def spec_summary(spec: ClusterSpec) -> dict[str, Any]:
         "gpus": spec.total_gpus,
         "vcpuQuota": vcpu_quota(spec),
         "warnings": list(spec.warnings),
+        # A smoke stack only (docs/smoke.md): its base and stated run length.
+        **({"smoke": spec.smoke.model_dump(by_alias=True)} if spec.smoke is not None else {}),
     }

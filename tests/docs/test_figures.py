@@ -123,8 +123,29 @@ def test_readme_validation_budgets() -> None:
 
 
 def test_readme_smoke_deployment_wait() -> None:
-    full2 = budget(validationLevel="full", dcgmLevel=2)
-    says("README.md", f"(at most {full2:,} s, about {round(full2 / 60)} minutes, at dcgmLevel 2)")
+    smoke = prepared("prod-smoke").spec
+    wait = validation_budget_s(smoke)
+    says("README.md", f"(at most {wait:,} s, about {round(wait / 60)} minutes, at dcgmLevel {smoke.health.dcgm_level})")
+    prod = prepared("prod").spec
+    says("docs/guide.md", f"within {wait:,} s (about {round(wait / 60)} minutes) once Azure has started it, against "
+         f"{validation_budget_s(prod):,} s for prod's `dcgmLevel: {prod.health.dcgm_level}`")  # fmt: skip
+    says("docs/smoke.md", f"{wait:,} s (about {round(wait / 60)} minutes) at `full` with DCGM level 1")
+
+
+def test_smoke_stack_figures() -> None:
+    from ndfleet.cost.estimate import estimate_cost
+    from ndfleet.plans.build import run_plan
+
+    smoke, prod = run_plan(load_stack(name="prod-smoke")), run_plan(load_stack(name="prod"))
+    azure = sum(1 for r in smoke.resources if not r.type.startswith("ndfleet:"))
+    assert azure == sum(1 for r in prod.resources if not r.type.startswith("ndfleet:"))
+    says("README.md", f"the same {azure} Azure resources as prod, {smoke.spec.total_nodes} nodes")
+    cost = estimate_cost(smoke.spec)
+    says("docs/smoke.md", f"US${cost.usd_per_hour:,.2f} per hour, US${cost.usd_per_run or 0:,.2f} for "
+         f"{cost.run_hours:g} hours")  # fmt: skip
+    lustre = smoke.spec.storage.lustre
+    assert lustre is not None
+    says("docs/smoke.md", f"({lustre.capacity_tib} TiB for {lustre.sku.name})")
 
 
 def test_readme_node_bound() -> None:
