@@ -28,6 +28,7 @@ from ndfleet.nodefiles.bootstrap import (
     BootstrapTooLarge,
     RenderedBootstrap,
     merge_extensions,
+    neutral_island,
     render_bootstrap,
     validation_budget_s,
 )
@@ -95,12 +96,15 @@ def explicit_probe_grace_period(spec: ClusterSpec) -> int | None:
 def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
     """What optional features add to an island's bootstrap, merged in this order: Slurm's slurmd set-up
     (ndfleet/slurm/machines.py) and the metrics agent (ndfleet/monitoring/agent.py). Each says itself whether the
-    stack turns it on (None: off); a new feature is one more entry here."""
+    stack turns it on (None: off); a new feature is one more entry here. They are rendered for the island-neutral
+    placeholder (`neutral_island`): render_bootstrap puts them in the bundle every island of that shape shares,
+    and the boot step fills in the island's name (ndfleet/nodefiles/nodebundle.py)."""
     from ndfleet.monitoring import agent as monitoring_agent
     from ndfleet.slurm import machines as slurm_machines
 
     features = (slurm_machines, monitoring_agent)
-    return merge_extensions([feature.bootstrap_extensions(spec, island) for feature in features])
+    neutral = neutral_island(island)
+    return merge_extensions([feature.bootstrap_extensions(spec, neutral) for feature in features])
 
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:

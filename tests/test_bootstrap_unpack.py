@@ -130,7 +130,7 @@ def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_pat
         n = node(tmp_path, dev, service.url)
         done = n.run()
     assert done.returncode == 0, done.stderr
-    files, activate = nodebundle.unpack(dev.vm_user_data)
+    files, activate = nodebundle.unpack(dev.vm_user_data, json.loads(dev.files["bundle.json"])["island"])
     for f in files:
         on_disk = n.root / f.path.lstrip("/")
         assert on_disk.read_bytes() == f.data, f.path

@@ -39,6 +39,7 @@ templates/ only place values (StrictUndefined); every decision is made here.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import gzip
 import json
@@ -90,7 +91,9 @@ __all__ = [
     "HEALTH_PATH",
     "RenderedBootstrap",
     "build_context",
+    "fill_island",
     "merge_extensions",
+    "neutral_island",
     "render_bootstrap",
     "render_output_files",
     "validation_budget_s",
@@ -319,6 +322,17 @@ def activation(ext: BootstrapExtensions) -> list[list[str]]:
     ]
 
 
+def neutral_island(island: IslandSpec) -> IslandSpec:
+    """`island` under the placeholder name: what the node bundle is rendered for (nodebundle.ISLAND_PLACEHOLDER)."""
+    return island.model_copy(update={"name": nodebundle.ISLAND_PLACEHOLDER})
+
+
+def fill_island(files: Sequence[MachineFile], island: str) -> list[MachineFile]:
+    """The bundle's files as a node of `island` writes them: the placeholder replaced, as the boot step does."""
+    token, name = nodebundle.ISLAND_PLACEHOLDER.encode(), island.encode()
+    return [dataclasses.replace(f, data=f.data.replace(token, name)) if token in f.data else f for f in files]
+
+
 def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
     """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
     part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
@@ -339,11 +353,13 @@ def render_bootstrap(
     """The island's customData (the boot step), its node bundle (userData) and every file they carry; raises
     BootstrapTooLarge over either limit."""
     ext = extensions or BootstrapExtensions()
-    ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+    # The bundle is rendered for the placeholder island and filled in on the node (nodebundle: island-neutral).
+    neutral = neutral_island(island)
+    ctx = build_context(spec, neutral, ext, blob_endpoint_suffix=blob_endpoint_suffix)
     node = [
         *(MachineFile.text(path, mode, _template(tpl).render(ctx)) for tpl, path, mode in _NODE_FILES),
         MachineFile.text(
-            NODE_CONFIG_PATH, 0o644, _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+            NODE_CONFIG_PATH, 0o644, _node_config_for(spec, neutral, ext, blob_endpoint_suffix=blob_endpoint_suffix)
         ),
         MachineFile(NODE_APP_PATH, 0o755, nodeapp.build()),
     ]
@@ -357,11 +373,13 @@ def render_bootstrap(
     node += ext.files
     commands = activation(ext)
     bundle = nodebundle.pack(node, commands)
+    node = fill_island(node, island.name)  # what this island's nodes write: what `ndfleet render` shows
 
-    # The boot step: all customData carries.
-    manifest = nodebundle.manifest(bundle, spec.health.probe_port)
+    # The boot step: all customData carries, the island's name included.
+    manifest = nodebundle.manifest(bundle, spec.health.probe_port, island.name)
     boot_ctx = {
         **ctx,
+        "island": island.name,
         "unpack_path": nodebundle.UNPACK_PATH,
         "manifest_path": nodebundle.MANIFEST_PATH,
         "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
@@ -373,6 +391,8 @@ def render_bootstrap(
         *(MachineFile.text(path, mode, _template(tpl).render(boot_ctx)) for tpl, path, mode in _BOOT_UNITS),
     ]
     user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
+    if nodebundle.ISLAND_PLACEHOLDER in user_data:
+        raise AssertionError("customData holds the island placeholder: only the bundle's files may")
     files = {"user-data": user_data}
     binary_files: dict[str, bytes] = {}
     for f in (*boot, *node):
