@@ -18,18 +18,21 @@ The probe grace period rule (the Application Health extension's `gracePeriod`):
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
     BootstrapTooLarge,
+    NodeBundle,
     RenderedBootstrap,
+    bundle_shape,
+    island_bootstrap,
     merge_extensions,
-    render_bootstrap,
+    neutral_island,
+    render_bundle,
     validation_budget_s,
 )
 from ndfleet.stackconfig.clouds import (
@@ -96,12 +99,15 @@ def explicit_probe_grace_period(spec: ClusterSpec) -> int | None:
 def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:
     """What optional features add to an island's bootstrap, merged in this order: Slurm's slurmd set-up
     (ndfleet/slurm/machines.py) and the metrics agent (ndfleet/monitoring/agent.py). Each says itself whether the
-    stack turns it on (None: off); a new feature is one more entry here."""
+    stack turns it on (None: off); a new feature is one more entry here. They are rendered for the island-neutral
+    placeholder (`neutral_island`): render_bootstrap puts them in the bundle every island of that shape shares,
+    and the boot step fills in the island's name (ndfleet/nodefiles/nodebundle.py)."""
     from ndfleet.monitoring import agent as monitoring_agent
     from ndfleet.slurm import machines as slurm_machines
 
     features = (slurm_machines, monitoring_agent)
-    return merge_extensions([feature.bootstrap_extensions(spec, island) for feature in features])
+    neutral = neutral_island(island)
+    return merge_extensions([feature.bootstrap_extensions(spec, neutral) for feature in features])
 
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
@@ -131,24 +137,19 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
     # Monitoring, Slurm and impact reporting hold Azure public's host names (ndfleet/stackconfig/clouds.py).
     problems.extend(public_cloud_only_problems(spec, cloud, NAMESPACE))
 
-    def render(island: IslandSpec) -> RenderedBootstrap | BootstrapTooLarge:
-        try:
-            ext = bootstrap_extensions(spec, island)
-            return render_bootstrap(spec, island, ext, blob_endpoint_suffix=cloud.blob_endpoint_suffix)
-        except BootstrapTooLarge as error:
-            return error
-
-    # Each island's bundle differs (its name is in node.json and the Slurm set-up), so each is xz-compressed: about
-    # 50 ms apiece, most of a 100-island plan. lzma releases the GIL while it compresses, so threads overlap one
-    # island's compression with the next one's rendering; map keeps the islands' order, so output is unchanged.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(spec.islands), os.cpu_count() or 1))) as pool:
-        rendered = list(pool.map(render, spec.islands))
+    # Islands of one shape share one island-neutral bundle (bootstrap.render_bundle: rendered and xz-compressed once,
+    # about 0.1 s of xz at preset 9e); each island adds only its customData, which names it (issue 30).
+    bundles: dict[Any, NodeBundle] = {}
     islands: list[PreparedIsland] = []
-    for island, result in zip(spec.islands, rendered, strict=True):
-        if isinstance(result, BootstrapTooLarge):
-            problems.append(str(result))
-        else:
-            islands.append(PreparedIsland(island=island, bootstrap=result))
+    for island in spec.islands:
+        try:
+            shape = bundle_shape(island)
+            if shape not in bundles:
+                ext = bootstrap_extensions(spec, island)
+                bundles[shape] = render_bundle(spec, island, ext, blob_endpoint_suffix=cloud.blob_endpoint_suffix)
+            islands.append(PreparedIsland(island=island, bootstrap=island_bootstrap(spec, island, bundles[shape])))
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
     if problems:
         raise PrepareError(problems)
     prepared = PreparedCluster(

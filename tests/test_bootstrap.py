@@ -76,8 +76,9 @@ def _written(user_data: str) -> dict[str, bytes]:
 
 
 def _bundled(r: bootstrap.RenderedBootstrap) -> dict[str, bytes]:
-    """What the boot step writes from the bundle: path -> bytes (decoding userData as the node does)."""
-    files, _ = nodebundle.unpack(r.vm_user_data)
+    """What the boot step writes from the bundle: path -> bytes (decoding userData as the node does, with the island
+    its customData's manifest names)."""
+    files, _ = nodebundle.unpack(r.vm_user_data, json.loads(r.files["bundle.json"])["island"])
     return {f.path: f.data for f in files}
 
 
@@ -299,13 +300,13 @@ def test_extensions_add_files_units_and_commands_without_editing_templates():
         node_sections={"slurm": {"partition": "gpu"}},
     )
     r = render_bootstrap(spec, spec.islands[0], ext)
-    files, activate = nodebundle.unpack(r.vm_user_data)
+    files, activate = nodebundle.unpack(r.vm_user_data, spec.islands[0].name)
     assert {f.path: f.data for f in files}["/etc/slurm/slurm.conf"] == b"ClusterName=x\n"
     assert ["systemctl", "enable", "slurmd.service"] in activate
     assert ["systemctl", "start", "--no-block", "slurmd.service"] in activate
     assert ["echo", "hello"] in activate
     assert json.loads(r.files["node.json"])["slurm"] == {"partition": "gpu"}
-    _, plain = nodebundle.unpack(render_bootstrap(spec, spec.islands[0]).vm_user_data)
+    _, plain = nodebundle.unpack(render_bootstrap(spec, spec.islands[0]).vm_user_data, spec.islands[0].name)
     assert ["echo", "hello"] not in plain
 
 

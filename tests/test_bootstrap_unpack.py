@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import lzma
 import os
 import socket
 import stat
@@ -26,7 +27,7 @@ import pytest
 
 from ndfleet.nodefiles import bootstrap, nodebundle
 from ndfleet.nodefiles.machinefile import MachineFile
-from ndfleet.prepare import bootstrap_extensions
+from ndfleet.prepare import bootstrap_extensions, prepare
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
 from tests.impact.arm_server import Reply as ArmReply
@@ -130,7 +131,7 @@ def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_pat
         n = node(tmp_path, dev, service.url)
         done = n.run()
     assert done.returncode == 0, done.stderr
-    files, activate = nodebundle.unpack(dev.vm_user_data)
+    files, activate = nodebundle.unpack(dev.vm_user_data, json.loads(dev.files["bundle.json"])["island"])
     for f in files:
         on_disk = n.root / f.path.lstrip("/")
         assert on_disk.read_bytes() == f.data, f.path
@@ -285,3 +286,48 @@ def test_a_metadata_service_that_drips_user_data_is_cut_off_at_each_attempts_dea
     assert "Traceback" not in done.stderr
     assert "after 2 attempts: no whole answer within 2 s" in n.marker()
     assert outlasted == 0  # the boot step hung up each time; the stand-in never had to stop on its own
+
+
+# ------------------------------------------------------------------------------------------ one bundle, many islands
+# Every island of one shape gets the same userData; customData's manifest names the island and the boot step puts it
+# where the bundle's island files hold the placeholder (ndfleet/nodefiles/nodebundle.py, docs/bootstrap.md).
+
+
+def test_the_boot_step_writes_its_own_island_into_the_bundle_every_island_shares(tmp_path):
+    spec = load_spec(load_stack("prod").ndfleet_config, "prod")
+    first, second = (p.bootstrap for p in prepare(spec).islands[:2])
+    assert first.vm_user_data == second.vm_user_data  # one bundle for both islands
+    with imds([(200, second.vm_user_data.encode())]) as service:
+        n = node(tmp_path, second, service.url)
+        done = n.run()
+    assert done.returncode == 0, done.stderr
+    assert json.loads((n.root / "etc/ndfleet/node.json").read_text())["island"] == "ib01"
+    assert "Feature=island-ib01 " in (n.root / "usr/local/sbin/ndfleet-slurm-setup").read_text()
+    on_disk = [p for p in n.root.rglob("*") if p.is_file()]
+    assert len(on_disk) > 10
+    assert not [p for p in on_disk if nodebundle.ISLAND_PLACEHOLDER.encode() in p.read_bytes()]
+    assert {str(p.relative_to(n.root)): p.read_bytes() for p in on_disk if "ndfleet/bundle.sha256" not in str(p)} == {
+        path.lstrip("/"): data for path, data in second.node_files().items() if path != nodebundle.MANIFEST_PATH
+        and path not in {second.node_paths[name] for name in second.custom_data_names}
+    }
+
+
+@pytest.mark.parametrize("island", ["", "ib00'; reboot; '", "IB00", "x" * 65])
+def test_a_manifest_naming_an_invalid_island_is_refused_before_anything_is_fetched(island, tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url, island=island)
+        done = n.run()
+    assert done.returncode == 1
+    assert "invalid island" in done.stderr and "Traceback" not in done.stderr
+    assert service.headers == [] and not any(n.root.iterdir())
+
+
+def test_a_bundle_naming_an_island_file_it_does_not_hold_is_refused(tmp_path, dev):
+    doc = {"format": nodebundle.FORMAT, "files": [], "activate": [],
+           "island": {"placeholder": nodebundle.ISLAND_PLACEHOLDER, "paths": ["/etc/ndfleet/node.json"]}}  # fmt: skip
+    bad = lzma.compress(json.dumps(doc).encode(), format=lzma.FORMAT_XZ)
+    with imds([(200, base64.b64encode(bad))]) as service:
+        n = node(tmp_path, dev, service.url, size=len(bad), sha256=hashlib.sha256(bad).hexdigest())
+        done = n.run()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "island part is not valid" in n.marker()

@@ -10,7 +10,7 @@ import pytest
 
 from ndfleet.monitoring import agent
 from ndfleet.nodefiles import nodebundle
-from ndfleet.nodefiles.bootstrap import BootstrapExtensions, merge_extensions
+from ndfleet.nodefiles.bootstrap import BootstrapExtensions, merge_extensions, neutral_island
 from ndfleet.nodefiles.machinefile import MachineFile, render_name
 from ndfleet.prepare import bootstrap_extensions
 from ndfleet.slurm import machines as slurm
@@ -56,7 +56,9 @@ def test_prepare_merges_the_features_in_order_without_naming_them() -> None:
     prod = spec_of("prod")
     island = prod.islands[0]
     merged = bootstrap_extensions(prod, island)
-    parts = [slurm.bootstrap_extensions(prod, island), agent.bootstrap_extensions(prod, island)]
+    # rendered for the bundle's placeholder island: the boot step fills in the island's name (nodebundle)
+    neutral = neutral_island(island)
+    parts = [slurm.bootstrap_extensions(prod, neutral), agent.bootstrap_extensions(prod, neutral)]
     assert merged == merge_extensions(parts)
     assert merged is not None and [f.path for f in merged.files] == [f.path for p in parts if p for f in p.files]
     assert merged.enable_units == [slurm.SETUP_UNIT, *agent.ENABLE_UNITS]

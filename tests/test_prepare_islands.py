@@ -1,15 +1,32 @@
-"""prepare at scale: islands render in a thread pool, and the Slurm template context is built once per site; neither
-may change what any island receives or the order the islands come in."""
+"""prepare at scale: islands of one shape share one island-neutral node bundle (rendered and xz-compressed once,
+issue 30), and the Slurm template context is built once per site; neither may change what any island receives or
+the order the islands come in."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from ndfleet.nodefiles.bootstrap import render_bootstrap
+import pytest
+
+from ndfleet.monitoring import agent
+from ndfleet.nodefiles import nodebundle
+from ndfleet.nodefiles.bootstrap import bundle_shape, merge_extensions, render_bootstrap
+from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.prepare import bootstrap_extensions, prepare
 from ndfleet.slurm import conf, machines
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import base_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spec(stack: str) -> ClusterSpec:
+    """prod: three Slurm islands of 100, 100 and 56 nodes; twin: 3 and 1 nodes and two elastic islands that differ."""
+    path = REPO / ("tests/twin/Pulumi.twin.yaml" if stack == "twin" else f"stacks/Pulumi.{stack}.yaml")
+    return load_spec(load_stack(path=path).ndfleet_config, stack)
 
 
 def test_islands_come_in_order_each_with_its_own_bootstrap() -> None:
@@ -21,6 +38,38 @@ def test_islands_come_in_order_each_with_its_own_bootstrap() -> None:
         assert json.loads(p.bootstrap.files["node.json"])["island"] == p.island.name
         alone = render_bootstrap(spec, p.island, bootstrap_extensions(spec, p.island))
         assert p.bootstrap.bundle == alone.bundle and p.bootstrap.user_data == alone.user_data
+
+
+@pytest.mark.parametrize("stack", ["prod", "twin"])
+def test_a_shared_bundle_gives_each_island_what_rendering_it_alone_does(stack: str) -> None:
+    """Islands of every size, index and elasticity: prepare's shared bundles against each island rendered on its
+    own, and the filled-in files against the features rendered with the island's real name."""
+    spec = _spec(stack)
+    prepared = prepare(spec)
+    for p in prepared.islands:
+        alone = render_bootstrap(spec, p.island, bootstrap_extensions(spec, p.island))
+        assert p.bootstrap.bundle == alone.bundle and p.bootstrap.user_data == alone.user_data
+        assert p.bootstrap.node_files() == alone.node_files()
+        files = p.bootstrap.node_files()
+        features = [machines.bootstrap_extensions(spec, p.island), agent.bootstrap_extensions(spec, p.island)]
+        named = merge_extensions(features)
+        assert named is not None
+        for f in named.files:  # Slurm's and the metrics agent's files, rendered with the real name
+            assert files[f.path] == f.data, f.path
+        assert files["/etc/ndfleet/node.json"].decode() == to_json(node_config(spec, p.island, named.node_sections))
+        assert not any(nodebundle.ISLAND_PLACEHOLDER.encode() in data for data in files.values())
+
+
+@pytest.mark.parametrize("stack", ["prod", "twin"])
+def test_islands_of_one_shape_share_one_user_data_and_their_custom_data_names_them(stack: str) -> None:
+    spec = _spec(stack)
+    nodebundle._compress.cache_clear()
+    prepared = prepare(spec)
+    shapes = {bundle_shape(i) for i in spec.islands}
+    assert len({p.bootstrap.vm_user_data for p in prepared.islands}) == len(shapes)
+    assert nodebundle._compress.cache_info().misses == len(shapes)  # xz ran once per shape, not once per island
+    for p in prepared.islands:
+        assert json.loads(p.bootstrap.files["bundle.json"])["island"] == p.island.name
 
 
 def test_the_slurm_context_is_built_once_per_site_not_per_template() -> None:

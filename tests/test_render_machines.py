@@ -61,8 +61,9 @@ def received(custom_data: str, user_data: str, compute: bool) -> list[bytes]:
     """Every file the machine writes from its customData and userData, decoded as the machine decodes them."""
     cloud_config = yaml.safe_load(gzip.decompress(base64.b64decode(custom_data)))
     files = [written_content(f) for f in cloud_config["write_files"]]
-    if compute:
-        bundle_files, _ = nodebundle.unpack(user_data)
+    if compute:  # the boot step fills in the island its manifest (customData) names
+        manifest = next(f for f in cloud_config["write_files"] if f["path"] == nodebundle.MANIFEST_PATH)
+        bundle_files, _ = nodebundle.unpack(user_data, json.loads(written_content(manifest))["island"])
         files += [f.data for f in bundle_files]
     elif user_data:
         files += [c.encode() for c in json.loads(base64.b64decode(user_data))["files"].values()]

@@ -6,6 +6,12 @@ Public API (ndfleet/prepare.py and `ndfleet render` call these; keep them stable
       One island's boot data: `.custom_data` (base64 of deterministic gzip of the cloud-config) and `.vm_user_data`
       (base64 of the node bundle, ndfleet/nodefiles/nodebundle.py) are what the scale set receives,
       `.output_files()` what `ndfleet render` writes. Raises BootstrapTooLarge over either of Azure's limits.
+      It is the two steps below in one.
+  render_bundle(spec, island, extensions=None) -> NodeBundle
+      The island-neutral node bundle of the island's shape (`bundle_shape`): rendered for the placeholder island
+      and xz-compressed; every island of that shape shares it (ndfleet/nodefiles/nodebundle.py).
+  island_bootstrap(spec, island, bundle) -> RenderedBootstrap
+      One island's customData (naming the island, which the boot step fills into the bundle's files) beside it.
   render_output_files(spec, island, extensions=None) -> dict[name, (bytes, mode)]
       The files `ndfleet render` writes for one island (user-data, custom-data.b64, vm-user-data.b64, every file
       the node receives in either), with their permissions.
@@ -39,6 +45,7 @@ templates/ only place values (StrictUndefined); every decision is made here.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import gzip
 import json
@@ -89,9 +96,15 @@ __all__ = [
     "USER_DATA_MAX_BYTES",
     "HEALTH_PATH",
     "RenderedBootstrap",
+    "NodeBundle",
     "build_context",
+    "bundle_shape",
+    "fill_island",
+    "island_bootstrap",
     "merge_extensions",
+    "neutral_island",
     "render_bootstrap",
+    "render_bundle",
     "render_output_files",
     "validation_budget_s",
 ]
@@ -319,6 +332,17 @@ def activation(ext: BootstrapExtensions) -> list[list[str]]:
     ]
 
 
+def neutral_island(island: IslandSpec) -> IslandSpec:
+    """`island` under the placeholder name: what the node bundle is rendered for (nodebundle.ISLAND_PLACEHOLDER)."""
+    return island.model_copy(update={"name": nodebundle.ISLAND_PLACEHOLDER})
+
+
+def fill_island(files: Sequence[MachineFile], island: str) -> list[MachineFile]:
+    """The bundle's files as a node of `island` writes them: the placeholder replaced, as the boot step does."""
+    token, name = nodebundle.ISLAND_PLACEHOLDER.encode(), island.encode()
+    return [dataclasses.replace(f, data=f.data.replace(token, name)) if token in f.data else f for f in files]
+
+
 def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
     """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
     part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
@@ -329,21 +353,40 @@ def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, enco
     )
 
 
-def render_bootstrap(
+@dataclass(frozen=True)
+class NodeBundle:
+    """One island-neutral node bundle (nodebundle.ISLAND_PLACEHOLDER where the island's name goes): what every
+    island of the same shape shares, rendered and xz-compressed once (`render_bundle`)."""
+
+    ctx: dict[str, Any]  # the template context, for the placeholder island
+    files: tuple[MachineFile, ...]  # as packed: island files still hold the placeholder
+    commands: tuple[tuple[str, ...], ...]  # the activation commands
+    bundle: bytes  # what userData decodes to
+
+
+def bundle_shape(island: IslandSpec) -> Any:
+    """What of an island its bundle depends on, its name aside (the placeholder): whether and how it is elastic
+    (Slurm's name program and resume timeout). Islands with the same shape share one `render_bundle`; a test
+    renders islands of every size, index and elasticity alone and compares (tests/test_prepare_islands.py)."""
+    return island.elastic
+
+
+def render_bundle(
     spec: ClusterSpec,
     island: IslandSpec,
     extensions: BootstrapExtensions | None = None,
     *,
     blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
-) -> RenderedBootstrap:
-    """The island's customData (the boot step), its node bundle (userData) and every file they carry; raises
-    BootstrapTooLarge over either limit."""
+) -> NodeBundle:
+    """The node bundle of `island`'s shape, rendered for the placeholder island (its name is not used).
+    `extensions` as prepare.bootstrap_extensions gives them: rendered for the placeholder island too."""
     ext = extensions or BootstrapExtensions()
-    ctx = build_context(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+    neutral = neutral_island(island)
+    ctx = build_context(spec, neutral, ext, blob_endpoint_suffix=blob_endpoint_suffix)
     node = [
         *(MachineFile.text(path, mode, _template(tpl).render(ctx)) for tpl, path, mode in _NODE_FILES),
         MachineFile.text(
-            NODE_CONFIG_PATH, 0o644, _node_config_for(spec, island, ext, blob_endpoint_suffix=blob_endpoint_suffix)
+            NODE_CONFIG_PATH, 0o644, _node_config_for(spec, neutral, ext, blob_endpoint_suffix=blob_endpoint_suffix)
         ),
         MachineFile(NODE_APP_PATH, 0o755, nodeapp.build()),
     ]
@@ -356,23 +399,40 @@ def render_bootstrap(
         names[f.name] = f.path
     node += ext.files
     commands = activation(ext)
-    bundle = nodebundle.pack(node, commands)
+    return NodeBundle(
+        ctx=ctx,
+        files=tuple(node),
+        commands=tuple(tuple(c) for c in commands),
+        bundle=nodebundle.pack(node, commands),
+    )
 
-    # The boot step: all customData carries.
-    manifest = nodebundle.manifest(bundle, spec.health.probe_port)
+
+@functools.cache
+def _unpack_source() -> str:
+    return UNPACK_SOURCE.read_text(encoding="utf-8")
+
+
+def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) -> RenderedBootstrap:
+    """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData), and every
+    file a node of the island writes; raises BootstrapTooLarge over either limit."""
+    node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
+    manifest = nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name)
     boot_ctx = {
-        **ctx,
+        **bundle.ctx,
+        "island": island.name,
         "unpack_path": nodebundle.UNPACK_PATH,
         "manifest_path": nodebundle.MANIFEST_PATH,
-        "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+        "bundle_timeout_s": nodebundle.unit_timeout_s(bundle.commands),
         "bundle_unit": BUNDLE_UNIT,
     }
     boot = [
-        MachineFile.text(nodebundle.UNPACK_PATH, 0o755, UNPACK_SOURCE.read_text(encoding="utf-8"), UNPACK_NAME),
+        MachineFile.text(nodebundle.UNPACK_PATH, 0o755, _unpack_source(), UNPACK_NAME),
         MachineFile.text(nodebundle.MANIFEST_PATH, 0o644, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
         *(MachineFile.text(path, mode, _template(tpl).render(boot_ctx)) for tpl, path, mode in _BOOT_UNITS),
     ]
     user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
+    if nodebundle.ISLAND_PLACEHOLDER in user_data:
+        raise AssertionError("customData holds the island placeholder: only the bundle's files may")
     files = {"user-data": user_data}
     binary_files: dict[str, bytes] = {}
     for f in (*boot, *node):
@@ -386,21 +446,35 @@ def render_bootstrap(
         binary_files=binary_files,
         node_paths={f.name: f.path for f in (*boot, *node)},
         modes={f.name: f.octal for f in (*boot, *node)},
-        bundle=bundle,
+        bundle=bundle.bundle,
         custom_data_names=tuple(f.name for f in boot),
-        activate=tuple(tuple(c) for c in commands),
+        activate=bundle.commands,
     )
     problems = []
     size = len(rendered.custom_data_bytes)
     if size > CUSTOM_DATA_MAX_BYTES:
         problems.append(_too_large(spec, island, "customData", size, len(rendered.custom_data), CUSTOM_DATA_MAX_BYTES))
-    if len(bundle) > USER_DATA_MAX_BYTES:
+    if len(bundle.bundle) > USER_DATA_MAX_BYTES:
         problems.append(
-            _too_large(spec, island, "userData", len(bundle), len(rendered.vm_user_data), USER_DATA_MAX_BYTES)
+            _too_large(spec, island, "userData", len(bundle.bundle), len(rendered.vm_user_data), USER_DATA_MAX_BYTES)
         )
     if problems:
         raise BootstrapTooLarge("; ".join(problems))
     return rendered
+
+
+def render_bootstrap(
+    spec: ClusterSpec,
+    island: IslandSpec,
+    extensions: BootstrapExtensions | None = None,
+    *,
+    blob_endpoint_suffix: str = BLOB_ENDPOINT_SUFFIX,
+) -> RenderedBootstrap:
+    """The island's customData (the boot step), its node bundle (userData) and every file they carry; raises
+    BootstrapTooLarge over either limit. The bundle is rendered for the placeholder island and filled in on the
+    node (nodebundle: island-neutral); prepare shares one `render_bundle` between islands of the same shape."""
+    bundle = render_bundle(spec, island, extensions, blob_endpoint_suffix=blob_endpoint_suffix)
+    return island_bootstrap(spec, island, bundle)
 
 
 def render_output_files(

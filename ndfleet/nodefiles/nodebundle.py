@@ -5,7 +5,8 @@ customData is fixed for a node's life and limited to 64 KB; it carries only the 
 monitoring files) travels as one bundle in `virtualMachineProfile.userData`, which the node reads from the instance
 metadata service at first boot:
 
-  userData = base64( xz( JSON {"format": 1, "files": [{"path", "mode", "data"}, ...], "activate": [[argv], ...]} ) )
+  userData = base64( xz( JSON {"format": 2, "files": [{"path", "mode", "data"}, ...], "activate": [[argv], ...],
+                              "island": {"placeholder": ISLAND_PLACEHOLDER, "paths": [path, ...]}} ) )
 
 `data` is the file's bytes, each byte written as the character of the same number (latin-1), so text and the zipapp
 travel alike and the JSON stays ASCII; `activate` are the commands the boot step runs once the files are on disk
@@ -13,13 +14,21 @@ travel alike and the JSON stays ASCII; `activate` are the commands the boot step
 `lzma` module is part of the standard library of the Ubuntu and Debian python3 packages.
 
 customData carries the bundle's size and sha256 (`manifest`), so a node refuses a userData that is not the one
-rendered with its customData (a userData from another deployment). The node-side step is
+rendered with its customData (a userData from another deployment).
+
+The bundle is island-neutral: every island's files are rendered with ISLAND_PLACEHOLDER where the island's name goes
+(node.json's "island", slurmd's `Feature=island-<name>`, the metrics label, a comment), and `island.paths` lists the
+files that hold it. customData, which is per scale set anyway, carries the name (the manifest's "island"), and the
+boot step writes those files with the placeholder replaced by it. So every island of a stack with the same shape
+gets the same userData, xz-compressed once (`pack` caches by content): xz at preset 9e is most of a many-island
+plan otherwise (issue 30, docs/bootstrap.md "One bundle for every island"). The node-side step is
 templates/node/ndfleet-unpack.py; `unpack` here is its reference reading, for tests and tools.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import lzma
@@ -29,7 +38,11 @@ from typing import Any
 from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
 
-FORMAT = 1
+FORMAT = 2
+# Where an island's name goes in the bundle's files: the boot step replaces it with the manifest's "island". Only
+# letters, digits and hyphens, like an island name (nothing a template quotes or escapes changes it), and no real
+# file holds it: `pack` refuses a bundle whose zipapp or other binary file would.
+ISLAND_PLACEHOLDER = "ndfleet-island-name-placeholder-4f1c"
 # Azure's limit on userData: "The size can't exceed 64 KB" (Microsoft Learn, "User data for Azure Virtual Machine");
 # the API answers "UserData must be in Base64 encoding and with a maximum length of 87384 characters"
 # (Azure/azure-powershell#16597), i.e. 65,538 bytes decoded. Counted like customData: decoded bytes, at most 65,535.
@@ -68,20 +81,45 @@ def unit_timeout_s(activate: Sequence[Sequence[str]]) -> int:
     return fetch_budget_s() + COMMAND_TIMEOUT_S * max(1, len(activate))
 
 
+def island_paths(files: Iterable[MachineFile]) -> list[str]:
+    """The files that hold ISLAND_PLACEHOLDER, in order; ValueError when one of them is not UTF-8 text (a zipapp
+    that happened to hold it would be corrupted by the replacement)."""
+    token = ISLAND_PLACEHOLDER.encode()
+    paths = []
+    for f in files:
+        if token in f.data:
+            try:
+                f.data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"bundle file {f.path!r} is binary and holds the island placeholder") from None
+            paths.append(f.path)
+    return paths
+
+
 def pack(files: Iterable[MachineFile], activate: Sequence[Sequence[str]]) -> bytes:
     """The bundle's bytes (what userData decodes to): deterministic, so plans and diffs are."""
+    files = list(files)
     doc = {
         "format": FORMAT,
         "files": [{"path": f.path, "mode": f.octal, "data": f.data.decode("latin-1")} for f in files],
         "activate": [list(argv) for argv in activate],
+        "island": {"placeholder": ISLAND_PLACEHOLDER, "paths": island_paths(files)},
     }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("ascii")
+    return _compress(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("ascii"))
+
+
+@functools.lru_cache(maxsize=8)
+def _compress(text: bytes) -> bytes:
+    """xz at preset 9e: about 0.1 s a bundle. Islands of the same shape pack the same text, so each distinct bundle
+    is compressed once per process (the key is the whole text; a few bundles of about 200 KB are kept)."""
     return lzma.compress(text, format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
 
 
-def manifest(bundle: bytes, health_port: int) -> dict[str, Any]:
-    """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept and where."""
+def manifest(bundle: bytes, health_port: int, island: str) -> dict[str, Any]:
+    """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept, where, and the island
+    whose name replaces ISLAND_PLACEHOLDER in the bundle's files."""
     return {
+        "island": island,
         "sha256": hashlib.sha256(bundle).hexdigest(),
         "size": len(bundle),
         "url": IMDS_USER_DATA_URL,
@@ -105,8 +143,10 @@ def _bundle_file(entry: dict[str, Any]) -> MachineFile:
     return MachineFile(entry["path"], int(mode, 8), entry["data"].encode("latin-1"))
 
 
-def unpack(user_data: str | bytes) -> tuple[list[MachineFile], list[list[str]]]:
-    """A userData value (base64 text) or the bundle's bytes -> (files, activation commands). Raises BundleError."""
+def unpack(user_data: str | bytes, island: str | None = None) -> tuple[list[MachineFile], list[list[str]]]:
+    """A userData value (base64 text) or the bundle's bytes -> (files, activation commands), each file as the node
+    of `island` writes it (the placeholder replaced, as the boot step does). Raises BundleError, also when the bundle
+    holds island-specific files and no island is given."""
     raw = user_data
     if isinstance(user_data, str):
         try:
@@ -129,18 +169,29 @@ def unpack(user_data: str | bytes) -> tuple[list[MachineFile], list[list[str]]]:
         raise BundleError(f"userData is not a node bundle: {e}") from None
     if doc.get("format") != FORMAT:
         raise BundleError(f"userData bundle format {doc.get('format')!r}, expected {FORMAT}")
-    return files, activate
+    try:
+        token, paths = str(doc["island"]["placeholder"]).encode(), {str(p) for p in doc["island"]["paths"]}
+    except (KeyError, TypeError) as e:
+        raise BundleError(f"userData bundle has no valid island part: {e!r}") from None
+    if paths - {f.path for f in files}:
+        raise BundleError(f"userData bundle names island files it does not hold: {sorted(paths)}")
+    if paths and island is None:
+        raise BundleError(f"userData bundle holds island-specific files {sorted(paths)}: give the island")
+    fill = island.encode() if island is not None else token
+    return [MachineFile(f.path, f.mode, f.data.replace(token, fill)) if f.path in paths else f for f in files], activate
 
 
 __all__ = [
     "BundleError",
     "FORMAT",
     "IMDS_USER_DATA_URL",
+    "ISLAND_PLACEHOLDER",
     "MANIFEST_PATH",
     "STAMP_PATH",
     "UNPACK_PATH",
     "USER_DATA_MAX_BYTES",
     "fetch_budget_s",
+    "island_paths",
     "manifest",
     "pack",
     "unit_timeout_s",

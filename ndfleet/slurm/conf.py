@@ -24,6 +24,7 @@ import jinja2
 from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
+from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.settings import node_headroom
@@ -317,10 +318,11 @@ def dynamic_node_conf(site: SlurmSite, island: str) -> str:
     resumes it. A node slurmctld already knows (a reboot) keeps the state it had. The line holds no quote and no
     backslash: it travels inside double quotes in /etc/default/slurmd.
     """
-    found = [i for i in site.islands if i.name == island]
-    if not found:
+    # The node bundle's placeholder stands for whichever island's node unpacks it (ndfleet/nodefiles/nodebundle.py).
+    if island != ISLAND_PLACEHOLDER and not any(i.name == island for i in site.islands):
         raise ValueError(f"unknown island {island!r}; the cluster has {[i.name for i in site.islands]}")
-    return f"{node_attrs(site, found[0])} State=DRAIN Reason={AWAITING_BURNIN_REASON}"
+    attrs = node_attributes(island_feature(island), site.gpus_per_node, site.real_memory_mib)
+    return f"{attrs} State=DRAIN Reason={AWAITING_BURNIN_REASON}"
 
 
 def slurmd_args(site: SlurmSite, island: str) -> list[str]:

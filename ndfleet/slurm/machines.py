@@ -167,8 +167,11 @@ def slurm_apt_preferences() -> str:
     )
 
 
-def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> dict[str, Any]:
+def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: IslandSpec | None) -> dict[str, Any]:
+    """`island`: the compute node's, as given (its name may be the bundle's placeholder, so nothing is looked up
+    by name); None for the controller and login."""
     assert spec.slurm is not None
+    elastic = island.elastic if island is not None else None
     return {
         "role": role,
         "slurm_version": spec.slurm.version,
@@ -213,11 +216,11 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
         "nfs_options": NFS_OPTIONS,
         "state_disk_lun": STATE_DISK_LUN,
         "state_mount": CONTROLLER_STATE_MOUNT,
-        "slurmd_options": slurmd_options(site, island) if island and not _elastic(spec, island) else "",
-        "elastic_name_program": ELASTIC_NAME_PROGRAM if island and _elastic(spec, island) else "",
-        "island": island or "",
+        "slurmd_options": slurmd_options(site, island.name) if island is not None and elastic is None else "",
+        "elastic_name_program": ELASTIC_NAME_PROGRAM if elastic is not None else "",
+        "island": island.name if island is not None else "",
         # An elastic node waits for the resume program to claim its VM; past the resume timeout Slurm gave up on it.
-        "name_wait_s": _resume_timeout_s(spec, island),
+        "name_wait_s": elastic.resume_timeout_minutes * 60 if elastic is not None else 0,
         "elastic_config": ELASTIC_CONFIG,
         "elastic_state_dir": ELASTIC_STATE_DIR,
         "elastic_every_s": RECONCILE_EVERY_S,
@@ -236,23 +239,11 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: str | 
     }
 
 
-def _elastic(spec: ClusterSpec, island: str) -> bool:
-    return any(i.name == island and i.elastic is not None for i in spec.islands)
-
-
-def _resume_timeout_s(spec: ClusterSpec, island: str | None) -> int:
-    for i in spec.islands:
-        if i.name == island and i.elastic is not None:
-            return i.elastic.resume_timeout_minutes * 60
-    return 0
-
-
 def _render(template: str, site: SlurmSite, ctx: dict[str, Any]) -> str:
     return render(template, site, **ctx)
 
 
-def _setup_files(spec: ClusterSpec, site: SlurmSite, role: str, island: str | None) -> list[MachineFile]:
-    ctx = _setup_context(spec, site, role, island)
+def _setup_files(site: SlurmSite, ctx: dict[str, Any]) -> list[MachineFile]:
     return [
         MachineFile.text(
             "/usr/local/sbin/ndfleet-slurm-setup", 0o755, _render("slurm/ndfleet-slurm-setup.sh.j2", site, ctx)
@@ -269,9 +260,9 @@ def _unit(name: str, site: SlurmSite, ctx: dict[str, Any]) -> MachineFile:
 def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[MachineFile]:
     """Files a compute node of `island` gets in its bootstrap when the cluster runs Slurm."""
     site = slurm_site(spec)
-    ctx = _setup_context(spec, site, "compute", island.name)
+    ctx = _setup_context(spec, site, "compute", island)
     return [
-        *_setup_files(spec, site, "compute", island.name),
+        *_setup_files(site, ctx),
         MachineFile.text("/etc/systemd/system/slurmd.service.d/ndfleet.conf", 0o644,
                          _render("slurm/systemd/slurmd-ndfleet.conf.j2", site, ctx)),
         _unit("ndfleet-slurmd.service", site, ctx),
@@ -347,7 +338,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
     site = slurm_site(spec)
     ctx = _setup_context(spec, site, role, None)
     files = [
-        *_setup_files(spec, site, role, None),
+        *_setup_files(site, ctx),
         MachineFile.text(
             "/usr/local/sbin/ndfleet-slurm-config", 0o755, _render("slurm/ndfleet-slurm-config.sh.j2", site, ctx)
         ),

@@ -7,13 +7,15 @@ library only. Run by ndfleet-bundle.service:
   ndfleet-unpack --manifest /etc/ndfleet/bundle.json                    fetch, check, unpack, activate (once)
   ndfleet-unpack --manifest /etc/ndfleet/bundle.json --serve-unhealthy  answer the health probe "Unhealthy"
 
-The manifest (customData) names the bundle's size and sha256. When the stamp file already holds that sha256 the
-bundle was unpacked and activated on this disk before: nothing is fetched (a reboot). Otherwise the userData is read
-from the instance metadata service (header Metadata: true, no proxy, each attempt bounded, retried with doubling
-pauses), refused unless its size and sha256 are the manifest's, decompressed (bounded), and every file written
-atomically (temporary file, mode, fsync, rename); then the bundle's activation commands run (each bounded) and the
-stamp is written last, so an interrupted run is redone whole at the next boot. Exit 0 done, 1 failed: the reason
-goes to the journal and to the failure marker the health endpoint reads. docs/bootstrap.md has the whole story.
+The manifest (customData) names the bundle's size and sha256 and this node's island. When the stamp file already
+holds that sha256 the bundle was unpacked and activated on this disk before: nothing is fetched (a reboot). Otherwise
+the userData is read from the instance metadata service (header Metadata: true, no proxy, each attempt bounded,
+retried with doubling pauses), refused unless its size and sha256 are the manifest's, decompressed (bounded), the
+island's name put where the bundle's island files hold its placeholder (one bundle serves every island), and every
+file written atomically (temporary file, mode, fsync, rename); then the bundle's activation commands run (each
+bounded) and the stamp is written last, so an interrupted run is redone whole at the next boot. Exit 0 done, 1
+failed: the reason goes to the journal and to the failure marker the health endpoint reads. docs/bootstrap.md has
+the whole story.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ MAX_MANIFEST_BYTES = 64 << 10
 # VM's metadata is not yet there early in boot.
 RETRY_STATUS = {404, 410, 429, 500, 502, 503, 504}
 REASON_MAX = 300
-FORMAT = 1
+FORMAT = 2
+# The island's name lands in shell scripts and unit files: a bound on it (the stack's own rule is stricter,
+# ndfleet/stackconfig/settings.py), so nothing a shell or systemd reads as syntax can come in through the manifest.
+ISLAND_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+ISLAND_MAX = 64
 
 
 class BundleError(Exception):
@@ -80,12 +86,14 @@ def load_manifest(path: str) -> dict[str, Any]:
         raise BundleError(f"cannot read the manifest {path}: {e}") from None
     need = {"sha256": str, "size": int, "url": str, "stamp": str, "failed_marker": str, "attempts": int,
             "timeout_s": int, "backoff_max_s": int, "command_timeout_s": int, "max_unpacked_bytes": int,
-            "health_port": int}  # fmt: skip
+            "health_port": int, "island": str}  # fmt: skip
     if not isinstance(m, dict):
         raise BundleError(f"the manifest {path} is not a JSON object")
     for key, kind in need.items():
         if not isinstance(m.get(key), kind):
             raise BundleError(f"the manifest {path} has no {kind.__name__} {key!r}")
+    if not 0 < len(m["island"]) <= ISLAND_MAX or not set(m["island"]) <= ISLAND_CHARS:
+        raise BundleError(f"the manifest {path} names an invalid island {m['island'][:ISLAND_MAX]!r}")
     return m
 
 
@@ -138,7 +146,9 @@ def check(text: bytes, m: dict[str, Any]) -> bytes:
     return raw
 
 
-def parse(raw: bytes, limit: int) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
+def parse(raw: bytes, limit: int, island: str) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
+    """The bundle's files as this island's node writes them (the placeholder in its island files replaced by
+    `island`) and its activation commands."""
     decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
     try:
         text = decompressor.decompress(raw, limit + 1)
@@ -152,8 +162,15 @@ def parse(raw: bytes, limit: int) -> tuple[list[tuple[str, int, bytes]], list[li
             raise BundleError(f"bundle format {doc['format']!r}, this boot step reads {FORMAT}")
         files = [(str(f["path"]), int(f["mode"], 8), f["data"].encode("latin-1")) for f in doc["files"]]
         activate = [[str(a) for a in argv] for argv in doc["activate"]]
+        placeholder = str(doc["island"]["placeholder"]).encode()
+        island_paths = {str(p) for p in doc["island"]["paths"]}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BundleError(f"the bundle is not valid: {e!r}") from None
+    if not placeholder or island_paths - {path for path, _, _ in files}:
+        raise BundleError(f"the bundle's island part is not valid: {sorted(island_paths)[:8]}")
+    name = island.encode()
+    files = [(path, mode, data.replace(placeholder, name) if path in island_paths else data)
+             for path, mode, data in files]  # fmt: skip
     for path, mode, _ in files:
         if not path.startswith("/") or os.path.normpath(path) != path or mode & ~0o7777 or "\0" in path:
             raise BundleError(f"the bundle names an invalid file {path!r} (mode {mode:o})")
@@ -203,7 +220,7 @@ def unpack(m: dict[str, Any], root: str) -> int:
             return 0
     except (OSError, BundleError):
         pass
-    files, commands = parse(check(fetch(m), m), m["max_unpacked_bytes"])
+    files, commands = parse(check(fetch(m), m), m["max_unpacked_bytes"], m["island"])
     for path, mode, data in files:
         write_atomic(under(root, path), data, mode)
     log(f"bundle {m['sha256'][:16]}: {len(files)} files written; activating")

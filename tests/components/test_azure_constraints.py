@@ -78,7 +78,7 @@ def test_storage_dns_names_follow_the_cloud(
         config["azure-native:environment"] = environment
     plan = plan_of(config, f"cloud-{environment}")
     assert one(plan, PRIVATE_ZONE).inputs["privateZoneName"] == zone
-    files, _ = unpack(dig(one(plan, VMSS).inputs, "virtualMachineProfile.userData"))  # the node bundle
+    files, _ = unpack(dig(one(plan, VMSS).inputs, "virtualMachineProfile.userData"), "ib00")  # the node bundle
     user_data = {f.path: f.data for f in files}["/etc/ndfleet/node.json"].decode()
     assert f'"blob_endpoint_suffix": "{suffix}"' in user_data  # the node JSON: BlobFuse2 reaches https://<account>.<suffix>
     for other in {c.blob_endpoint_suffix for c in STORAGE_CLOUDS.values()} - {suffix}:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER
 from tests.twin.conftest import FAULTY_NODE
 from tests.twin.machine import TwinMachine
 from tests.twin.twin import Twin, wait_all
@@ -36,6 +37,21 @@ def test_every_healthy_compute_node_reaches_the_validated_target(twin: Twin) -> 
     )  # fmt: skip
     for tm in healthy_nodes(twin):
         twin.record("boot to ndfleet-validated.target", tm.seconds_since_boot("ndfleet-validated.target"))
+
+
+def test_each_node_fills_its_own_island_into_the_shared_bundle(twin: Twin) -> None:
+    """Islands of one shape get the same userData; the boot step puts in the island its customData's manifest names
+    (docs/bootstrap.md, "One bundle for every island"): node.json, slurmd's Feature=island-<name>, the metrics label."""
+    wait_all(
+        healthy_nodes(twin), "ndfleet-validated.target active",
+        lambda tm: tm.unit_state("ndfleet-validated.target") == "active", BOOT_TIMEOUT_S, NODE_UNITS,
+    )  # fmt: skip
+    for tm in healthy_nodes(twin):
+        assert json.loads(tm.run("cat /etc/ndfleet/bundle.json").stdout)["island"] == tm.spec.island
+        assert json.loads(tm.run("cat /etc/ndfleet/node.json").stdout)["island"] == tm.spec.island
+        assert f"Feature=island-{tm.spec.island} " in tm.run("cat /usr/local/sbin/ndfleet-slurm-setup").stdout
+        left = tm.run(f"grep -rlF {ISLAND_PLACEHOLDER} /etc /usr/local/sbin /opt/ndfleet", check=False)
+        assert left.stdout == "", f"{tm.name}: the placeholder is left in {left.stdout}"
 
 
 def test_a_validated_node_answers_healthy(twin: Twin) -> None:
