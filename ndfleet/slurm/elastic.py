@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ndfleet.slurm.conf import CONTROLLER_STATE_MOUNT
+from ndfleet.slurm.conf import CONTROLLER_STATE_MOUNT, ELASTIC_SUSPEND_TIMEOUT_S
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 ELASTIC_CONFIG = "/etc/ndfleet/elastic.json"
@@ -19,6 +19,10 @@ CLAIM_WAIT_MARGIN_S = 60
 # A VM no node claimed (a late VM of a failed resume) is deleted after this long.
 UNCLAIMED_GRACE_S = 900
 RECONCILE_EVERY_S = 60
+# The suspend program retries a refused delete this long at most: within SuspendTimeout, with a minute to spare for
+# reading Slurm's node states and the island's state, and for the last answer; what is still refused then stays on
+# record for the reconcile timer (docs/elastic.md).
+DELETE_BUDGET_S = ELASTIC_SUSPEND_TIMEOUT_S - 60
 
 
 def elastic_scale_set_name(spec: ClusterSpec, island: IslandSpec) -> str:
@@ -47,5 +51,6 @@ def elastic_config(spec: ClusterSpec) -> str:
             (i.elastic.resume_timeout_minutes * 60 - CLAIM_WAIT_MARGIN_S for i in islands if i.elastic), default=60
         ),
         "unclaimed_grace_s": UNCLAIMED_GRACE_S,
+        "delete_budget_s": DELETE_BUDGET_S,
     }
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
