@@ -175,6 +175,7 @@ class ScaleSetApi:
         what = f"delete instances {', '.join(instance_ids)} of {self.name}"
         url = f"{self.url}/delete?api-version={API_VERSION}"
         deadline = now() + budget_s
+        failure: ArmError | None = None
         for attempt in range(1, MAX_DELETE_ATTEMPTS + 1):
             try:
                 reply = self._call("POST", url, what, {"instanceIds": instance_ids}, check=False)
@@ -189,4 +190,4 @@ class ScaleSetApi:
             if final or wait > left:
                 raise ArmError(f"{failure} (after {attempt} attempt{'s' if attempt > 1 else ''})")
             sleep(wait)
-        raise ArmError(f"{what}: still refused after {MAX_DELETE_ATTEMPTS} attempts")
+        raise ArmError(f"{failure} (still, after {MAX_DELETE_ATTEMPTS} attempts)")

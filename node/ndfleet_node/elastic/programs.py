@@ -326,6 +326,8 @@ def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str,
         # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
         # resume that Azure has not listed yet, so two resumes at once never ask twice.
         target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
+        # A VM whose delete Azure has not taken yet still counts in the capacity (it drops when Azure accepts).
+        target += len([i for i in instances if i.instance_id in state.deleting and i.provisioning_state != DELETING])
         if target > island.max_nodes:
             ctx.log(f"{island.scale_set}: {target} VMs wanted, capped at maxNodes = {island.max_nodes}", problem=True)
             target = island.max_nodes
@@ -354,6 +356,7 @@ def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str,
                     instances = ctx.scale_set(island).instances()
                     claim(ctx, island, state, instances)
                     waiting[name] = {n for n in waiting[name] if n in state.nodes and not state.nodes[n].instance_id}
+                _ask_failed(ctx, island)
             except FAILURES as exc:
                 ctx.log(f"waiting for VMs of {name}: {exc}")
             if not waiting[name]:
@@ -390,16 +393,17 @@ def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> No
                         state.deleting[entry.instance_id] = DeleteEntry(node=node, why=why, since=ctx.now(),
                                                                         caller_asks=True)
                     state.nodes.pop(node, None)
-            _ask_delete(ctx, island, doomed, ctx.settings.delete_budget_s)
+            _ask_delete(ctx, island, sorted(doomed.items()), ctx.settings.delete_budget_s)
         except FAILURES as exc:
             ctx.log(f"{why} of {','.join(names)}: {exc}", problem=True)
 
 
-def _ask_delete(ctx: Context, island: IslandSettings, doomed: dict[str, str], budget_s: float) -> None:
-    """Ask Azure to delete the VMs (node -> instance id) on record, retrying within `budget_s`; note the outcome."""
+def _ask_delete(ctx: Context, island: IslandSettings, doomed: list[tuple[str, str]], budget_s: float) -> None:
+    """Ask Azure to delete the VMs on record ((node or "", instance id)), retrying within `budget_s`; note the
+    outcome on record."""
     if not doomed:
         return
-    ids = sorted(set(doomed.values()))
+    ids = sorted({instance_id for _, instance_id in doomed})
     error = ""
     try:
         operation = ctx.scale_set(island).delete_instances(ids, budget_s, now=ctx.now, sleep=ctx.sleep)
@@ -413,7 +417,7 @@ def _ask_delete(ctx: Context, island: IslandSettings, doomed: dict[str, str], bu
             entry.attempts += 1
             entry.accepted = entry.accepted or not error
             entry.error = error
-    for node, instance_id in sorted(doomed.items()):
+    for node, instance_id in doomed:
         what = f"{node}: VM instance {instance_id} of {island.scale_set}" if node else f"VM instance {instance_id}"
         if error:
             ctx.log(f"{what} not deleted yet ({error}); on record, the reconcile timer asks again", problem=True)
@@ -425,6 +429,13 @@ def _asking(ctx: Context, entry: DeleteEntry) -> bool:
     """The program that put the delete on record is still asking for it (its first answer not yet noted)."""
     asking_until = entry.since + ctx.settings.delete_budget_s + RECONCILE_DELETE_BUDGET_S
     return entry.caller_asks and entry.attempts == 0 and ctx.now() < asking_until
+
+
+def _ask_failed(ctx: Context, island: IslandSettings) -> None:
+    """Ask at once for the deletes `give_up_failed` put on record (the reconcile timer would in a minute)."""
+    with island_state(ctx.settings.state_dir, island.name) as state:
+        todo = [(e.node, i) for i, e in sorted(state.deleting.items()) if not e.caller_asks and not e.attempts]
+    _ask_delete(ctx, island, todo, RECONCILE_DELETE_BUDGET_S)
 
 
 def _finish_deletes(
@@ -451,7 +462,7 @@ def _finish_deletes(
             state.deleting[instance_id].attempts += 1
             state.deleting[instance_id].accepted = True
             state.deleting[instance_id].error = ""
-        ctx.log(f"{island.scale_set}: delete of VM instance(s) {', '.join(again)} asked again and accepted")
+        ctx.log(f"{island.scale_set}: delete of VM instance(s) {', '.join(again)} asked for and accepted")
     except ArmError as exc:
         for instance_id in again:
             state.deleting[instance_id].attempts += 1
