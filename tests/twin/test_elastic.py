@@ -3,9 +3,9 @@ program ask the Resource Manager stand-in for VMs; the stand-in boots them as ne
 data; they validate, learn their Slurm names, register, are burned in and run the job; idle, they are suspended and
 their VMs deleted. A VM that never comes up is given up by the resume-fail program, and its node returns to the pool.
 
-The twin's stack has two elastic islands that start empty: `burst` (2 nodes at most, 5 minutes' idle time: longer
-than from registration to burn-in, docs/elastic.md) and `stuck`, whose VMs the stand-in creates but never boots (a
-2-minute resume timeout).
+The twin's stack has two elastic islands that start empty: `burst` (2 nodes at most, 10 minutes' idle time: longer
+than from resume to burn-in, as the configuration check demands: docs/elastic.md) and `stuck`, whose VMs the
+stand-in creates but never boots (a 2-minute resume timeout).
 """
 
 from __future__ import annotations
@@ -153,9 +153,9 @@ def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
          lambda: all(back_in_the_pool(twin, f"{BURST}-{n}") for n in (1, 2)))  # fmt: skip
     down = time.time()
     twin.record(
-        "elastic scale-in: job end to VMs deleted (idleMinutes 5)", twin.arm.last_delete(BURST_SCALE_SET) - ended
+        "elastic scale-in: job end to VMs deleted (idleMinutes 10)", twin.arm.last_delete(BURST_SCALE_SET) - ended
     )
-    twin.record("elastic scale-in: job end to nodes seen powered down (+ SuspendTimeout 120 s)", down - ended)
+    twin.record("elastic scale-in: job end to nodes seen powered down (+ SuspendTimeout 600 s)", down - ended)
     return twin
 
 
