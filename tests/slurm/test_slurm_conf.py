@@ -545,3 +545,15 @@ def test_the_controller_gets_the_elastic_settings_in_its_user_data(elastic: Clus
     files = json.loads(base64.b64decode(machine_user_data(elastic, "controller")))["files"]
     doc = json.loads(files["/etc/ndfleet/elastic.json"])
     assert doc["islands"] == {"gpu": {"scaleSet": f"{elastic.name_prefix}-gpu-vmss", "minNodes": 1, "maxNodes": 4}}
+
+
+def test_suspend_timeout_leaves_the_suspend_program_time_to_retry_a_refused_delete(elastic: ClusterSpec) -> None:
+    """SuspendTimeout bounds the suspend program (docs/elastic.md): within it, a delete Azure throttles is asked again
+    after Retry-After (honoured up to MAX_RETRY_AFTER_S) at least three times, with a minute to spare."""
+    from ndfleet_node.net import MAX_RETRY_AFTER_S
+
+    from ndfleet.slurm.elastic import elastic_config
+
+    timeout_s = int(next(line for line in conf_lines(elastic) if line.startswith("SuspendTimeout=")).split("=")[1])
+    budget_s = json.loads(elastic_config(elastic))["delete_budget_s"]
+    assert 3 * MAX_RETRY_AFTER_S <= budget_s <= timeout_s - 60
