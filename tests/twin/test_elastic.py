@@ -26,8 +26,10 @@ BURST = "burst"
 BURST_SCALE_SET = "twin-burst-vmss"
 STUCK = "stuck"
 ELASTIC_LOG = "/srv/slurm/elastic/elastic.log"
-# The answers the burst island's first deletes get (tests/twin/arm.py `inject`): throttled, busy, in conflict.
-REFUSED_DELETES = [429, 503, 409] * 8
+# The answers the burst island's first deletes get (tests/twin/arm.py `inject`): in conflict, busy, then throttled
+# (Retry-After 5 s) more often than the suspend program asks (20 attempts, about 100 s here), so that the reconcile
+# timer asks for the rest.
+REFUSED_DELETES = [409, 503] + [429] * 22
 # Slurm's power saving works in its own time (SuspendTime, SuspendTimeout, ResumeTimeout) on top of the boot.
 WAIT_S = BOOT_TIMEOUT_S
 
@@ -147,8 +149,8 @@ def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
     ctl = controller(twin)
     assert twin.arm is not None
     # Azure refuses the island's deletes for a while, as Resource Manager does when it throttles or is busy: more
-    # refusals than the suspend program's attempts (MAX_DELETE_ATTEMPTS, 20), so that the reconcile timer has to
-    # finish the delete from the elastic state file (docs/elastic.md).
+    # refusals than the suspend program's attempts (MAX_DELETE_ATTEMPTS), so that the reconcile timer has to finish
+    # the delete from the elastic state file (docs/elastic.md).
     twin.arm.inject(BURST_SCALE_SET, "delete", REFUSED_DELETES)
     wait(twin, scaled_out.job, "the job done", lambda: job_fields(ctl, scaled_out.job).get("JobState") == "COMPLETED")
     # Its end as Slurm recorded it (the other tests may have run meanwhile), read now: slurmctld forgets a finished
