@@ -134,6 +134,12 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             f"{default_probe_grace_period_s(budget)} s"
         )
     grace = explicit if explicit is not None else default_probe_grace_period_s(budget)
+    if spec.scheduler == "slurm":
+        from ndfleet.slurm.elastic import idle_problems
+
+        # A resumed node registers within the worst case the default grace period is sized for (boot, set-up,
+        # validation), or is given up after resumeTimeoutMinutes.
+        problems.extend(idle_problems(spec, default_probe_grace_period_s(budget)))
     # Monitoring, Slurm and impact reporting hold Azure public's host names (ndfleet/stackconfig/clouds.py).
     problems.extend(public_cloud_only_problems(spec, cloud, NAMESPACE))
 

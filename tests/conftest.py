@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 STACKS_DIR = REPO / "stacks"
 # The example stacks ndfleet ships, the only ones the tests hold to example rules (the example key, the documented
 # sizes): a user's own stacks/Pulumi.<name>.yaml beside them (as the README suggests) is none of the tests' business.
-EXAMPLE_STACKS = ("dev", "h200", "prod")
+EXAMPLE_STACKS = ("dev", "elastic", "h200", "prod")
 
 
 def example_stack_files(stacks_dir: Path = STACKS_DIR) -> list[Path]:

@@ -23,11 +23,20 @@ def test_every_example_stack_plans(stack: str, capsys: pytest.CaptureFixture[str
     assert main(["plan", "--stack", stack, "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     spec_nodes = plan["summary"]["nodes"]
-    assert sum(r["inputs"]["sku"]["capacity"] for r in plan["resources"] if r["type"] == VMSS) == spec_nodes
+    # An elastic island counts at its maximum; its scale set holds what Slurm asks for (docs/elastic.md), at most that.
+    spec = run_plan(load_stack(stack)).spec
+    elastic = {i.name: i.nodes for i in spec.islands if i.elastic is not None}
+    capacities = {r["name"]: r["inputs"]["sku"]["capacity"] for r in plan["resources"] if r["type"] == VMSS}
+    fixed = {name: c for name, c in capacities.items() if not any(f"-{e}-" in name for e in elastic)}
+    assert sum(fixed.values()) == spec_nodes - sum(elastic.values())
+    assert len(capacities) - len(fixed) == len(elastic)
+    assert all(c <= max(elastic.values()) for name, c in capacities.items() if name not in fixed)
 
 
 def test_example_stacks_are_the_documented_ones() -> None:
-    assert {"dev", "prod", "h200"} <= set(EXAMPLE_STACKS)
+    assert {"dev", "elastic", "prod", "h200"} <= set(EXAMPLE_STACKS)
+    elastic = run_plan(load_stack("elastic")).spec
+    assert [(i.name, i.elastic is not None) for i in elastic.islands] == [("train", False), ("burst", True)]
     prod = run_plan(load_stack("prod"))
     assert prod.spec.total_nodes == 256 and max(i.nodes for i in prod.spec.islands) <= 100
     assert prod.spec.storage.lustre is not None

@@ -18,6 +18,7 @@ from ndfleet.plans.policy_rules import (
     MYSQL_SERVER_TYPE,
     NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
+    ROLE_DEFINITION_TYPE,
     RULES_BY_ID,
     STORAGE_ACCOUNT_TYPE,
     SUBNET_TYPE,
@@ -39,8 +40,57 @@ SLURM_PLAN = Path(__file__).parent / "data" / "plans" / "slurm-services.json"
 
 
 def good_props(rtype: str) -> dict[str, Any]:
+    if rtype == ROLE_DEFINITION_TYPE:
+        return elastic_role()
     resources = good_plan()["resources"] + json.loads(SLURM_PLAN.read_text())["resources"]
     return copy.deepcopy(next(r for r in resources if r["type"] == rtype)["inputs"])
+
+
+def elastic_role() -> dict[str, Any]:
+    """The elastic scaler's role definition as components/elastic_scaling.py plans it."""
+    from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
+
+    return {"assignableScopes": [f"/subscriptions/{SUB}/resourceGroups/rg"], "permissions": [
+        {"actions": list(ELASTIC_ACTIONS)}], "roleName": "ndfleet elastic scaler"}  # fmt: skip
+
+
+SUB = "00000000-0000-0000-0000-000000000000"
+ELASTIC_ROLE_ID = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Authorization/roleDefinitions/scaler"
+
+
+def elastic_assignment(scope: str) -> dict[str, Any]:
+    return {"principalId": "p", "principalType": "ServicePrincipal", "roleDefinitionId": ELASTIC_ROLE_ID,
+            "scope": f"/subscriptions/{SUB}/resourceGroups/rg{scope}"}  # fmt: skip
+
+
+@pytest.mark.parametrize("scope", [
+    "/providers/Microsoft.Compute/virtualMachineScaleSets/dev-burst-vmss",
+    "/providers/Microsoft.Network/virtualNetworks/vnet/subnets/compute",
+    "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/dev-nodes-id",
+])  # fmt: skip
+def test_the_elastic_scalers_custom_role_passes_at_its_three_scopes(scope: str) -> None:
+    assert RULES_BY_ID["identity-least-privilege"].check(ROLE_ASSIGNMENT_TYPE, elastic_assignment(scope)) == []
+
+
+@pytest.mark.parametrize("scope", ["", "/providers/Microsoft.Storage/storageAccounts/data"])
+def test_the_elastic_scalers_custom_role_anywhere_else_is_refused(scope: str) -> None:
+    problems = RULES_BY_ID["identity-least-privilege"].check(ROLE_ASSIGNMENT_TYPE, elastic_assignment(scope))
+    assert problems and "the custom role scaler is assigned at scope" in problems[0]
+
+
+def test_a_built_in_role_at_a_scale_set_is_not_taken_for_the_custom_one() -> None:
+    owner = elastic_assignment("/providers/Microsoft.Compute/virtualMachineScaleSets/dev-burst-vmss")
+    owner["roleDefinitionId"] = f"/subscriptions/{SUB}/providers/Microsoft.Authorization/roleDefinitions/" + (
+        "8e3af657-a8ff-443c-a75c-2fe8c4bcb635")  # fmt: skip
+    assert RULES_BY_ID["identity-least-privilege"].check(ROLE_ASSIGNMENT_TYPE, owner) != []
+
+
+def test_a_custom_role_granting_more_than_the_scaler_is_refused() -> None:
+    role = elastic_role()
+    role["permissions"][0]["dataActions"] = ["Microsoft.Storage/storageAccounts/blobServices/containers/blobs/read"]
+    role["assignableScopes"] = [f"/subscriptions/{SUB}"]
+    problems = RULES_BY_ID["custom-role-least-privilege"].check(ROLE_DEFINITION_TYPE, role)
+    assert len(problems) == 2 and "dataActions is set" in problems[0] and "one resource group" in problems[1]
 
 
 def _nfs_public(p: dict[str, Any]) -> None:
@@ -170,6 +220,9 @@ CASES: list[tuple[str, str, Mutation, set[str]]] = [
      lambda p: p["properties"].update(publicNetworkAccess="Enabled", networkAcls={"defaultAction": "Allow"}),
      {"keyvault-rbac-private"}),
     ("nfs-account-private", STORAGE_ACCOUNT_TYPE, _nfs_public, {"nfs-account-private"}),
+    ("custom-role-least-privilege", ROLE_DEFINITION_TYPE,
+     lambda p: p["permissions"][0]["actions"].append("Microsoft.Compute/virtualMachines/*"),
+     {"custom-role-least-privilege"}),
 ]
 CASE_IDS = [f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 
@@ -273,6 +326,7 @@ def test_has_mandatory_is_false_for_advisory_only() -> None:
 def _plan_file(tmp_path: Path, rtype: str, mutate: Mutation) -> Path:
     plan = good_plan()
     plan["resources"] += json.loads(SLURM_PLAN.read_text())["resources"]
+    plan["resources"].append({"type": ROLE_DEFINITION_TYPE, "name": "dev-elastic-role", "inputs": elastic_role()})
     if rtype == SUBNET_TYPE:
         target = next(r for r in plan["resources"] if r["type"] == SUBNET_TYPE)["inputs"]
     else:

@@ -411,7 +411,7 @@ def test_every_listed_example_stack_is_in_stacks() -> None:
     from tests.conftest import example_stack_files
 
     assert [p.name for p in example_stack_files() if p.is_file()] == [
-        "Pulumi.dev.yaml", "Pulumi.h200.yaml", "Pulumi.prod.yaml"]
+        "Pulumi.dev.yaml", "Pulumi.elastic.yaml", "Pulumi.h200.yaml", "Pulumi.prod.yaml"]
 
 
 @pytest.mark.parametrize("name", ["a\nb", "x y", "../etc", "", "n" * 101, "é"])

@@ -13,6 +13,7 @@ from ndfleet.plans.resource_types import (
     MYSQL_SERVER_TYPE,
     NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
+    ROLE_DEFINITION_TYPE,
     STORAGE_ACCOUNT_TYPE,
     SUBNET_TYPE,
     VM_TYPE,
@@ -53,6 +54,17 @@ LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
         "one Key Vault secret",
     ),
 }
+
+# The one custom role ndfleet defines, the elastic scaler (components/elastic_scaling.py): defined in the stack's
+# resource group (so its id is under it; built-in roles' ids are not), assigned only at an elastic island's scale set,
+# the compute subnet and the nodes' identity (the offline plan's mock ids leave out a subnet's virtual network and
+# spell the identities' type `userAssignedIdentitys`), and
+# granting only the scaler's actions (check_custom_role_actions).
+_CUSTOM_ROLE_ID = re.compile(r"/resourceGroups/[^/]+/providers/Microsoft\.Authorization/roleDefinitions/[^/]+$", re.I)
+_SCALER_SCOPE = re.compile(
+    r"/providers/(Microsoft\.Compute/virtualMachineScaleSets|Microsoft\.Network/(virtualNetworks/[^/]+/)?subnets"
+    r"|Microsoft\.ManagedIdentity/userAssignedIdentit(ie|y)s)/[^/]+$", re.I,
+)  # fmt: skip
 
 
 # VM size names: ND-series (the InfiniBand training sizes) and every GPU family (N-series).
@@ -344,6 +356,11 @@ def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
     if not isinstance(role_def, str) or not isinstance(scope, str):
         return []  # not known yet (a preview before the scope exists)
     role_id = role_def.rstrip("/").rsplit("/", 1)[-1].lower()
+    if role_id not in LEAST_PRIVILEGE_ROLES and _CUSTOM_ROLE_ID.search(role_def.rstrip("/")):
+        if _SCALER_SCOPE.search(scope):
+            return []
+        return [f"the custom role {role_id} is assigned at scope {scope!r}: ndfleet's one custom role (the elastic "
+                "scaler) is granted on an elastic island's scale set, the compute subnet and the nodes' identity only"]
     if role_id not in LEAST_PRIVILEGE_ROLES:
         return [f"role {role_id} is not one ndfleet grants: the cluster's identities hold only "
                 + ", ".join(name for name, _, _ in LEAST_PRIVILEGE_ROLES.values())]
@@ -351,6 +368,27 @@ def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
     if not re.search(pattern, scope, re.IGNORECASE):
         return [f"{name} is assigned at scope {scope!r}: grant it on {where} only"]
     return []
+
+
+def check_custom_role_actions(resource_type: str, props: Props) -> list[str]:
+    """A custom role grants the elastic scaler's actions and nothing else, assignable in a resource group only."""
+    if resource_type != ROLE_DEFINITION_TYPE:
+        return []
+    from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
+
+    problems = []
+    for i, permission in enumerate(_list(props.get("permissions"))):
+        extra = [a for a in _list(_get(permission, "actions")) if a not in ELASTIC_ACTIONS]
+        if extra:
+            problems.append(f"permissions[{i}].actions {extra} are not the elastic scaler's: {list(ELASTIC_ACTIONS)}")
+        for key in ("notActions", "dataActions", "notDataActions"):
+            if _list(_get(permission, key)):
+                problems.append(f"permissions[{i}].{key} is set: the elastic scaler needs none")
+    scopes = _list(props.get("assignableScopes"))
+    wide = [s for s in scopes if not re.fullmatch(r"/subscriptions/[^/]+/resourceGroups/[^/]+", str(s), re.I)]
+    if wide or not scopes:
+        problems.append(f"assignableScopes {wide or scopes}: a custom role is assignable in one resource group only")
+    return problems
 
 
 def check_nic_no_public_ip(resource_type: str, props: Props) -> list[str]:

@@ -18,6 +18,7 @@ from ndfleet.plans.policy_checks import (
     Props,
     check_accelerated_networking,
     check_automatic_repairs,
+    check_custom_role_actions,
     check_fault_domain_count,
     check_health_extension,
     check_island_default_size,
@@ -44,6 +45,7 @@ from ndfleet.plans.resource_types import (
     MYSQL_SERVER_TYPE,
     NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
+    ROLE_DEFINITION_TYPE,
     STORAGE_ACCOUNT_TYPE,
     SUBNET_TYPE,
     VM_TYPE,
@@ -174,8 +176,16 @@ RULES: tuple[Rule, ...] = (
         "grant the node identity Storage Blob Data Contributor on its storage account, Monitoring Metrics "
         "Publisher on the data collection rule, Key Vault Secrets User on one secret and (impact reporting) "
         "Impact Reporter on the subscription, and Grafana Monitoring Data Reader on the Azure Monitor workspace; "
-        "nothing broader",
+        "nothing broader; the elastic scaler's custom role only on an elastic scale set, the compute subnet and the "
+        "nodes' identity",
         check_role_least_privilege,
+    ),
+    Rule(
+        "custom-role-least-privilege", "A custom role grants only the elastic scaler's actions, in one resource "
+        "group", MANDATORY, (ROLE_DEFINITION_TYPE,), "Azure docs: role-based-access-control/custom-roles.md, "
+        "best-practices.md (least privilege); docs/elastic.md (the scaler's actions, each with its source)",
+        "define the role with exactly the actions of components/elastic_scaling.py ELASTIC_ACTIONS, assignable in "
+        "the stack's resource group", check_custom_role_actions,
     ),
     Rule(
         "nic-no-public-ip", "No cluster NIC (Slurm controller, login node) has a public IP",

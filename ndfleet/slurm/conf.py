@@ -46,9 +46,14 @@ def island_feature(island: str) -> str:
 RESUME_PROGRAM = "/usr/local/sbin/ndfleet-elastic-resume"
 SUSPEND_PROGRAM = "/usr/local/sbin/ndfleet-elastic-suspend"
 RESUME_FAIL_PROGRAM = "/usr/local/sbin/ndfleet-elastic-resume-fail"
-# Deleting a scale-set VM is asked for in one request and finishes in Azure's time: Slurm may resume the node again
-# once this has passed (the resume program then waits for a new VM of its own).
-ELASTIC_SUSPEND_TIMEOUT_S = 120
+# SuspendTimeout: "maximum time permitted (in seconds) between when a node suspend request is issued and when the
+# node is shutdown" (slurm.conf(5), https://slurm.schedmd.com/slurm.conf.html#OPT_SuspendTimeout); Slurm may resume
+# the node again once it has passed. Azure CycleCloud's Slurm uses 600 s (Azure/cyclecloud-slurm,
+# azure-slurm-install/templates/slurm.conf.template: "SuspendTimeout=600"; its Chef attributes called it "10 minutes
+# to shutdown"). ndfleet's suspend program needs it for the delete it asks Azure for: a delete refused for now (409,
+# 429 with Retry-After, 5xx) is asked again within this time (ndfleet/slurm/elastic.py DELETE_BUDGET_S), and a node
+# that comes back within it would meet its old VM still Deleting. 120 s left a throttled delete one or two tries.
+ELASTIC_SUSPEND_TIMEOUT_S = 600
 
 
 def elastic_node_name(island: str, number: int) -> str:

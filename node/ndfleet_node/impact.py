@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 import urllib.parse
@@ -47,7 +46,19 @@ from typing import Any
 from ndfleet_node import config as node_config
 from ndfleet_node.impact_categories import category_for
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID
-from ndfleet_node.net import ARM, IMDS, IMDS_CAP, IMPACT_CAP, FetchError, Http, Reply, Service, fetch
+from ndfleet_node.net import (
+    ARM,
+    IMDS,
+    IMDS_CAP,
+    IMPACT_CAP,
+    MAX_RETRY_AFTER_S,  # noqa: F401 - part of this module's bounds (tests read it here)
+    FetchError,
+    Http,
+    Reply,
+    Service,
+    fetch,
+    retry_after_s,
+)
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular, write_atomic
 from ndfleet_node.text import clip, decode
 
@@ -59,7 +70,6 @@ IMDS_INSTANCE_API = "2021-02-01"
 DEFAULT_API_VERSION = "2023-02-01-preview"  # the version the Guest Health Reporting page gives
 VALIDATOR_REPORT = Path("/run/ndfleet/report.json")
 MAX_ATTEMPTS = 4
-MAX_RETRY_AFTER_S = 120
 
 
 class ImpactError(Exception):
@@ -165,18 +175,6 @@ class Filed:
     waits_s: list[float] = field(default_factory=list)
 
 
-def _retry_after(reply: Reply, attempt: int) -> float:
-    """Seconds to wait: Retry-After in seconds, capped at MAX_RETRY_AFTER_S; anything else (absent, a date, `nan`,
-    `inf`, negative, garbage) waits 2**attempt seconds instead."""
-    try:
-        wait = float(reply.headers.get("retry-after", ""))
-    except ValueError:
-        wait = math.nan
-    if math.isnan(wait) or wait < 0:
-        wait = 2.0**attempt
-    return min(wait, MAX_RETRY_AFTER_S)
-
-
 def _one_line(value: object, limit: int = 300) -> str:
     """A value from the server, as one printable line for the log."""
     text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
@@ -213,7 +211,7 @@ def send_impact(filed: Filed, token: str, send: Http, sleep: Callable[[float], N
             return filed
         if reply.status == 429 or reply.status >= 500:
             if attempt < MAX_ATTEMPTS:
-                wait = _retry_after(reply, attempt)
+                wait = retry_after_s(reply, attempt)
                 filed.waits_s.append(wait)
                 sleep(wait)
                 continue

@@ -25,6 +25,7 @@ DRAIN_REASON_PREFIX = "ndfleet:"  # the health check's drains: "ndfleet:" and th
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"  # the burn-in's drains and holds
 AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"  # a node registered, not yet burned in
 RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"  # an elastic node Azure did not deliver
+VM_FAILED_REASON = "ndfleet:elastic:vm-failed"  # an elastic node whose new VM Azure reports Failed: given up at once
 
 # Kept present while Slurm has the node drained (slurm_health writes it, metrics reads it).
 DRAIN_MARKER = "/var/lib/ndfleet/drained"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 import urllib.parse
@@ -58,6 +59,22 @@ class Reply:
 
 
 Http = Callable[[str, str, dict[str, str], bytes | None], Reply]
+
+# The longest a Retry-After is honoured (the impact report and the elastic programs' deletes).
+MAX_RETRY_AFTER_S = 120
+
+
+def retry_after_s(reply: Reply, attempt: int, cap: float = MAX_RETRY_AFTER_S) -> float:
+    """Seconds to wait before the next attempt: Retry-After in seconds (RFC 9110 10.2.3; Resource Manager sends
+    seconds), capped at `cap`; anything else (absent, a date, `nan`, `inf`, negative, garbage) waits 2**attempt
+    seconds instead, capped too."""
+    try:
+        wait = float(reply.headers.get("retry-after", ""))
+    except ValueError:
+        wait = math.nan
+    if math.isnan(wait) or wait < 0:
+        wait = 2.0**attempt
+    return min(wait, cap)
 
 
 def origin(url: str) -> tuple[str, str, int]:

@@ -73,6 +73,9 @@ def stack_row(spec: ClusterSpec) -> str:
         notes.append(f"Slurm ({logins} login node{'s' if logins > 1 else ''})")
     else:
         notes.append("no Slurm")
+    elastic = [i for i in spec.islands if i.elastic is not None]
+    if elastic:
+        notes.append("elastic " + ", ".join(f"`{i.name}` (up to {i.nodes})" for i in elastic))
     notes.append("Bastion" if spec.bastion else "no Bastion")
     notes.append("monitoring" if spec.monitoring.enabled else "no monitoring")
     if spec.zone:

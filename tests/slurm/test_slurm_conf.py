@@ -596,3 +596,15 @@ def test_no_topology_block_for_slurm_25_11_to_drop_powered_down_nodes_from(versi
     assert set(files) == {"slurm.conf", "gres.conf", "cgroup.conf"}
     topology = [line for line in files["slurm.conf"].splitlines() if "topolog" in line.lower()]
     assert topology == [], topology
+
+
+def test_suspend_timeout_leaves_the_suspend_program_time_to_retry_a_refused_delete(elastic: ClusterSpec) -> None:
+    """SuspendTimeout bounds the suspend program (docs/elastic.md): within it, a delete Azure throttles is asked again
+    after Retry-After (honoured up to MAX_RETRY_AFTER_S) at least three times, with a minute to spare."""
+    from ndfleet_node.net import MAX_RETRY_AFTER_S
+
+    from ndfleet.slurm.elastic import elastic_config
+
+    timeout_s = int(next(line for line in conf_lines(elastic) if line.startswith("SuspendTimeout=")).split("=")[1])
+    budget_s = json.loads(elastic_config(elastic))["delete_budget_s"]
+    assert 3 * MAX_RETRY_AFTER_S <= budget_s <= timeout_s - 60

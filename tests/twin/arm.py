@@ -35,6 +35,13 @@ Resource Manager does: `subnets/join/action` at each subnet its instances join a
 Learn, "Troubleshoot Azure RBAC", linked access checks; the error autoscalers met in Azure/aks-engine#2367).
 A scale set named in `never_boots`
 creates its instances but never boots them: an allocation that never comes up (the resume-fail test).
+
+Injected answers (`inject`, below): the next deletes of a scale set can be answered as Resource Manager answers a
+request it will not take now: 429 Too Many Requests with `Retry-After` in seconds (Microsoft Learn, "Understand how
+Azure Resource Manager throttles requests"), 409 Conflict while another operation holds the scale set, 500/503
+(Microsoft Learn, "Azure REST API reference", common error responses), all with the `{"error": {"code", "message"}}`
+body. A scale set named in `fails_allocation` lists its new instances `Failed` and never boots them (an allocation
+Azure could not complete: provisioningState Failed, Microsoft Learn, "Virtual machine states and billing").
 """
 
 from __future__ import annotations
@@ -124,6 +131,9 @@ class ResourceManager:
     boot: Callable[[ScaleSetTemplate, Instance], None]
     remove: Callable[[str], None]
     never_boots: set[str] = field(default_factory=set)
+    fails_allocation: set[str] = field(default_factory=set)
+    # (scale set, "delete") -> the statuses its next deletes are answered with, first first (see the module doc)
+    injected: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     # (method, scale set, what was asked, when: time.time()); DELETE for `POST .../delete`
     calls: list[tuple[str, str, Any, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -187,11 +197,38 @@ class ResourceManager:
                 ids = doc.get("instanceIds") if isinstance(doc, dict) else None
                 if not isinstance(ids, list) or not ids:
                     return 400, _error("InvalidParameter", "instanceIds: a non-empty list is required"), {}
+                refused = self._injected(scale_set.template.name, "delete", ids)
+                if refused is not None:
+                    return refused
                 self.calls.append(("DELETE", scale_set.template.name, sorted(str(i) for i in ids), time.time()))
                 for instance_id in ids:
                     self._delete(scale_set, str(instance_id))
                 return 202, b"", {**async_headers, "Location": async_headers["Azure-AsyncOperation"]}
         return 405, _error("MethodNotAllowed", f"{method} {url.path}"), {}
+
+    # --- injected answers (module doc) ----------------------------------------------------------------------
+    def inject(self, scale_set: str, operation: str, statuses: list[int]) -> None:
+        with self.lock:
+            self.injected.setdefault((scale_set, operation), []).extend(statuses)
+
+    def _injected(self, scale_set: str, operation: str, asked: Any) -> tuple[int, Any, dict[str, str]] | None:
+        """The next injected answer for the operation, recorded in `calls` as REFUSED; None when none is left."""
+        queue = self.injected.get((scale_set, operation))
+        if not queue:
+            return None
+        status = queue.pop(0)
+        self.calls.append(("REFUSED", scale_set, {"operation": operation, "status": status, "asked": asked},
+                           time.time()))  # fmt: skip
+        code, headers = {
+            409: ("Conflict", {}),
+            429: ("TooManyRequests", {"Retry-After": "5"}),
+            503: ("ServiceUnavailable", {"Retry-After": "5"}),
+        }.get(status, ("InternalServerError", {}))
+        return status, _error(code, f"injected {status} for {operation}"), headers
+
+    def refused(self, scale_set: str) -> list[int]:
+        with self.lock:
+            return [body["status"] for m, s, body, _ in self.calls if m == "REFUSED" and s == scale_set]
 
     def may(self, action: str, scope: str) -> bool:
         """Whether an assignment at the scope or one above it grants the action."""
@@ -244,7 +281,9 @@ class ResourceManager:
             scale_set.next_id += 1
             inst = Instance(str(instance_id), computer_name(scale_set.template.computer_name_prefix, instance_id))
             scale_set.instances[inst.instance_id] = inst
-            if scale_set.template.name not in self.never_boots:
+            if scale_set.template.name in self.fails_allocation:
+                inst.provisioning_state = "Failed"
+            elif scale_set.template.name not in self.never_boots:
                 self.boot(scale_set.template, inst)
         rules = ((scale_set.model.get("properties") or {}).get("scaleInPolicy") or {}).get("rules") or ["Default"]
         newest_first = rules[0] != "OldestVM"

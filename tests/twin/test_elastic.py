@@ -3,9 +3,9 @@ program ask the Resource Manager stand-in for VMs; the stand-in boots them as ne
 data; they validate, learn their Slurm names, register, are burned in and run the job; idle, they are suspended and
 their VMs deleted. A VM that never comes up is given up by the resume-fail program, and its node returns to the pool.
 
-The twin's stack has two elastic islands that start empty: `burst` (2 nodes at most, 5 minutes' idle time: longer
-than from registration to burn-in, docs/elastic.md) and `stuck`, whose VMs the stand-in creates but never boots (a
-2-minute resume timeout).
+The twin's stack has two elastic islands that start empty: `burst` (2 nodes at most, 10 minutes' idle time: longer
+than from resume to burn-in, as the configuration check demands: docs/elastic.md) and `stuck`, whose VMs the
+stand-in creates but never boots (a 2-minute resume timeout).
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ BURST_SCALE_SET = "twin-burst-vmss"
 STUCK = "stuck"
 ELASTIC_LOG = "/srv/slurm/elastic/elastic.log"
 JOB_S = 180  # how long the scale-out's job runs
+# The answers the burst island's first deletes get (tests/twin/arm.py `inject`): in conflict, busy, then throttled
+# (Retry-After 5 s) more often than the suspend program asks (20 attempts, about 100 s here), so that the reconcile
+# timer asks for the rest.
+REFUSED_DELETES = [409, 503] + [429] * 22
 # Slurm's power saving works in its own time (SuspendTime, SuspendTimeout, ResumeTimeout) on top of the boot.
 WAIT_S = BOOT_TIMEOUT_S
 
@@ -157,6 +161,11 @@ def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
 def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
     twin = elastic_ready
     ctl = controller(twin)
+    assert twin.arm is not None
+    # Azure refuses the island's deletes for a while, as Resource Manager does when it throttles or is busy: more
+    # refusals than the suspend program's attempts (MAX_DELETE_ATTEMPTS), so that the reconcile timer has to finish
+    # the delete from the elastic state file (docs/elastic.md).
+    twin.arm.inject(BURST_SCALE_SET, "delete", REFUSED_DELETES)
     wait(twin, scaled_out.job, "the job done", lambda: job_fields(ctl, scaled_out.job).get("JobState") == "COMPLETED")
     # Its end as Slurm recorded it (the other tests may have run meanwhile), read now: slurmctld forgets a finished
     # job after MinJobAge (300 s), before the idle nodes are released.
@@ -167,9 +176,9 @@ def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
          lambda: all(back_in_the_pool(twin, f"{BURST}-{n}") for n in (1, 2)))  # fmt: skip
     down = time.time()
     twin.record(
-        "elastic scale-in: job end to VMs deleted (idleMinutes 5)", twin.arm.last_delete(BURST_SCALE_SET) - ended
+        "elastic scale-in: job end to VMs deleted (idleMinutes 10)", twin.arm.last_delete(BURST_SCALE_SET) - ended
     )
-    twin.record("elastic scale-in: job end to nodes seen powered down (+ SuspendTimeout 120 s)", down - ended)
+    twin.record("elastic scale-in: job end to nodes seen powered down (+ SuspendTimeout 600 s)", down - ended)
     return twin
 
 
@@ -279,3 +288,53 @@ def test_idle_new_nodes_are_released_and_their_vms_deleted(scaled_in: Twin) -> N
     assert sorted(scaled_in.arm.deleted(BURST_SCALE_SET)) == ["0", "1"]
     assert scaled_in.arm.scale_sets[BURST_SCALE_SET].instances == {}
     assert not [tm for tm in scaled_in.role("compute") if tm.spec.island == BURST]
+
+
+def test_a_refused_delete_is_retried_and_finished_by_the_reconcile_timer(scaled_in: Twin) -> None:
+    """Every injected refusal was met by another attempt; the suspend program kept the delete on record when its
+    attempts ran out, and the reconcile timer asked again until Azure took it and the VMs left the list."""
+    assert scaled_in.arm is not None
+    assert scaled_in.arm.refused(BURST_SCALE_SET) == REFUSED_DELETES
+    log = controller(scaled_in).run(f"cat {ELASTIC_LOG}").stdout
+    assert "on record, the reconcile timer asks again" in log
+    assert "delete confirmed" in log
+    assert sorted(scaled_in.arm.deleted(BURST_SCALE_SET)) == ["0", "1"]
+
+
+@pytest.fixture(scope="module")
+def stuck_vm_failed(stuck_given_up: Twin) -> tuple[Twin, Submitted]:
+    """The stuck island's next VM fails to allocate (the stand-in lists it Failed): the resume program gives its node
+    up at once, without waiting for the ResumeTimeout."""
+    twin = stuck_given_up
+    assert twin.arm is not None
+    with twin.arm.lock:
+        twin.arm.fails_allocation.add(STUCK_SCALE_SET)
+    job = submitted(twin, f"-p {STUCK} -N 1 --wrap true")
+    ctl = controller(twin)
+    wait(twin, job.job, "a node given up for its Failed VM",
+         lambda: "Failed: deleted, and stuck-" in ctl.run(f"cat {ELASTIC_LOG}", check=False).stdout)  # fmt: skip
+    login(twin).run(f"scancel {job.job}")
+    return twin, job
+
+
+def test_a_vm_that_failed_to_allocate_is_given_up_at_once_and_its_node_returned_to_the_pool(
+    stuck_vm_failed: tuple[Twin, Submitted],
+) -> None:
+    twin, job = stuck_vm_failed
+    log = controller(twin).run(f"cat {ELASTIC_LOG}").stdout
+    line = next(x for x in log.splitlines() if "Failed: deleted, and stuck-" in x)
+    node = line.rsplit("and ", 1)[1].split(" ")[0]
+    # Given up by the resume program with its own reason, not by slurmctld's ResumeTimeout (resume-fail's reason).
+    wait(twin, job.job, f"{node} back in the pool", lambda: back_in_the_pool(twin, node))
+    assert "ndfleet:elastic:vm-failed" in nodes_by_name(controller(twin))[node].get("Reason", "")
+    arm = twin.arm
+    assert arm is not None
+
+    def failed_vms_left() -> list[str]:
+        with arm.lock:
+            listed = list(arm.scale_sets[STUCK_SCALE_SET].instances.values())
+        return [i.instance_id for i in listed if i.provisioning_state == "Failed"]
+
+    wait(twin, job.job, "the Failed VM's delete asked for",
+         lambda: any(m == "DELETE" and s == STUCK_SCALE_SET and at >= job.wall for m, s, _, at in list(arm.calls)))
+    wait(twin, job.job, "no Failed VM left in the stuck island", lambda: not failed_vms_left())

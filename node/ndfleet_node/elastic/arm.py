@@ -6,6 +6,18 @@ Microsoft Learn, Virtual Machine Scale Sets REST API: `PATCH .../virtualMachineS
 `nextLink`); `POST .../delete` with `{"instanceIds": [...]}` deletes those instances and no others. A scale-in by
 capacity would let Azure choose which VMs go, so ndfleet never lowers the capacity itself.
 
+A delete is asynchronous: Resource Manager answers 202 Accepted with `Azure-AsyncOperation` and `Location` headers
+(Microsoft Learn, "Track asynchronous Azure operations"), and the instances show `provisioningState: Deleting`
+until they are gone from the list. It may also be refused for now: 409 Conflict (another operation on the scale
+set), 429 Too Many Requests with `Retry-After` (Microsoft Learn, "Understand how Azure Resource Manager throttles
+requests"), 5xx. `delete_instances` retries those within the time it is given, after Retry-After (capped) or a
+doubling backoff; the caller records the delete first and confirms it from the instance list (elastic/programs.py).
+
+Each instance's `properties.provisioningState` (Microsoft Learn, "Virtual Machine Scale Set VMs - List" and
+"Virtual machine states and billing", provisioning states): Creating, Updating, Succeeded are usable (a VM boots
+and runs its set-up while still Creating); Deleting is going away; Failed did not come up (e.g. an allocation
+failure) and will not by itself.
+
 Bounds (every call through `net.fetch`, to the Resource Manager host only, with its token): an answer within
 HTTP_DEADLINE_S and LIST_CAP bytes; the instance list within MAX_PAGES pages and MAX_INSTANCES instances, its
 `nextLink` followed only on the same host and never to a page already read. The REST reference documents no
@@ -17,16 +29,24 @@ the list is about 4 KiB (a 40-VM list is about 160 KiB), so 1,000 VMs fit in 8 M
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet_node.net import ARM, FetchError, Http, Reply, Service
+from ndfleet_node.net import ARM, MAX_RETRY_AFTER_S, FetchError, Http, Reply, Service, retry_after_s
 
 API_VERSION = "2024-07-01"
 MAX_INSTANCES = 1000  # the most VMs a scale set can hold (see above)
 LIST_CAP = 8 << 20  # one answer; a page of the whole list at MAX_INSTANCES (see above)
 MAX_PAGES = 50  # pages of at least 20 VMs each at MAX_INSTANCES; a loop of nextLinks ends here at the latest
+# provisioningState of a scale-set VM (see above)
+USABLE_STATES = frozenset({"Creating", "Updating", "Succeeded"})
+DELETING = "Deleting"
+FAILED = "Failed"
+# A delete answered with one of these is asked again (see above); any other refusal is final.
+RETRIED_STATUSES = frozenset({409, 429})
+MAX_DELETE_ATTEMPTS = 20  # with the budget: a server answering at once cannot make this loop for ever
 
 
 class ArmError(Exception):
@@ -38,6 +58,14 @@ class ScaleSetInstance:
     instance_id: str
     computer_name: str
     provisioning_state: str
+
+    @property
+    def usable(self) -> bool:
+        return self.provisioning_state in USABLE_STATES
+
+    @property
+    def failed(self) -> bool:
+        return self.provisioning_state == FAILED
 
 
 def _error(what: str, reply: Reply) -> ArmError:
@@ -73,14 +101,16 @@ class ScaleSetApi:
             f"/providers/Microsoft.Compute/virtualMachineScaleSets/{self.name}"
         )
 
-    def _call(self, method: str, url: str, what: str, body: dict[str, Any] | None = None) -> Reply:
+    def _call(
+        self, method: str, url: str, what: str, body: dict[str, Any] | None = None, check: bool = True
+    ) -> Reply:
         headers = {"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"}
         data = json.dumps(body).encode() if body is not None else None
         try:
             reply = (self.send or self.service.send)(method, url, headers, data)
         except FetchError as exc:
             raise ArmError(f"{what}: {exc}") from None
-        if reply.status not in (200, 201, 202):
+        if check and reply.status not in (200, 201, 202):
             raise _error(what, reply)
         return reply
 
@@ -129,7 +159,35 @@ class ScaleSetApi:
                 raise ArmError(f"{what}: nextLink {str(url)[:120]!r} is not a new page on {self.endpoint}: refused")
         raise ArmError(f"{what}: more than {MAX_PAGES} pages")
 
-    def delete_instances(self, instance_ids: list[str]) -> None:
-        if instance_ids:
-            what = f"delete instances {', '.join(instance_ids)} of {self.name}"
-            self._call("POST", f"{self.url}/delete?api-version={API_VERSION}", what, {"instanceIds": instance_ids})
+    def delete_instances(
+        self,
+        instance_ids: list[str],
+        budget_s: float = 0.0,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> str:
+        """Ask Azure to delete exactly these instances; 409, 429, 5xx and no answer are asked again while `budget_s`
+        lasts (after Retry-After, capped, or 2, 4, 8 ... s), never waiting past it. Returns the async operation's URL
+        (Azure-AsyncOperation, else Location; "" when neither came). ArmError when still refused: the delete may not
+        have happened, and the caller keeps it on record."""
+        if not instance_ids:
+            return ""
+        what = f"delete instances {', '.join(instance_ids)} of {self.name}"
+        url = f"{self.url}/delete?api-version={API_VERSION}"
+        deadline = now() + budget_s
+        failure: ArmError | None = None
+        for attempt in range(1, MAX_DELETE_ATTEMPTS + 1):
+            try:
+                reply = self._call("POST", url, what, {"instanceIds": instance_ids}, check=False)
+                failure = None if reply.status in (200, 202) else _error(what, reply)
+            except ArmError as exc:  # no answer: the outcome is unknown, asking again is safe
+                reply, failure = None, exc
+            if failure is None and reply is not None:
+                return str(reply.headers.get("azure-asyncoperation") or reply.headers.get("location") or "")[:2000]
+            final = reply is not None and reply.status not in RETRIED_STATUSES and reply.status < 500
+            wait = retry_after_s(reply, attempt) if reply is not None else min(2.0**attempt, MAX_RETRY_AFTER_S)
+            left = deadline - now()
+            if final or wait > left:
+                raise ArmError(f"{failure} (after {attempt} attempt{'s' if attempt > 1 else ''})")
+            sleep(wait)
+        raise ArmError(f"{failure} (still, after {MAX_DELETE_ATTEMPTS} attempts)")

@@ -4,11 +4,18 @@
   (SLURM_RESUME_FILE), so that no job lands on a node before its burn-in; raise the island's scale-set capacity by
   the VMs still missing; claim each new VM for a node (its host name becomes the node's NodeHostName, which is how
   the VM learns its Slurm name at boot) until all are claimed or the wait ends.
-- suspend HOSTLIST (SuspendProgram): delete the nodes' VMs, never one that runs a job.
+- suspend HOSTLIST (SuspendProgram): delete the nodes' VMs, never one that runs a job; a delete Azure refuses for
+  now (409, 429, 5xx) is asked again within the suspend's time, and any delete not yet confirmed stays on record
+  for the reconcile timer.
 - resume-fail HOSTLIST (ResumeFailProgram): delete whatever VM the nodes got, report, and power them down into the
   pool again (idle_on_node_suspend makes them idle).
 - reconcile (timer): release the held jobs whose nodes are burned in (or failed it); claim a repaired VM (automatic
-  repairs replace a VM by a new one) for the node whose VM is gone; delete VMs nobody claimed for a while.
+  repairs replace a VM by a new one) for the node whose VM is gone; delete VMs nobody claimed for a while; ask again
+  for every delete on record until the instance list confirms the VM is gone.
+
+Only a VM in a usable provisioning state (Creating, Updating, Succeeded) is claimed; one Azure reports Failed is
+given up at once: deleted, and the node it was for powered down into the pool (`ndfleet:elastic:vm-failed`), so the
+job is scheduled again instead of waiting the whole ResumeTimeout for a VM that will not come.
 
 Reports go to stderr and to the elastic log on the state disk (Slurm discards the programs' output).
 """
@@ -26,13 +33,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.elastic.arm import ArmError, ScaleSetApi, ScaleSetInstance
-from ndfleet_node.elastic.state import IslandState, NodeEntry, island_and_index, island_state
+from ndfleet_node.elastic.arm import DELETING, ArmError, ScaleSetApi, ScaleSetInstance
+from ndfleet_node.elastic.state import DeleteEntry, IslandState, NodeEntry, island_and_index, island_state
 from ndfleet_node.impact import IMDS, ImpactError, imds_instance, imds_token
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     RESUME_FAILED_REASON,
     TAG_IDENTITY_CLIENT_ID,
+    VM_FAILED_REASON,
 )
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
@@ -41,6 +49,9 @@ MAX_RESUME_FILE_BYTES = 16 * 1024 * 1024
 MAX_LOG_BYTES = 4 * 1024 * 1024
 # What one island's step may fail with; the other islands still get theirs, and the failure is reported.
 FAILURES = (ArmError, ImpactError, SlurmError, TimeoutError, OSError, ValueError)
+# The reconcile timer asks again for a delete under the island's lock, which the other programs wait for (120 s at
+# most): its retries of one delete stay well within that.
+RECONCILE_DELETE_BUDGET_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class Settings:
     claim_wait_s: float = 1800  # how long the resume program waits for new VMs to claim
     poll_s: float = 10
     unclaimed_grace_s: float = 900  # a VM nobody claims is deleted after this long
+    # How long the suspend program retries a refused delete: within Slurm's SuspendTimeout (ndfleet/slurm/elastic.py)
+    delete_budget_s: float = 480
     arm_endpoint: str = "https://management.azure.com"
     imds_endpoint: str = IMDS
     scontrol: tuple[str, ...] = ("scontrol",)
@@ -83,7 +96,7 @@ def load_settings(path: Path) -> Settings:
         for name, v in doc["islands"].items()
     }
     optional: dict[str, Any] = {k: doc[k] for k in ("claim_wait_s", "poll_s", "unclaimed_grace_s", "arm_endpoint",
-                                    "imds_endpoint", "scontrol_timeout_s") if k in doc}  # fmt: skip
+                                    "imds_endpoint", "scontrol_timeout_s", "delete_budget_s") if k in doc}  # fmt: skip
     if "scontrol" in doc:
         optional["scontrol"] = tuple(doc["scontrol"])
     return Settings(islands=islands, state_dir=Path(doc["state_dir"]), **optional)
@@ -162,11 +175,18 @@ def resume_jobs(path: str | None) -> dict[str, str]:
     }
 
 
+def _present(state: IslandState, instances: list[ScaleSetInstance]) -> list[ScaleSetInstance]:
+    """The instances that are not going away: neither Deleting nor a delete of ours on record."""
+    return [i for i in instances if i.provisioning_state != DELETING and i.instance_id not in state.deleting]
+
+
 def claim(ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance]) -> list[str]:
-    """Give each pending node a VM nobody has claimed (oldest instance first); tell Slurm the VM's host name."""
+    """Give each pending node a usable VM nobody has claimed (oldest instance first); tell Slurm the VM's host name.
+    A Failed VM is given up first (`give_up_failed`)."""
+    give_up_failed(ctx, island, state, instances)
     taken = state.claimed()
-    free = sorted((i for i in instances if i.instance_id not in taken and i.computer_name),
-                  key=lambda i: (len(i.instance_id), i.instance_id))  # fmt: skip
+    free = sorted((i for i in _present(state, instances) if i.instance_id not in taken and i.computer_name
+                   and i.usable), key=lambda i: (len(i.instance_id), i.instance_id))  # fmt: skip
     done = []
     for node, vm in zip(state.pending(), free, strict=False):
         try:
@@ -179,6 +199,46 @@ def claim(ctx: Context, island: IslandSettings, state: IslandState, instances: l
         done.append(node)
         ctx.log(f"{node} runs on VM {vm.computer_name} (instance {vm.instance_id} of {island.scale_set})")
     return done
+
+
+def give_up_failed(
+    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance]
+) -> list[str]:
+    """Every VM Azure reports Failed (provisioningState; e.g. an allocation that failed) is deleted (on record), and
+    the node it was for is given up at once: a node still waiting for a VM (a Failed VM nobody claimed stands for
+    the scale-out one of them waited for) or whose claimed VM failed before it registered is powered down into the
+    pool (`State=POWER_DOWN_FORCE`, reason VM_FAILED_REASON), so its job is scheduled again. A node that is up keeps
+    its VM: a running VM is Failed also when only an extension or a model update failed."""
+    owner = {e.instance_id: n for n, e in state.nodes.items() if e.instance_id}
+    pending = state.pending()
+    given_up: list[str] = []
+    for vm in sorted((i for i in _present(state, instances) if i.failed), key=lambda i: (len(i.instance_id),
+                                                                                           i.instance_id)):  # fmt: skip
+        node = owner.get(vm.instance_id) or (pending.pop(0) if pending else "")
+        if node and vm.instance_id in owner and not _coming_up(ctx, node):
+            continue
+        state.deleting[vm.instance_id] = DeleteEntry(node=node, why="its VM failed", since=ctx.now())
+        state.unclaimed_since.pop(vm.instance_id, None)
+        ctx.log(f"VM {vm.computer_name or vm.instance_id} (instance {vm.instance_id} of {island.scale_set}) is "
+                f"Failed: deleted" + (f", and {node} given up" if node else ""), problem=True)  # fmt: skip
+        if node:
+            state.nodes.pop(node, None)
+            given_up.append(node)
+    if given_up:
+        try:
+            ctx.scontrol.update(given_up, "State=POWER_DOWN_FORCE", f"Reason={VM_FAILED_REASON}")
+        except SlurmError as exc:
+            ctx.log(f"could not return {','.join(given_up)} to the pool: {exc}", problem=True)
+    return given_up
+
+
+def _coming_up(ctx: Context, node: str) -> bool:
+    """Whether Slurm still powers the node up (no registration yet); unknown counts as up (its VM is kept)."""
+    try:
+        found = ctx.scontrol.nodes().get(node)
+    except SlurmError:
+        return False
+    return found is not None and "POWERING_UP" in found.flags
 
 
 def hold(scontrol: Scontrol, job: str) -> None:
@@ -258,7 +318,7 @@ def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str,
             if set(held_nodes) & set(names):
                 state.held_jobs[job] = held_nodes
         instances = api.instances()
-        alive = {i.instance_id for i in instances}
+        alive = {i.instance_id for i in _present(state, instances)}
         for node in names:
             entry = state.nodes.get(node)
             if entry is None or entry.instance_id not in alive:
@@ -266,6 +326,8 @@ def _ask(ctx: Context, island: IslandSettings, names: list[str], held: dict[str,
         # Every node with a VM or waiting for one: the capacity already counts VMs asked for by another
         # resume that Azure has not listed yet, so two resumes at once never ask twice.
         target = len([e for e in state.nodes.values() if e.instance_id in alive]) + len(state.pending())
+        # A VM whose delete Azure has not taken yet still counts in the capacity (it drops when Azure accepts).
+        target += len([i for i in instances if i.instance_id in state.deleting and i.provisioning_state != DELETING])
         if target > island.max_nodes:
             ctx.log(f"{island.scale_set}: {target} VMs wanted, capped at maxNodes = {island.max_nodes}", problem=True)
             target = island.max_nodes
@@ -294,6 +356,7 @@ def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str,
                     instances = ctx.scale_set(island).instances()
                     claim(ctx, island, state, instances)
                     waiting[name] = {n for n in waiting[name] if n in state.nodes and not state.nodes[n].instance_id}
+                _ask_failed(ctx, island)
             except FAILURES as exc:
                 ctx.log(f"waiting for VMs of {name}: {exc}")
             if not waiting[name]:
@@ -308,6 +371,8 @@ def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str,
 
 
 def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> None:
+    """Delete the nodes' VMs: each delete is put on record first (state.deleting), then asked for outside the
+    island's lock (its retries may take minutes), then marked accepted or left for the reconcile timer."""
     try:
         slurm_nodes: dict[str, SlurmNode] = ctx.scontrol.nodes()
     except SlurmError as exc:
@@ -325,12 +390,84 @@ def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> No
                         continue
                     if entry is not None and entry.instance_id:
                         doomed[node] = entry.instance_id
+                        state.deleting[entry.instance_id] = DeleteEntry(node=node, why=why, since=ctx.now(),
+                                                                        caller_asks=True)
                     state.nodes.pop(node, None)
-                ctx.scale_set(island).delete_instances(sorted(doomed.values()))
-                for node, instance_id in doomed.items():
-                    ctx.log(f"{node}: VM instance {instance_id} of {island.scale_set} deleted ({why})")
+            _ask_delete(ctx, island, sorted(doomed.items()), ctx.settings.delete_budget_s)
         except FAILURES as exc:
             ctx.log(f"{why} of {','.join(names)}: {exc}", problem=True)
+
+
+def _ask_delete(ctx: Context, island: IslandSettings, doomed: list[tuple[str, str]], budget_s: float) -> None:
+    """Ask Azure to delete the VMs on record ((node or "", instance id)), retrying within `budget_s`; note the
+    outcome on record."""
+    if not doomed:
+        return
+    ids = sorted({instance_id for _, instance_id in doomed})
+    error = ""
+    try:
+        operation = ctx.scale_set(island).delete_instances(ids, budget_s, now=ctx.now, sleep=ctx.sleep)
+    except ArmError as exc:
+        error = str(exc)[:500]
+    with island_state(ctx.settings.state_dir, island.name) as state:
+        for instance_id in ids:
+            entry = state.deleting.get(instance_id)
+            if entry is None:
+                continue
+            entry.attempts += 1
+            entry.accepted = entry.accepted or not error
+            entry.error = error
+    for node, instance_id in doomed:
+        what = f"{node}: VM instance {instance_id} of {island.scale_set}" if node else f"VM instance {instance_id}"
+        if error:
+            ctx.log(f"{what} not deleted yet ({error}); on record, the reconcile timer asks again", problem=True)
+        else:
+            ctx.log(f"{what}: delete accepted ({operation or 'no operation URL'}); confirmed once it leaves the list")
+
+
+def _asking(ctx: Context, entry: DeleteEntry) -> bool:
+    """The program that put the delete on record is still asking for it (its first answer not yet noted)."""
+    asking_until = entry.since + ctx.settings.delete_budget_s + RECONCILE_DELETE_BUDGET_S
+    return entry.caller_asks and entry.attempts == 0 and ctx.now() < asking_until
+
+
+def _ask_failed(ctx: Context, island: IslandSettings) -> None:
+    """Ask at once for the deletes `give_up_failed` put on record (the reconcile timer would in a minute)."""
+    with island_state(ctx.settings.state_dir, island.name) as state:
+        todo = [(e.node, i) for i, e in sorted(state.deleting.items()) if not e.caller_asks and not e.attempts]
+    _ask_delete(ctx, island, todo, RECONCILE_DELETE_BUDGET_S)
+
+
+def _finish_deletes(
+    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance], api: ScaleSetApi
+) -> None:
+    """Each delete on record: confirmed (forgotten) once the instance list no longer has the VM; waited for while
+    Azure shows it Deleting; asked again otherwise (refused before, its answer lost, or Azure's delete failed)."""
+    listed = {i.instance_id: i for i in instances}
+    again: list[str] = []
+    for instance_id, entry in sorted(state.deleting.items()):
+        vm = listed.get(instance_id)
+        if vm is None:
+            ctx.log(f"VM instance {instance_id} of {island.scale_set} is gone: delete confirmed"
+                    + (f" ({entry.node}, {entry.why})" if entry.node else f" ({entry.why})"))  # fmt: skip
+            del state.deleting[instance_id]
+        elif vm.provisioning_state != DELETING and not _asking(ctx, entry):
+            again.append(instance_id)
+    if not again:
+        return
+    budget = min(RECONCILE_DELETE_BUDGET_S, ctx.settings.delete_budget_s)
+    try:
+        api.delete_instances(again, budget, now=ctx.now, sleep=ctx.sleep)
+        for instance_id in again:
+            state.deleting[instance_id].attempts += 1
+            state.deleting[instance_id].accepted = True
+            state.deleting[instance_id].error = ""
+        ctx.log(f"{island.scale_set}: delete of VM instance(s) {', '.join(again)} asked for and accepted")
+    except ArmError as exc:
+        for instance_id in again:
+            state.deleting[instance_id].attempts += 1
+            state.deleting[instance_id].error = str(exc)[:500]
+        ctx.log(f"{island.scale_set}: VM instance(s) {', '.join(again)} still not deleted: {exc}", problem=True)
 
 
 def suspend(ctx: Context, nodes: Sequence[str]) -> int:
@@ -367,7 +504,7 @@ def reconcile(ctx: Context) -> int:
                 _release_jobs(ctx, state, slurm_nodes)
                 api = ctx.scale_set(island)
                 instances = api.instances()
-                alive = {i.instance_id for i in instances}
+                alive = {i.instance_id for i in _present(state, instances)}
                 for node, entry in state.nodes.items():
                     if entry.instance_id and entry.instance_id not in alive:
                         # Automatic repairs replaced its VM (or someone deleted it): the next new VM is its own,
@@ -379,7 +516,8 @@ def reconcile(ctx: Context) -> int:
                         except SlurmError as exc:
                             ctx.log(f"could not drain {node}: {exc}", problem=True)
                 claim(ctx, island, state, instances)
-                _sweep_unclaimed(ctx, island, state, instances, api)
+                _sweep_unclaimed(ctx, island, state, instances)
+                _finish_deletes(ctx, island, state, instances, api)
             _keep_minimum(ctx, island, slurm_nodes)
         except FAILURES as exc:
             ctx.log(f"reconcile of {island.name}: {exc}", problem=True)
@@ -433,20 +571,21 @@ def _release_jobs(ctx: Context, state: IslandState, slurm_nodes: dict[str, Slurm
 
 
 def _sweep_unclaimed(
-    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance], api: ScaleSetApi
+    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance]
 ) -> None:
+    """A VM no node claimed for unclaimed_grace_s (the late VM of a failed resume) is put on record for deletion."""
     taken = state.claimed()
     now = ctx.now()
-    free = {i.instance_id for i in instances if i.instance_id not in taken}
+    free = {i.instance_id for i in _present(state, instances) if i.instance_id not in taken}
     state.unclaimed_since = {k: v for k, v in state.unclaimed_since.items() if k in free}
     for instance_id in free:
         state.unclaimed_since.setdefault(instance_id, now)
     stale = sorted(k for k, v in state.unclaimed_since.items() if now - v >= ctx.settings.unclaimed_grace_s)
     if stale and not state.pending():
-        api.delete_instances(stale)
-        ctx.log(f"{island.scale_set}: deleted VM instance(s) {', '.join(stale)} that no node claimed", problem=True)
         for k in stale:
+            state.deleting[k] = DeleteEntry(why="no node claimed it", since=now)
             state.unclaimed_since.pop(k, None)
+        ctx.log(f"{island.scale_set}: VM instance(s) {', '.join(stale)} that no node claimed: deleting", problem=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,10 @@ names ending in a base-36 id) and automatic repairs replace a VM by a new one. S
 node is `pending` from the resume request until a VM of its island is claimed for it, then `instance`. Every change
 is made under an exclusive lock (the resume, suspend, resume-fail programs and the reconcile timer run at once),
 written to a temporary file and renamed into place.
+
+A delete is recorded (`deleting`) before Azure is asked, and forgotten only once the instance list no longer has
+the VM: a delete refused (409, 429, 5xx) or whose answer was lost is asked again by the reconcile timer until Azure
+confirms it, so a node Slurm shows powered down never leaves a VM running (and billed) behind.
 """
 
 from __future__ import annotations
@@ -41,12 +45,26 @@ class NodeEntry:
 
 
 @dataclass
+class DeleteEntry:
+    node: str = ""  # the node the VM ran for ("" for a VM no node claimed)
+    why: str = ""
+    since: float = 0.0  # when the delete was first asked for
+    attempts: int = 0  # times Azure was asked
+    accepted: bool = False  # Azure accepted it (202) at least once: waiting for the VM to leave the list
+    error: str = ""  # the last refusal
+    # The program that recorded it asks Azure itself (suspend, resume-fail); else the reconcile timer asks at once.
+    caller_asks: bool = False
+
+
+@dataclass
 class IslandState:
     nodes: dict[str, NodeEntry] = field(default_factory=dict)
     # instance id -> when it was first seen with no node: a VM nobody asked for (a late VM of a failed resume)
     unclaimed_since: dict[str, float] = field(default_factory=dict)
     # job id -> the nodes resumed for it: held until they are burned in (docs/elastic.md)
     held_jobs: dict[str, list[str]] = field(default_factory=dict)
+    # instance id -> a delete asked for and not yet confirmed by the instance list (module doc)
+    deleting: dict[str, DeleteEntry] = field(default_factory=dict)
 
     def pending(self) -> list[str]:
         return sorted((n for n, e in self.nodes.items() if not e.instance_id), key=_natural)
@@ -71,6 +89,7 @@ def _load(path: Path) -> IslandState:
         nodes={k: NodeEntry(**v) for k, v in doc.get("nodes", {}).items()},
         unclaimed_since={str(k): float(v) for k, v in doc.get("unclaimed_since", {}).items()},
         held_jobs={str(k): list(v) for k, v in doc.get("held_jobs", {}).items()},
+        deleting={str(k): DeleteEntry(**v) for k, v in doc.get("deleting", {}).items()},
     )
 
 
@@ -95,6 +114,7 @@ def island_state(state_dir: Path, island: str, timeout_s: float = 120) -> Iterat
             "nodes": {k: asdict(v) for k, v in sorted(state.nodes.items())},
             "unclaimed_since": state.unclaimed_since,
             "held_jobs": state.held_jobs,
+            "deleting": {k: asdict(v) for k, v in sorted(state.deleting.items())},
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
