@@ -9,6 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ndfleet.commands.convention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 if TYPE_CHECKING:
@@ -109,8 +110,7 @@ def plan_command(args: argparse.Namespace) -> int:
         from ndfleet.plans.any_program import plan_program_command
 
         if args.policies:
-            print("error: --policies checks ndfleet's own plan; it does not go with --program", file=sys.stderr)
-            return 1
+            return fail(args, "--policies checks ndfleet's own plan; it does not go with --program", EXIT_USAGE)
         return plan_program_command(args)
     # Pulumi and the program load here, for the chosen command only: `ndfleet --help` stays fast.
     import pulumi
@@ -123,8 +123,7 @@ def plan_command(args: argparse.Namespace) -> int:
         stack = load_stack_from_args(args)
         plan = run_plan(stack)
     except (StackFileError, SpecError, pulumi.RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return fail(args, str(error))
     if args.format == "json":
         sys.stdout.write(plan.to_json())
         for warning in plan.spec.warnings:  # the table carries them; beside JSON they go to stderr
@@ -137,5 +136,5 @@ def plan_command(args: argparse.Namespace) -> int:
         violations = evaluate_plan(plan.as_json())
         print(format_violations(violations), file=sys.stderr if args.format == "json" else sys.stdout)
         if has_mandatory(violations):
-            return 1
-    return 0
+            return EXIT_FINDINGS
+    return EXIT_OK

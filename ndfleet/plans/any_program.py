@@ -92,8 +92,9 @@ def plan_program_command(args: argparse.Namespace) -> int:
         stack = stack_of(args, program_dir)
         resources, outputs = run_program_dir(program_dir, stack)
     except (ProgramDirError, StackFileError, pulumi.RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        from ndfleet.commands.convention import fail
+
+        return fail(args, str(error))
     if args.format == "json":
         doc = {"program": str(program_dir), "stack": stack.name, "resources": [r.as_json() for r in resources],
                "outputs": outputs}  # fmt: skip
