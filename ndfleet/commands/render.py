@@ -190,8 +190,9 @@ def _remove_stale(out_fd: int, stale: list[str]) -> tuple[list[str], list[str]]:
                 folder = posixpath.dirname(folder)
         except FileNotFoundError:
             pass  # already gone
-        except OSError:
-            left.append(relative)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # a link or a file now on the way: not ours, dropped
+                left.append(relative)
         finally:
             if fd != out_fd:
                 os.close(fd)
