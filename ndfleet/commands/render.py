@@ -232,38 +232,45 @@ def _run(args: argparse.Namespace) -> int:
     report: list[str] = []
     written: list[str] = []
     try:
-        # --out itself is the user's choice (it may be a link); inside it nothing is followed.
-        out.mkdir(parents=True, exist_ok=True)
-        out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        earlier = _read_manifest(out_fd)
-        for machine in machines:
-            names = sorted(machine.files)
-            for name in names:
-                data, mode = machine.files[name]
-                folder, base = posixpath.split(posixpath.join(machine.folder, name))
-                if ".." in folder.split("/"):
-                    raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
-                staged.add(_folder_of(out_fd, folder, opened, created), base, data, mode)
-                written.append(posixpath.join(folder, base) if folder else base)
-            report.append(f"{machine.label}: {len(names)} files in {out / machine.folder}/ ({machine.sizes()})")
-            report.append("  " + " ".join(names))
-        staged.commit()
-        removed, left = _remove_stale(out_fd, sorted(set(earlier) - set(written)))
-        manifest = json.dumps({"writtenBy": "ndfleet render", "files": sorted({*written, *left})}, indent=1)
-        staged.add(out_fd, MANIFEST, manifest + "\n", 0o644)
-        staged.commit()
-        if removed:
-            report.append(f"removed {len(removed)} files an earlier render wrote that this stack no longer has: "
-                          + " ".join(removed))
-    except OSError as e:
-        staged.discard()
-        if out_fd >= 0:
-            _remove_created(out_fd, opened, created)
-        return fail(args, f"cannot write to {out}: {e.strerror or e}; nothing was written")
+        try:
+            # --out itself is the user's choice (it may be a link); inside it nothing is followed.
+            out.mkdir(parents=True, exist_ok=True)
+            out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+            earlier = _read_manifest(out_fd)
+            for machine in machines:
+                names = sorted(machine.files)
+                for name in names:
+                    data, mode = machine.files[name]
+                    folder, base = posixpath.split(posixpath.join(machine.folder, name))
+                    if ".." in folder.split("/"):
+                        raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
+                    staged.add(_folder_of(out_fd, folder, opened, created), base, data, mode)
+                    written.append(posixpath.join(folder, base) if folder else base)
+                report.append(f"{machine.label}: {len(names)} files in {out / machine.folder}/ ({machine.sizes()})")
+                report.append("  " + " ".join(names))
+            staged.commit()
+        except OSError as e:
+            staged.discard()
+            if out_fd >= 0:
+                _remove_created(out_fd, opened, created)
+            return fail(args, f"cannot write to {out}: {e.strerror or e}; nothing was written")
+        try:
+            # Every file is in place; now the earlier render's leftovers go, and the manifest says what DIR holds.
+            removed, left = _remove_stale(out_fd, sorted(set(earlier) - set(written)))
+            manifest = json.dumps({"writtenBy": "ndfleet render", "files": sorted({*written, *left})}, indent=1)
+            staged.add(out_fd, MANIFEST, manifest + "\n", 0o644)
+            staged.commit()
+        except OSError as e:
+            staged.discard()
+            return fail(args, f"wrote every file to {out} but could not update {MANIFEST}: {e.strerror or e}; "
+                        "files of an earlier render may remain")
     finally:
         for fd in opened.values():
             os.close(fd)
         if out_fd >= 0:
             os.close(out_fd)
+    if removed:
+        report.append(f"removed {len(removed)} files an earlier render wrote that this stack no longer has: "
+                      + " ".join(removed))
     print("\n".join(report))
     return EXIT_OK
