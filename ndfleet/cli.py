@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module under ndfleet/commands/, which exposes `register(subparsers)`;
 the registered handler returns the process exit code. Exit codes, the error prefix and JSON errors follow one
-convention (ndfleet/commands/convention.py, docs/cli.md): errors the user can fix are one clear message, never a
+convention (ndfleet/cliconvention.py, docs/cli.md): errors the user can fix are one clear message, never a
 traceback.
 """
 
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ndfleet.commands.convention import EXIT_INTERRUPTED, Parser, leaf_parsers
+from ndfleet.cliconvention import EXIT_INTERRUPTED, Parser, leaf_parsers
 
 # Module per subcommand, in the order `ndfleet --help` lists them. Each imports only the standard library at
 # module level (Pulumi, the Azure SDK, pydantic and Jinja2 load inside its handler): building the parser for

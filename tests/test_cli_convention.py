@@ -1,4 +1,4 @@
-"""Every `ndfleet` command follows one convention (docs/cli.md, ndfleet/commands/convention.py).
+"""Every `ndfleet` command follows one convention (docs/cli.md, ndfleet/cliconvention.py).
 
 The commands are found by walking the argparse parser itself, so a command added later is held to the convention
 without editing this file: option spellings, a usage error's exit code (64) and prefix, a could-not-run error's
@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from ndfleet.cli import build_parser, main
-from ndfleet.commands import render
-from ndfleet.commands.convention import (
+from ndfleet.cliconvention import (
     EXIT_CANNOT_RUN,
     EXIT_USAGE,
     FORMAT_VALUES,
     REFUSED_SPELLINGS,
     leaf_parsers,
 )
+from ndfleet.commands import render
 
 REPO = Path(__file__).resolve().parents[1]
 LEAVES = leaf_parsers(build_parser())

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
 
 
 def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
-    from ndfleet.commands.convention import EXIT_CANNOT_RUN, EXIT_OK, fail
+    from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_OK, fail
     from ndfleet.commands.stackargs import load_stack_from_args
     from ndfleet.cost.estimate import estimate_cost, render_cost
     from ndfleet.cost.prices import RETAIL_API_SOURCE, ListPrice, table_price

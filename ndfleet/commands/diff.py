@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ndfleet.commands.convention import EXIT_CANNOT_RUN, EXIT_OK, EXIT_USAGE, UsageError, fail
+from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_OK, EXIT_USAGE, UsageError, fail
 
 if TYPE_CHECKING:
     from ndfleet.plans.plandiff import StackDiff

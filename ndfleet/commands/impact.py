@@ -28,8 +28,8 @@ from ndfleet.commands.stackargs import add_stack_arguments
 if TYPE_CHECKING:
     from ndfleet.azure.arm import RetrySettings
 
-from ndfleet.commands.convention import EXIT_CANNOT_RUN as EXIT_CANNOT_READ
-from ndfleet.commands.convention import EXIT_OK, fail
+from ndfleet.cliconvention import EXIT_CANNOT_RUN as EXIT_CANNOT_READ
+from ndfleet.cliconvention import EXIT_OK, fail
 
 
 def register(subparsers: Any) -> None:

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ndfleet.commands.convention import EXIT_OK, fail
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 RULES_FILE = "alerts.rules.yml"

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ndfleet.commands.convention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
+from ndfleet.cliconvention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 if TYPE_CHECKING:

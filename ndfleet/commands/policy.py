@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ndfleet.commands.convention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
+from ndfleet.cliconvention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
 
 
 def register(subparsers: Any) -> None:

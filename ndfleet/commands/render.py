@@ -37,7 +37,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ndfleet.commands.convention import EXIT_OK, fail
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 

@@ -100,7 +100,7 @@ def run_cli(
                 return code
             if status.error is not None and not status.error_transient:
                 # 401, 403, 404, no credentials, a bad setting: every later read answers the same (docs/cli.md).
-                from ndfleet.commands.convention import error_line, prog_of
+                from ndfleet.cliconvention import error_line, prog_of
 
                 print(error_line(prog_of(args),
                                  "stopped watching: reading again would meet the same error"),
@@ -113,7 +113,7 @@ def run_cli(
 
 def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool, verbose: bool) -> None:
     from ndfleet.azure.text import terminal_lines
-    from ndfleet.commands.convention import error_line
+    from ndfleet.cliconvention import error_line
 
     if verbose and status.error_details:
         print(terminal_lines(status.error_details.split("\n")), file=sys.stderr, flush=True)

@@ -92,7 +92,7 @@ def plan_program_command(args: argparse.Namespace) -> int:
         stack = stack_of(args, program_dir)
         resources, outputs = run_program_dir(program_dir, stack)
     except (ProgramDirError, StackFileError, pulumi.RunError) as error:
-        from ndfleet.commands.convention import fail
+        from ndfleet.cliconvention import fail
 
         return fail(args, str(error))
     if args.format == "json":

@@ -143,7 +143,7 @@ def run_cli(
     return report.exit_code
 
 def _emit(report: Report, fmt: str, verbose: bool = False) -> None:
-    from ndfleet.commands.convention import error_line
+    from ndfleet.cliconvention import error_line
 
     if fmt == "json":
         print(render_json(report))
