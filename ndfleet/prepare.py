@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ndfleet.nodefiles.bootstrap import (
@@ -105,6 +106,10 @@ def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExte
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
+    # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) join the spec's own.
+    from ndfleet.monitoring.budget import with_workspace_warnings
+
+    spec = with_workspace_warnings(spec)
     problems: list[str] = []
     budget = validation_budget_s(spec)
     explicit = explicit_probe_grace_period(spec)
@@ -146,7 +151,7 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             islands.append(PreparedIsland(island=island, bootstrap=result))
     if problems:
         raise PrepareError(problems)
-    return PreparedCluster(
+    prepared = PreparedCluster(
         spec=spec,
         cloud=cloud,
         islands=tuple(islands),
@@ -154,6 +159,26 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         probe_grace_period_s=grace,
         probe_grace_period_explicit=explicit is not None,
     )
+    for seen in _recorders:
+        seen.append(prepared)
+    return prepared
+
+
+# `ndfleet plan --program DIR` runs a program that is not ndfleet's own; what it prepared gives its plan the same
+# summary, cost and warnings as `ndfleet plan --stack` (ndfleet/plans/any_program.py). While a recorder is open,
+# every cluster prepared is added to it.
+_recorders: list[list[PreparedCluster]] = []
+
+
+@contextmanager
+def recording_prepared() -> Iterator[list[PreparedCluster]]:
+    """The clusters `prepare` returns while the block runs, in order."""
+    seen: list[PreparedCluster] = []
+    _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        _recorders.remove(seen)
 
 
 def prepare_config(
@@ -179,4 +204,5 @@ __all__ = [
     "explicit_probe_grace_period",
     "prepare",
     "prepare_config",
+    "recording_prepared",
 ]

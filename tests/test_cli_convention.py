@@ -118,8 +118,8 @@ def test_a_usage_error_exits_64_with_the_prefix(parser: argparse.ArgumentParser,
 
 
 def test_options_that_do_not_go_together_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--stack", "dev", "--program", "examples", "--policies"]) == EXIT_USAGE
-    assert capsys.readouterr().err.startswith("ndfleet plan: error: --policies checks ndfleet's own plan")
+    assert main(["diff", "a.json", "b.json", "--base-dir", "x", "--head-dir", "y"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("ndfleet diff: error: give either BASE.json HEAD.json or --base-dir")
     assert main(["policy"]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith("ndfleet policy: error: give a plan file")
 

@@ -41,7 +41,7 @@ def test_markdown_starts_with_the_marker_and_summary() -> None:
     md = plandiff.render_markdown([plandiff.diff_plans(load(), modified())])
     lines = md.splitlines()
     assert lines[0] == plandiff.MARKDOWN_MARKER
-    assert lines[3].startswith("**1 stack (dev: 0 to create, 1 to update, 0 to delete)")
+    assert lines[3].startswith("**1 stack (dev: 0 to create, 1 to update, 0 to replace, 0 to delete)")
 
 
 def test_markdown_puts_consequences_before_the_stack_table() -> None:

@@ -119,6 +119,14 @@ def test_vm_size_change_flags_replacement_bootstrap_and_gpus(tmp_path: Path) -> 
     assert H100 in size.message and H200 in size.message and size.severity == "danger"
 
 
+def test_vm_size_change_replaces_the_island_only(tmp_path: Path) -> None:
+    """The real dev stack: the island is recreated; the Slurm controller gets the new GPU profile for its burn-in in
+    userData (an update), so it is not (its customData holds nothing of the GPU nodes)."""
+    diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))
+    assert {name for _, name in diff.replaced} == {"dev-ib00-vmss"}
+    assert plandiff.render_text([diff]).startswith("1 stack (dev: 0 to create, 2 to update, 1 to replace, 0 to delete")
+
+
 def test_markdown_of_a_real_diff_names_consequence_and_stack(tmp_path: Path) -> None:
     md = plandiff.render_markdown([plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))])
     assert md.startswith(plandiff.MARKDOWN_MARKER)

@@ -43,12 +43,13 @@ def dev_plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def diff_against_dev(dev_plan_file: Path, edited_copy: Path, *name: str) -> dict[str, int]:
+def diff_against_dev(dev_plan_file: Path, edited_copy: Path, *name: str, diff_args: tuple[str, ...] = ()
+                     ) -> dict[str, int]:
     code, out, err = run_cli("plan", "--stack-file", str(edited_copy), *name, "--format", "json")
     assert code == 0, err
     head = dev_plan_file.with_name(f"head{len(name)}.json")
     head.write_text(out)
-    code, text, err = run_cli("diff", str(dev_plan_file), str(head), "--format", "text")
+    code, text, err = run_cli("diff", str(dev_plan_file), str(head), "--format", "text", *diff_args)
     assert code == 0, err
     first = text.splitlines()[0]  # "1 stack (dev: 0 to create, 3 to update, 0 to delete, ...)"
     counts = {verb: int(first.split(f" to {verb}")[0].rsplit(" ", 1)[1]) for verb in ("create", "update", "delete")}
@@ -63,9 +64,20 @@ def test_copy_planned_under_the_original_name_diffs_as_the_edit_only(dev_plan_fi
 
 
 def test_copy_planned_under_its_file_name_replaces_everything(dev_plan_file: Path, edited_copy: Path) -> None:
-    """What --stack-name is for: without it every resource is renamed (mine2-...), so all are deleted and created."""
-    counts = diff_against_dev(dev_plan_file, edited_copy)
+    """What --stack-name is for: without it every resource is renamed (mine2-...), so all are deleted and created
+    (what `ndfleet diff` shows only when told the two stacks differ on purpose)."""
+    counts = diff_against_dev(dev_plan_file, edited_copy, diff_args=("--allow-different-stacks",))
     assert counts["delete"] > 50 and counts["create"] > 50
+
+
+def test_a_copy_planned_under_its_file_name_is_another_stack_to_diff(dev_plan_file: Path, edited_copy: Path) -> None:
+    code, out, err = run_cli("plan", "--stack-file", str(edited_copy), "--format", "json")
+    assert code == 0, err
+    head = dev_plan_file.with_name("other.json")
+    head.write_text(out)
+    code, _, err = run_cli("diff", str(dev_plan_file), str(head))
+    stack = json.loads(out)["stack"]
+    assert code == 2 and f"is a plan of stack 'dev' and {head} of stack {stack!r}" in err
 
 
 def test_stack_name_is_the_plans_stack(edited_copy: Path) -> None:

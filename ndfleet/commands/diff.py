@@ -5,8 +5,9 @@
 
 The second form diffs every `<stack>.json` found in either folder (the preview workflow plans each stack at the
 base and head commits into two folders, then makes one comment of all of them); a stack present on one side only
-shows as all-added or all-removed. Exit 0 with the diff; 2 when an input is missing or not a plan; 64 when the
-arguments do not go together (docs/cli.md).
+shows as all-added or all-removed. Exit 0 with the diff; exit 2 when an input is missing or not a plan, or when the
+two plans are of different stacks (unless --allow-different-stacks); 64 when the arguments do not go together
+(docs/cli.md).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def register(subparsers: Any) -> None:
                    help="stack name to show for two files (default: the plans' own 'stack')")
     p.add_argument("--title", default="", help="markdown heading (default: 'ndfleet plan diff')")
     p.add_argument("--out", metavar="FILE", help="write the diff to this file instead of standard output")
+    p.add_argument(
+        "--allow-different-stacks", action="store_true",
+        help="diff two plans of different stacks (without it, plans whose 'stack' differs are refused, exit 2)",
+    )  # fmt: skip
     p.set_defaults(handler=_run)
 
 
@@ -62,13 +67,34 @@ def compute(args: argparse.Namespace) -> list[StackDiff]:
         bases, heads = load_plan_dir(Path(args.base_dir)), load_plan_dir(Path(args.head_dir))
         if not bases and not heads:
             raise InputError(f"no <stack>.json plans in {args.base_dir} or {args.head_dir}")
+        if not args.allow_different_stacks:
+            problems = [
+                different_stacks(bases[s], heads[s], f"{args.base_dir}/{s}.json", f"{args.head_dir}/{s}.json")
+                for s in sorted(set(bases) & set(heads))
+            ]
+            if any(problems):
+                raise InputError("\n".join(p for p in problems if p))
         return plandiff.diff_stacks(bases, heads)
     if args.stack_name is not None and stack_name_problem(args.stack_name) is not None:
         raise UsageError(f"--stack-name: {stack_name_problem(args.stack_name)}")
     if args.base is None or args.head is None:
         raise UsageError("give two plan files (BASE.json HEAD.json), or --base-dir and --head-dir")
     base, head = load_plan(Path(args.base)), load_plan(Path(args.head))
+    problem = None if args.allow_different_stacks else different_stacks(base, head, args.base, args.head)
+    if problem is not None:
+        raise InputError(problem)
     return [plandiff.diff_plans(base, head, args.stack_name)]
+
+
+def different_stacks(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str) -> str | None:
+    """Why two plans are not two states of one stack, or None. Different stacks share no resource names, so their
+    diff would read as every resource deleted and created again; plandoc has checked that `stack` is a valid name."""
+    old, new = base.get("stack"), head.get("stack")
+    if old is None or new is None or old == new:
+        return None
+    return (f"{base_name} is a plan of stack {old!r} and {head_name} of stack {new!r}: a diff of two stacks shows "
+            "every resource of one deleted and every resource of the other created. Plan both sides from the same "
+            "stack, or pass --allow-different-stacks to compare them anyway")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ndfleet.cliconvention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def _key_facts(r: PlannedResource) -> str:
 
 def render_table(plan: Plan) -> str:
     from ndfleet.cost.estimate import plan_cost_lines
+    from ndfleet.monitoring.budget import plan_lines as monitoring_plan_lines
     from ndfleet.stackconfig.vms import quota_lines
 
     spec = plan.spec
@@ -80,6 +81,7 @@ def render_table(plan: Plan) -> str:
             "every subnet (set ndfleet:plannedNodes to the most nodes the stack will reach)"
         )
     lines += quota_lines(spec)
+    lines += monitoring_plan_lines(spec)
     for warning in spec.warnings:
         lines.append(f"  warning: {warning}")
     lines += plan_cost_lines(spec)
@@ -109,8 +111,6 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.program is not None:
         from ndfleet.plans.any_program import plan_program_command
 
-        if args.policies:
-            return fail(args, "--policies checks ndfleet's own plan; it does not go with --program", EXIT_USAGE)
         return plan_program_command(args)
     # Pulumi and the program load here, for the chosen command only: `ndfleet --help` stays fast.
     import pulumi
@@ -131,10 +131,7 @@ def plan_command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_table(plan))
     if args.policies:
-        from ndfleet.plans.policy_rules import evaluate_plan, format_violations, has_mandatory
+        from ndfleet.plans.policy_rules import report_policies
 
-        violations = evaluate_plan(plan.as_json())
-        print(format_violations(violations), file=sys.stderr if args.format == "json" else sys.stdout)
-        if has_mandatory(violations):
-            return EXIT_FINDINGS
+        return report_policies(plan.as_json(), sys.stderr if args.format == "json" else sys.stdout)
     return EXIT_OK

@@ -104,7 +104,8 @@ def estimate_cost(spec: ClusterSpec, price_of: PriceLookup = table_price) -> Cos
     return CostEstimate(region=spec.location, items=items)
 
 
-def _usd(value: float) -> str:
+def usd(value: float) -> str:
+    """A figure in US dollars: cents, or tenths of a cent below a dollar."""
     return f"US${value:,.2f}" if value >= 1 else f"US${value:,.3f}"
 
 
@@ -114,8 +115,8 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
     rows = []
     for item in estimate.items:
         each = item.usd_per_vm_hour
-        price = f"{_usd(each)}/h each" if each is not None else "no list price"
-        total = f"{_usd(item.usd_per_hour or 0)}/h" if each is not None else "-"
+        price = f"{usd(each)}/h each" if each is not None else "no list price"
+        total = f"{usd(item.usd_per_hour or 0)}/h" if each is not None else "-"
         when = f"{item.price.observed}" if item.price else ("spotMaxPrice" if each is not None else "")
         spot = ", Spot ceiling" if item.group.spot else ""
         rows.append((item.group.role, f"{item.group.count:,} x {item.group.vm_size}", price, total, when + spot))
@@ -127,8 +128,8 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
     if priced:
         qualifier = "the priced " if estimate.missing else ""
         lines.append(
-            f"  total ({qualifier}{priced:,} VMs): {_usd(estimate.usd_per_hour)} per hour, "
-            f"{_usd(estimate.usd_per_month)} per {HOURS_PER_MONTH}-hour month"
+            f"  total ({qualifier}{priced:,} VMs): {usd(estimate.usd_per_hour)} per hour, "
+            f"{usd(estimate.usd_per_month)} per {HOURS_PER_MONTH}-hour month"
         )
     else:
         lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
@@ -152,5 +153,5 @@ def plan_cost_lines(spec: ClusterSpec) -> list[str]:
         from ndfleet.monitoring.cost import estimate as monitoring_estimate
 
         monthly = monitoring_estimate(spec).usd_per_month
-        lines.append(f"  monitoring ingestion: about {_usd(monthly)} per 30-day month on top (docs/monitoring.md)")
+        lines.append(f"  monitoring ingestion: about {usd(monthly)} per 30-day month on top (docs/monitoring.md)")
     return lines

@@ -123,10 +123,24 @@ def _keep_regex(names: tuple[str, ...] | list[str]) -> str:
     return "|".join(re.escape(n) for n in sorted(names))
 
 
+# Mount points the filesystem collector leaves out, set explicitly: Debian's and Ubuntu's prometheus-node-exporter
+# package changes upstream's default to also leave out /mnt and /media (seen in Debian's 1.5.0 `--help`), which
+# would hide the NVMe scratch, blob and Lustre mounts (all under /mnt) from the "File systems free" panel. Left out
+# here: the pseudo file systems, /run (tmpfs; /run/user/UID comes and goes with every login and job user, a new
+# series each time) and Docker's container mounts.
+FILESYSTEM_EXCLUDE = "^/(dev|proc|run|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)"
+# Network interfaces the netdev collector leaves out, set explicitly too (Debian's package defaults to ^lo$, upstream
+# to none): loopback and Docker's bridge carry only the scrapes on the node, and the dcgm-exporter container's veth
+# gets a new name at every restart, each a new series. Left: eth0, its accelerated-networking VF and IPoIB.
+NETDEV_EXCLUDE = "^(lo|docker0|veth.+)$"
+
+
 def node_exporter_args() -> str:
     collectors = " ".join(f"--collector.{c}" for c in ex.NODE_EXPORTER_COLLECTORS)
     return (
         f"--web.listen-address={ex.NODE_EXPORTER_ADDRESS} --collector.disable-defaults {collectors} "
+        f"--collector.filesystem.mount-points-exclude={FILESYSTEM_EXCLUDE} "
+        f"--collector.netdev.device-exclude={NETDEV_EXCLUDE} "
         f"--collector.textfile.directory={ex.TEXTFILE_DIR}"
     )
 

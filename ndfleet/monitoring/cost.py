@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ndfleet_node.checks import level_ids
 
 from ndfleet.monitoring import exporters
+from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor pricing page (azure.microsoft.com/pricing/details/monitor), Metrics tab, meter "Metrics ingestion
@@ -22,16 +23,23 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec
 # the Azure Retail Prices API, docs/monitoring.md) for your region before you budget.
 USD_PER_10M_SAMPLES = 0.16
 
-# Image-dependent counts (estimates, Ubuntu 22.04 HPC image): file systems besides the stack's own mounts
-# (/, /boot, /boot/efi, /mnt, /run, /dev/shm, /run/lock, /run/user), block devices besides the NVMe disks (OS
-# disk, temporary disk, the RAID0 md device), network interfaces besides IPoIB (lo, eth0, docker0), HCAs besides
-# the profile's InfiniBand ones (the accelerated-networking mlx5_an0 the infiniband collector also reads).
-BASE_FILESYSTEMS = 8
-BASE_BLOCK_DEVICES = 3
-BASE_INTERFACES = 3
+# What the image and ndfleet's set-up add to the hardware (Ubuntu 22.04 HPC image on ND H100 v5 / H200 v5), as
+# node_exporter counts it with our flags. tests/monitoring/nd_node.py builds such a node for the real node_exporter
+# and tests/monitoring/test_series_budget.py holds every count here to what it exports.
+# - file systems: / (sda1), /boot/efi (sda15), /mnt (the temporary disk), the NVMe RAID0, plus the stack's own
+#   mounts (_per_collector). /run, /dev, /proc, /sys and Docker's mounts are excluded (agent.FILESYSTEM_EXCLUDE).
+BASE_FILESYSTEMS = 4
+# - block devices: the OS disk, the temporary disk, the provisioning DVD Azure attaches (sr0), the RAID0 md device,
+#   plus the NVMe disks; node_exporter's default filter drops partitions and loop devices.
+BASE_BLOCK_DEVICES = 4
+# - network interfaces: eth0 and its accelerated-networking VF (enP...), plus IPoIB ib0.. per InfiniBand HCA; lo,
+#   docker0 and the dcgm-exporter container's veth are excluded (agent.NETDEV_EXCLUDE).
+BASE_INTERFACES = 2
+# - HCAs besides the profile's InfiniBand ones: the accelerated-networking mlx5_an0 the infiniband collector reads.
 EXTRA_HCAS = 1
 # Every scrape target also yields up, scrape_duration_seconds, scrape_samples_scraped,
-# scrape_samples_post_metric_relabeling and scrape_series_added.
+# scrape_samples_post_metric_relabeling and scrape_series_added (Prometheus's report series; metric relabelling
+# does not apply to them).
 SERIES_PER_TARGET = 5
 SCRAPE_TARGETS = 2
 MINUTES_PER_MONTH = 60 * 24 * 30
@@ -66,7 +74,12 @@ class Cost:
 
 def _per_collector(spec: ClusterSpec) -> dict[str, int]:
     p = spec.profile
-    mounts = BASE_FILESYSTEMS + len(spec.storage.containers) + (1 if spec.storage.lustre is not None else 0)
+    mounts = (
+        BASE_FILESYSTEMS
+        + len(spec.storage.containers)
+        + (1 if spec.storage.lustre is not None else 0)
+        + (len(NFS_MOUNTS) if spec.scheduler == "slurm" else 0)  # Slurm's shared home and apps (Azure Files NFS)
+    )
     counts = {
         "cpu": p.vcpus,  # mode="idle" only
         "loadavg": 3,

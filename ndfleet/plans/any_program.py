@@ -3,8 +3,10 @@
 The program is DIR/__main__.py, run as the Pulumi CLI's Python runtime runs it: as `__main__`, from DIR (the
 working directory, and first on sys.path for the program's own modules), with the stack's config, project name
 from DIR/Pulumi.yaml. Nothing is sent anywhere: every resource is recorded with the inputs it would send the
-provider. What is printed is what the program registered and exported (an ndfleet cluster's summary, islands
-and warnings are `ndfleet plan --stack`'s: this runs programs that need not be one).
+provider. What is printed is what the program registered and exported; when the program prepared one ndfleet
+cluster (`ndfleet.prepare.prepare`, as the examples do), the plan also carries that cluster's summary, cost and
+warnings, like `ndfleet plan --stack`, and `--policies` checks it. A program that prepared none gets a plain note of
+what its plan lacks.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from typing import Any
 
 import pulumi
 
-from ndfleet.plans.build import PlannedResource, execute_program
+from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
+from ndfleet.plans.build import SCHEMA_VERSION, PlannedResource, execute_program
+from ndfleet.prepare import PreparedCluster, recording_prepared
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.stackfile import PROJECT_FILE_NAME, StackFile, StackFileError, load_stack, read_yaml
+from ndfleet.stackconfig.summary import spec_summary
 
 
 class ProgramDirError(Exception):
@@ -86,19 +92,61 @@ def render(program_dir: Path, stack: str, resources: list[PlannedResource], outp
     return "\n".join(lines) + "\n"
 
 
+def cluster_of(prepared: list[PreparedCluster]) -> tuple[ClusterSpec | None, str | None]:
+    """The one ndfleet cluster the program prepared, or None and a plain statement of what its plan then lacks."""
+    if len(prepared) == 1:
+        return prepared[0].spec, None
+    why = ("the program prepared no ndfleet cluster (ndfleet.prepare.prepare)" if not prepared else
+           f"the program prepared {len(prepared)} ndfleet clusters, and one summary cannot stand for them")
+    return None, (f"{why}: its plan carries no summary, cost or warnings. `ndfleet diff` compares its resources but "
+                  "not its cost, and takes GPUs per node from each scale set's VM size; `ndfleet policy` checks its "
+                  "resources (the policy rules read nothing else)")
+
+
+def plan_document(program_dir: Path, stack: str, resources: list[PlannedResource], outputs: dict[str, Any],
+                  spec: ClusterSpec | None) -> dict[str, Any]:
+    """The program's plan in the plan document's form (docs/plan-json.md): what `ndfleet diff` and `ndfleet policy`
+    read, with the summary and cost of the cluster it prepared (when it prepared one)."""
+    doc: dict[str, Any] = {
+        "schemaVersion": SCHEMA_VERSION,
+        "program": str(program_dir),
+        "stack": stack,
+        "resources": [r.as_json() for r in sorted(resources, key=lambda r: (r.type, r.name))],
+        "outputs": outputs,
+    }
+    if spec is not None:
+        doc["summary"] = spec_summary(spec)
+        doc["cost"] = estimate_cost(spec).as_json()
+    return doc
+
+
 def plan_program_command(args: argparse.Namespace) -> int:
     program_dir = Path(args.program)
     try:
         stack = stack_of(args, program_dir)
-        resources, outputs = run_program_dir(program_dir, stack)
+        with recording_prepared() as prepared:
+            resources, outputs = run_program_dir(program_dir, stack)
     except (ProgramDirError, StackFileError, pulumi.RunError) as error:
         from ndfleet.cliconvention import fail
 
         return fail(args, str(error))
+    spec, not_checked = cluster_of(prepared)
+    doc = plan_document(program_dir, stack.name, resources, outputs, spec)
+    warnings = [] if spec is None else list(spec.warnings)
     if args.format == "json":
-        doc = {"program": str(program_dir), "stack": stack.name, "resources": [r.as_json() for r in resources],
-               "outputs": outputs}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+        for warning in warnings:  # as `ndfleet plan --stack`: beside JSON they go to stderr
+            print(f"warning: {warning}", file=sys.stderr)
     else:
-        sys.stdout.write(render(program_dir, stack.name, resources, outputs))
+        text = render(program_dir, stack.name, resources, outputs)
+        text += "".join(["\n"] * bool(warnings) + [f"warning: {w}\n" for w in warnings])
+        if spec is not None:
+            text += "\n".join(plan_cost_lines(spec)) + "\n"
+        sys.stdout.write(text)
+    if not_checked is not None:
+        print(f"note: {not_checked}", file=sys.stderr)
+    if args.policies:
+        from ndfleet.plans.policy_rules import report_policies
+
+        return report_policies(doc, sys.stderr if args.format == "json" else sys.stdout)
     return 0

@@ -25,6 +25,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from ndfleet.cost.estimate import estimate_cost
+from ndfleet.monitoring.budget import with_workspace_warnings
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import StackFile
@@ -247,7 +248,7 @@ def _resolve(value: Any) -> Any:
 def run_plan(stack: StackFile) -> Plan:
     """Validate the stack, then run the program (`ndfleet.program.main`, which `__main__.py` calls) under the
     mock runtime. Raises SpecError before any registration."""
-    spec = load_spec(stack.ndfleet_config, stack.name)
+    spec = with_workspace_warnings(load_spec(stack.ndfleet_config, stack.name))  # and the series budget's
     # The run allocates ~10^5 short-lived objects (Outputs, futures) and frees them at the end: the cyclic
     # collector would only rescan them, which costs a quarter of the wall time of a large plan.
     gc_was_enabled = gc.isenabled()

@@ -101,9 +101,13 @@ def _str_or_null(v: Any) -> bool:
     return v is None or isinstance(v, str)
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 _KIND: dict[Check, str] = {
     _str: "a string", _int: "an integer", _bool: "true or false", _dict: "an object", _list: "a list",
-    _str_or_null: "a string or null",
+    _str_or_null: "a string or null", _number: "a number",
 }
 
 # field -> (check, required, nested object schema | None, list item schema or check | None)
@@ -112,7 +116,7 @@ Schema = dict[str, tuple[Check, bool, "Schema | None", "Schema | Check | None"]]
 SKU: Schema = {"name": (_str, False, None, None), "capacity": (_int, False, None, None),
                "tier": (_str, False, None, None)}
 OS_PROFILE: Schema = {"customData": (_str, False, None, None)}
-VM_PROFILE: Schema = {"osProfile": (_dict, False, OS_PROFILE, None)}
+VM_PROFILE: Schema = {"osProfile": (_dict, False, OS_PROFILE, None), "userData": (_str, False, None, None)}
 INPUTS: Schema = {
     "sku": (_dict, False, SKU, None),
     "tags": (_dict, False, None, None),  # values checked below: strings
@@ -140,12 +144,19 @@ SUMMARY: Schema = {
     "vcpuQuota": (_dict, False, None, None),
     "warnings": (_list, False, None, _str),
 }
+# What `ndfleet diff` reads of the plan's cost (ndfleet/cost/estimate.py writes it).
+COST: Schema = {
+    "usdPerHour": (_number, True, None, None),
+    "complete": (_bool, True, None, None),
+    "hoursPerMonth": (_int, False, None, None),
+}
 PLAN: Schema = {
     "schemaVersion": (_int, True, None, None),
     "stack": (_str, False, None, None),
     "resources": (_list, True, None, RESOURCE),
     "outputs": (_dict, False, None, None),
     "summary": (_dict, False, SUMMARY, None),
+    "cost": (_dict, False, COST, None),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from ndfleet.plans.policy_checks import (
     Check,
@@ -280,6 +280,13 @@ def format_violations(violations: Sequence[Violation]) -> str:
     mandatory = sum(1 for v in violations if v.mandatory)
     lines.append(f"policy: {mandatory} mandatory violation(s), {len(violations) - mandatory} advisory warning(s)")
     return "\n".join(lines) + "\n"
+
+
+def report_policies(plan: Mapping[str, Any], stream: TextIO) -> int:
+    """`ndfleet plan --policies` (ndfleet's plan or a program's): print the violations, 1 when one is mandatory."""
+    violations = evaluate_plan(plan)
+    print(format_violations(violations), file=stream)
+    return 1 if has_mandatory(violations) else 0
 
 
 def rules_table_markdown() -> str:

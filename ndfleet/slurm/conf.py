@@ -85,6 +85,10 @@ class SlurmSite:
     max_node_count: int
     gpus_per_node: int
     real_memory_mib: int
+    # The VM size's processor shape (profile): what a CLOUD node line declares, as `slurmd -C` reports it.
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
     health_check_interval_s: int
     # slurmdbd on the controller (AccountingStorageHost is the controller's address); False: no accounting.
     accounting: bool = True
@@ -137,10 +141,24 @@ def slurm_islands(spec: ClusterSpec) -> tuple[SlurmIsland, ...]:
 def node_attributes(feature: str, gpus_per_node: int, real_memory_mib: int) -> str:
     """What every compute node line says of a node, dynamic or CLOUD: the one place node attributes are written.
 
-    RealMemory is the validator's memory floor: a node that registers less fails validation first, and Slurm drains
-    a node that reports less memory than RealMemory. CPUs, sockets and cores are left to slurmd, which reads them
-    from the hardware."""
+    RealMemory is the profile's slurm_real_memory_mib (CycleCloud's rule, never above the validator's memory floor):
+    Slurm drains a node that reports less memory than RealMemory, and a node below the floor fails validation
+    first. The processor shape is node_shape's, on CLOUD lines only (node_lines)."""
     return f"Feature={feature} Gres=gpu:{gpus_per_node} RealMemory={real_memory_mib}"
+
+
+def node_shape(sockets: int, cores_per_socket: int, threads_per_core: int) -> str:
+    """A CLOUD node line's processor shape, as `slurmd -C` reports it: `CPUs=96 Sockets=2 CoresPerSocket=48
+    ThreadsPerCore=1`.
+
+    A CLOUD node is defined by its line alone: slurm.conf(5) defaults a missing CPUs to 1 (the product of Boards,
+    Sockets, CoresPerSocket and ThreadsPerCore, each 1 by default), and a node registering more does not raise it
+    (SchedMD src/slurmctld/node_mgr.c, validate_node_specs, only drains for less: "Low socket*core*thread count",
+    "Low CPUs"), so a job asking for more than one task per node would be refused. Dynamic nodes (`slurmd -Z`)
+    take the shape `slurmd -C` reads from the hardware unless --conf overrides it (slurmd(8), --conf): their line
+    leaves it to the hardware, so a VM that lost CPUs shows it instead of hiding it."""
+    cpus = sockets * cores_per_socket * threads_per_core
+    return f"CPUs={cpus} Sockets={sockets} CoresPerSocket={cores_per_socket} ThreadsPerCore={threads_per_core}"
 
 
 def partition_lines(islands: tuple[SlurmIsland, ...]) -> list[str]:
@@ -222,7 +240,10 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         islands=islands,
         max_node_count=max_node_count(spec.total_nodes),
         gpus_per_node=profile.gpus_per_vm,
-        real_memory_mib=profile.memory_min_gib * 1024,  # the validator's memory floor (node_attributes)
+        real_memory_mib=profile.slurm_real_memory_mib,
+        sockets=profile.sockets,
+        cores_per_socket=profile.cores_per_socket,
+        threads_per_core=profile.threads_per_core,
         health_check_interval_s=spec.slurm.health_check_interval_s,
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )
@@ -256,7 +277,8 @@ def node_lines(site: SlurmSite) -> list[str]:
     for i in site.islands:
         if i.elastic_nodes:
             lines.append(f"# Elastic island {i.name}: up to {i.nodes} CLOUD nodes, created when a job needs them.")
-            lines.append(f"NodeName={i.elastic_nodes} State=CLOUD {node_attrs(site, i)}")
+            shape = node_shape(site.sockets, site.cores_per_socket, site.threads_per_core)
+            lines.append(f"NodeName={i.elastic_nodes} State=CLOUD {shape} {node_attrs(site, i)}")
     return lines
 
 

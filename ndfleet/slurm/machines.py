@@ -300,6 +300,11 @@ def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExte
     )
 
 
+def burnin_config(spec: ClusterSpec) -> str:
+    """The controller's burn-in node JSON (BURNIN_CONFIG): the first island's, every island has the same VM size."""
+    return to_json(node_config(spec, spec.islands[0]))
+
+
 def machine_user_data(spec: ClusterSpec, role: str) -> str:
     """The controller's or a login node's VM userData (base64 JSON): the Slurm release and configuration files.
 
@@ -314,6 +319,9 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         ctx = _setup_context(spec, site, role, None)
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
         files[ELASTIC_CONFIG] = elastic_config(spec)
+        # The burn-in's node JSON holds the GPU nodes' VM-size profile (GPU model, memory, bandwidth floors, NCCL
+        # settings): here, not in customData, so a change of the GPU size never rebuilds the controller.
+        files[BURNIN_CONFIG] = burnin_config(spec)
         # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
         files.update(controller_config(spec, NODE_LIBRARY))
     doc = {"version": spec.slurm.version, "files": files}
@@ -330,8 +338,9 @@ def _gz_b64(data: bytes) -> str:
 def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
     """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit.
 
-    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts or the
-    Slurm release, which travel in userData (`machine_user_data`): customData can only change by rebuilding the VM.
+    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts, the GPU
+    nodes' VM size or the Slurm release, which travel in userData (`machine_user_data`): customData can only change
+    by rebuilding the VM.
     """
     if role not in ("controller", "login"):
         raise ValueError(f"unknown Slurm machine role {role!r}")
@@ -354,7 +363,6 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
               for path, program, what in ELASTIC_PROGRAMS),
             _unit("ndfleet-elastic.service", site, ctx),
             _unit("ndfleet-elastic.timer", site, ctx),
-            MachineFile.text(BURNIN_CONFIG, 0o644, to_json(node_config(spec, spec.islands[0]))),
             MachineFile.text("/usr/local/sbin/ndfleet-burnin", 0o755, _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),

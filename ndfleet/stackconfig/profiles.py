@@ -7,7 +7,7 @@ from here only. Figures come from the Microsoft Learn size pages and Azure/azure
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 # The NCCL environment, defined here only. The Azure HPC image's /etc/nccl.conf for ND v5 (docs/sources.md), which
 # the node's nccl.conf restates (NCCL reads /etc/nccl.conf itself; NCCL docs, "Environment Variables"):
@@ -165,6 +165,11 @@ class VmSizeProfile(BaseModel):
     name: str
     series: str
     vcpus: int
+    # The processor shape slurmd reads from the hardware (`slurmd -C`): sockets x cores per socket x threads per core
+    # = vcpus. Slurm's CLOUD node lines declare it (ndfleet/slurm/conf.py): Slurm takes a missing CPUs as 1.
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
     memory_gib: int
     # Memory the guest must see at least (the hypervisor keeps some): fail below this.
     memory_min_gib: int
@@ -195,14 +200,42 @@ class VmSizeProfile(BaseModel):
     def gpus_total_label(self) -> str:
         return f"{self.gpus_per_vm} x {self.gpu_model}"
 
+    @model_validator(mode="after")
+    def _shape_is_the_vcpus(self) -> VmSizeProfile:
+        shape = self.sockets * self.cores_per_socket * self.threads_per_core
+        if shape != self.vcpus:
+            raise ValueError(f"{self.name}: sockets x cores_per_socket x threads_per_core = {shape}, not the size's "
+                             f"{self.vcpus} vCPUs")
+        return self
+
+    @property
+    def slurm_real_memory_mib(self) -> int:
+        """RealMemory of the size's Slurm nodes (MiB): the lower of Azure CycleCloud's rule and the validator's floor.
+
+        CycleCloud keeps back max(1 GiB, 5 %) of the size's memory for the OS and caches (Azure/cyclecloud-slurm,
+        azure-slurm/slurmcc/partition.py, `to_decrement = max(1024, memory_mb * 0.05)`; its azslurm shows 1805 GiB
+        for ND96isr H100 v5). slurmctld drains a node registering less than RealMemory (dynamic nodes) or less
+        than 90 % of it (CLOUD nodes; SchedMD src/slurmctld/node_mgr.c, "Low RealMemory"), and the validator already
+        fails a node below memory_min_gib: never above that floor, so a validated node is never drained for it."""
+        memory_mib = self.memory_gib * 1024
+        cyclecloud = memory_mib - max(1024, memory_mib * 5 // 100)
+        return min(cyclecloud, self.memory_min_gib * 1024)
+
 
 _XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120)
 _IB_DEVICES = tuple(f"mlx5_ib{i}" for i in range(8))
 
+# The shape of both sizes: 96 vCPUs (Microsoft Learn, ND H100 v5 and ND H200 v5 size pages), one thread per core
+# (hyper-threading off: Azure CycleCloud's azslurm lists PCPU_COUNT 96 = VCPU_COUNT 96 for ND96isr H100 v5,
+# vanzod/ccslurm4ai#2), two sockets of 48 cores as `slurmd -C` is reported on these VMs (Sapphire Rapids); unconfirmed
+# by us on a real VM: docs/elastic.md says how to check, and what a wrong split costs (a log line, not a drain).
 H100_V5 = VmSizeProfile(
     name="Standard_ND96isr_H100_v5",
     series="ND H100 v5",
     vcpus=96,
+    sockets=2,
+    cores_per_socket=48,
+    threads_per_core=1,
     memory_gib=1900,
     memory_min_gib=1800,
     gpus_per_vm=8,
@@ -244,6 +277,9 @@ H200_V5 = VmSizeProfile(
     name="Standard_ND96isr_H200_v5",
     series="ND H200 v5",
     vcpus=96,
+    sockets=2,
+    cores_per_socket=48,
+    threads_per_core=1,
     memory_gib=1850,
     memory_min_gib=1750,
     gpus_per_vm=8,

@@ -15,6 +15,7 @@ import pytest
 from ndfleet.machine_files import COMPUTE, MachineFiles, machine_files
 from ndfleet.monitoring import exporters
 from ndfleet.monitoring.alerts import alerts, island_capacity_floor
+from ndfleet.monitoring.budget import budget as series_budget
 from ndfleet.monitoring.cost import estimate
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import USER_DATA_MAX_BYTES, validation_budget_s
@@ -139,12 +140,13 @@ def test_readme_island_split_example() -> None:
 
 def test_readme_monitoring_figures() -> None:
     cost = estimate(prepared("prod").spec)
+    holds = series_budget(prepared("prod").spec).max_nodes
     kinds = len({a.name for a in alerts(prepared("prod").spec)})
     says("README.md", f"Azure evaluates {kinds} kinds of alert")
     says(
         "README.md",
         f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
-        "samples/min for the prod stack)",
+        f"samples/min for the prod stack; one workspace holds about {holds:,} such nodes at its default limits)",
     )
 
 

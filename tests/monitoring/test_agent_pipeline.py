@@ -85,8 +85,10 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def received(tmp_path_factory: pytest.TempPathFactory, mon_spec: ClusterSpec) -> Iterator[list[dict[str, Any]]]:
-    """Every series the receiver got: [{"metric": {labels}, "value": [...]}, ...]."""
+def pipeline(
+    tmp_path_factory: pytest.TempPathFactory, mon_spec: ClusterSpec
+) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """Every series the receiver got ([{"metric": {labels}, "value": [...]}, ...]) and what node_exporter served."""
     folder = tmp_path_factory.mktemp("pipeline")
     binary = prometheus()
     dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dcgm)
@@ -115,9 +117,15 @@ def received(tmp_path_factory: pytest.TempPathFactory, mon_spec: ClusterSpec) ->
                     assert time.monotonic() < deadline, f"nothing arrived in {ARRIVAL_TIMEOUT_S} s (up jobs: {jobs})"
                     time.sleep(0.5)
                 time.sleep(2)  # one more scrape of each target lands
-                yield query(receiver_port, '{__name__=~".+"}')
+                node_body = http_get(f"http://127.0.0.1:{node_port}/metrics")
+                yield query(receiver_port, '{__name__=~".+"}'), node_body
     finally:
         dcgm.shutdown()
+
+
+@pytest.fixture(scope="module")
+def received(pipeline: tuple[list[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    return pipeline[0]
 
 
 SCRAPE_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
@@ -157,3 +165,26 @@ def test_the_dcgm_counters_file_is_what_the_stand_in_serves() -> None:
     served = {ln.split("{")[0] for ln in dcgm_exposition().splitlines() if not ln.startswith("#")}
     assert served - {NOT_KEPT} == {c.field for c in exporters.DCGM_COUNTERS}
     assert agent.DCGM_COUNTERS_PATH.endswith(".csv")
+
+
+def test_the_series_budgets_relabelling_is_what_the_agent_does(
+    pipeline: tuple[list[dict[str, Any]], str], mon_spec: ClusterSpec
+) -> None:
+    """tests/monitoring/test_series_budget.py counts series with its own implementation of the agent's rules; here
+    the real agent's output is the reference: the same series, label for label, arrive."""
+    from tests.monitoring.test_series_budget import agent_rules, parse_exposition, relabel
+
+    received, node_body = pipeline
+    added = {"job", "instance", *exporters.NODE_LABELS}  # the agent's target and external labels
+    arrived = {
+        (
+            s["metric"]["__name__"],
+            tuple(sorted((k, v) for k, v in s["metric"].items() if k not in added | {"__name__"})),
+        )
+        for s in received
+        if s["metric"]["__name__"] not in SCRAPE_SERIES
+    }
+    rules = agent_rules(mon_spec)
+    predicted = set(relabel(parse_exposition(node_body), rules["node"]))
+    predicted |= set(relabel(parse_exposition(dcgm_exposition()), rules["dcgm"]))
+    assert arrived == predicted

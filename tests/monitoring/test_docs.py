@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ndfleet.monitoring.alerts import alerts_table_markdown
+from ndfleet.monitoring.budget import budget_markdown
 from ndfleet.monitoring.cost import cost_markdown
 from ndfleet.monitoring.dashboards import panels_markdown
 from ndfleet.monitoring.exporters import exported_markdown
@@ -24,7 +25,7 @@ def prod_spec() -> ClusterSpec:
     return load_spec(prod_config(), "prod")
 
 
-@pytest.mark.parametrize("section", [alerts_table_markdown, panels_markdown, cost_markdown])
+@pytest.mark.parametrize("section", [alerts_table_markdown, panels_markdown, cost_markdown, budget_markdown])
 def test_doc_carries_the_generated_section(prod_spec: ClusterSpec, section: Callable[[ClusterSpec], str]) -> None:
     assert section(prod_spec) in DOC.read_text()
 

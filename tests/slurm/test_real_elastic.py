@@ -130,3 +130,12 @@ def test_a_resumed_node_takes_the_vms_host_name(cluster: SlurmSandbox, resumed: 
     _, recorded = resumed
     assert _status(recorded, "hostname")[0] == "0", _status(recorded, "hostname")
     assert "NodeHostName=twin-vm-00000a " in cluster.node_line(f"{ISLAND}-1")
+
+
+def test_an_elastic_node_has_every_core_of_its_vm_size(cluster: SlurmSandbox) -> None:
+    # The CLOUD line declares the size's shape (ND96isr H100 v5: 2 sockets x 48 cores, 1 thread each); without it
+    # slurmctld takes the node as 1 CPU (slurm.conf(5): CPUs defaults to the product of sockets, cores and threads).
+    line = cluster.node_line(f"{ISLAND}-3")
+    assert "CPUTot=96 " in line and "Sockets=2 " in line and "CoresPerSocket=48 " in line, line
+    assert "ThreadsPerCore=1 " in line, line
+

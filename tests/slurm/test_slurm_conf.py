@@ -23,6 +23,7 @@ from ndfleet.slurm.conf import (
 )
 from ndfleet.slurm.machines import (
     APT_PREFERENCES_PATH,
+    BURNIN_CONFIG,
     DPKG_LOCK_TIMEOUT_S,
     ROLE_PACKAGES,
     SECRET_RETRY_S,
@@ -40,7 +41,7 @@ from ndfleet.slurm.machines import (
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.problems import SpecError
-from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.profiles import PROFILES, VmSizeProfile
 from tests.conftest import base_config
 from tests.slurm.controller_library import library_modules
 
@@ -346,6 +347,13 @@ def test_scaling_changes_the_controllers_user_data_not_its_custom_data() -> None
     assert machine_user_data(small, "controller") != machine_user_data(large, "controller")
 
 
+def test_a_gpu_size_change_changes_the_controllers_user_data_not_its_custom_data() -> None:
+    h100, h200 = spec_of(vmSize="Standard_ND96isr_H100_v5"), spec_of(vmSize="Standard_ND96isr_H200_v5")
+    assert machine_bootstrap(h100, "controller").custom_data == machine_bootstrap(h200, "controller").custom_data
+    burnin = json.loads(base64.b64decode(machine_user_data(h200, "controller")))["files"][BURNIN_CONFIG]
+    assert json.loads(burnin)["vm_size"] == "Standard_ND96isr_H200_v5"
+
+
 @pytest.mark.needs_tool("cloud-init")
 def test_machine_cloud_config_passes_the_schema(prod: ClusterSpec, tmp_path: Path) -> None:
     for role in ("controller", "login"):
@@ -471,12 +479,40 @@ def elastic() -> ClusterSpec:
     )
 
 
-def test_an_elastic_island_is_cloud_nodes_with_its_feature_gpus_and_memory(elastic: ClusterSpec) -> None:
-    site = slurm_site(elastic)
+def test_an_elastic_island_is_cloud_nodes_with_the_sizes_shape_feature_gpus_and_memory(elastic: ClusterSpec) -> None:
+    # ND96isr H100 v5 (the spec's default size): 96 vCPUs = 2 sockets x 48 cores x 1 thread; RealMemory 1800 GiB, the
+    # validator's floor, below CycleCloud's 1900 GiB - 5 % = 1805 GiB. Without the shape Slurm takes the node as 1 CPU.
+    assert elastic.profile.name == "Standard_ND96isr_H100_v5"
     assert (
-        f"NodeName=gpu-[1-4] State=CLOUD Feature=island-gpu Gres=gpu:{site.gpus_per_node} "
-        f"RealMemory={site.real_memory_mib}"
+        "NodeName=gpu-[1-4] State=CLOUD CPUs=96 Sockets=2 CoresPerSocket=48 ThreadsPerCore=1 Feature=island-gpu "
+        "Gres=gpu:8 RealMemory=1843200"
     ) in conf_lines(elastic)
+
+
+@pytest.mark.parametrize(
+    ("size", "cyclecloud_mib", "floor_mib"),
+    # CycleCloud: memory - max(1 GiB, 5 %) (azure-slurm/slurmcc/partition.py); floor: the profile's memory_min_gib.
+    [("Standard_ND96isr_H100_v5", 1900 * 1024 - 97280, 1800 * 1024),
+     ("Standard_ND96isr_H200_v5", 1850 * 1024 - 94720, 1750 * 1024)],
+)  # fmt: skip
+def test_real_memory_keeps_back_at_least_what_cyclecloud_does_and_never_exceeds_the_validators_floor(
+    size: str, cyclecloud_mib: int, floor_mib: int
+) -> None:
+    profile = PROFILES[size]
+    assert profile.slurm_real_memory_mib == min(cyclecloud_mib, floor_mib)
+    assert profile.slurm_real_memory_mib <= cyclecloud_mib and profile.slurm_real_memory_mib <= floor_mib
+
+
+def test_a_profile_whose_shape_is_not_its_vcpus_is_refused() -> None:
+    with pytest.raises(ValueError, match="sockets x cores_per_socket x threads_per_core = 48, not the size's 96"):
+        VmSizeProfile.model_validate({**PROFILES["Standard_ND96isr_H100_v5"].model_dump(), "sockets": 1})
+
+
+def test_dynamic_nodes_leave_the_shape_to_the_hardware(prod: ClusterSpec) -> None:
+    # slurmd(8), --conf: CPUs, Boards, SocketsPerBoard, CoresPerSocket, ThreadsPerCore given there override what
+    # `slurmd -C` reads; ndfleet gives none, so a VM registers the shape it has.
+    conf = dynamic_node_conf(slurm_site(prod), "ib00")
+    assert not any(key in conf for key in ("CPUs=", "Sockets=", "CoresPerSocket=", "ThreadsPerCore="))
 
 
 def test_only_the_elastic_partition_suspends_its_nodes(elastic: ClusterSpec) -> None:
@@ -545,3 +581,18 @@ def test_the_controller_gets_the_elastic_settings_in_its_user_data(elastic: Clus
     files = json.loads(base64.b64decode(machine_user_data(elastic, "controller")))["files"]
     doc = json.loads(files["/etc/ndfleet/elastic.json"])
     assert doc["islands"] == {"gpu": {"scaleSet": f"{elastic.name_prefix}-gpu-vmss", "minNodes": 1, "maxNodes": 4}}
+
+
+@pytest.mark.parametrize("version", ["25.11.2", "25.11.5"])
+def test_no_topology_block_for_slurm_25_11_to_drop_powered_down_nodes_from(version: str) -> None:
+    # Slurm 25.11.0-25.11.2 remove a CLOUD node listed in topology.conf/topology.yaml from its topology when it is
+    # powered down and do not put it back (fixed in 25.11.3: SchedMD/slurm 0178580c04, ticket 24405; the workaround
+    # was `Topology=default:<block>` on the node line). ndfleet keeps jobs inside an island by partitions selected
+    # by feature and renders no topology plugin, topology file or Topology= option, for any release: docs/elastic.md.
+    islands = [{"name": "a", "nodes": 2}, {"name": "gpu", "elastic": {"maxNodes": 4}}]
+    spec = spec_of(nodes=None, islands=islands, slurm={"version": version})
+    assert spec.slurm is not None and spec.slurm.version == version
+    files = config_files(slurm_site(spec))
+    assert set(files) == {"slurm.conf", "gres.conf", "cgroup.conf"}
+    topology = [line for line in files["slurm.conf"].splitlines() if "topolog" in line.lower()]
+    assert topology == [], topology

@@ -34,6 +34,7 @@ class Machine:
     island: str | None = None
     ip: str = ""
     identity_client_id: str = ""
+    vm_size: str = ""  # the scale set's sku.name: what the hardware stand-in gives the machine (compute only)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -51,6 +52,7 @@ class ScaleSetTemplate:
     # the linked resources a new instance uses: the subnets its NICs join, the user-assigned identities it is given
     subnet_ids: tuple[str, ...] = ()
     identity_ids: tuple[str, ...] = ()
+    vm_size: str = ""  # sku.name
 
 
 @dataclass
@@ -125,6 +127,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                     for ip in nic["ipConfigurations"]
                 ),
                 identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
+                vm_size=inputs["sku"]["name"],
             )
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]
@@ -139,6 +142,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                     tags=tags,
                     island=island,
                     identity_client_id=tags.get("ndfleet:identity-client-id", ""),
+                    vm_size=inputs["sku"]["name"],
                 )
             )
     taken = {m.ip for m in machines if m.ip}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from ndfleet.stackconfig.profiles import PROFILES
 from tests.twin.conftest import STUCK_SCALE_SET
 from tests.twin.machine import TwinMachine
 from tests.twin.test_boot import BOOT_TIMEOUT_S
@@ -98,6 +99,12 @@ def submitted(twin: Twin, args: str) -> Submitted:
     return Submitted(submit(twin, args), at, wall)
 
 
+def burst_cores(twin: Twin) -> int:
+    """Cores of one burst VM: its size's shape (the profile), which the CLOUD node line declares."""
+    p = PROFILES[twin.plan.scale_sets[BURST_SCALE_SET].vm_size]
+    return p.sockets * p.cores_per_socket
+
+
 @pytest.fixture(scope="module")
 def elastic_ready(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixture
     ctl = controller(slurm_up)
@@ -131,7 +138,9 @@ def stuck_given_up(elastic_ready: Twin, stuck_job: Submitted) -> Twin:
 @pytest.fixture(scope="module")
 def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     twin = elastic_ready
-    job = submitted(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; sleep 20'")
+    # Its second step asks for every core of one node (test_a_step_on_every_core_of_a_new_node_runs): trivial tasks,
+    # so that 96 of them finish on the twin's 2-core host.
+    job = submitted(twin, f"-p {BURST} -N 2 --wrap 'srun hostname; srun -N 1 -n {burst_cores(twin)} true; sleep 20'")
     ctl = controller(twin)
     wait(twin, job.job, "the job running on new VMs",
          lambda: job_fields(ctl, job.job).get("JobState") == "RUNNING")  # fmt: skip
@@ -181,6 +190,32 @@ def test_the_job_runs_on_the_islands_nodes_each_on_its_own_vm(elastic_ready: Twi
     for n in (1, 2):
         vm = twin.machine(nodes[f"{BURST}-{n}"]["NodeHostName"])
         assert f"-N {BURST}-{n} " in vm.run("cat /etc/default/slurmd").stdout
+
+
+def test_a_step_on_every_core_of_a_new_node_runs(elastic_ready: Twin, scaled_out: Submitted) -> None:
+    """A CLOUD node is as large as its VM size (the line's CPUs/Sockets/CoresPerSocket/ThreadsPerCore): without them
+    Slurm takes it as 1 CPU and refuses a step of more tasks than that; with them but a machine that registers fewer
+    CPUs, slurmctld drains it ("Low socket*core*thread count"). The twin's VMs report the size's shape through the
+    hardware stand-in (tests/twin/twin.py hwloc_shape, fakes/hardware.c)."""
+    twin = elastic_ready
+    ctl = controller(twin)
+    cores = burst_cores(twin)
+    size = PROFILES[twin.plan.scale_sets[BURST_SCALE_SET].vm_size]
+    nodes = nodes_by_name(ctl)
+    for n in (1, 2):
+        node = nodes[f"{BURST}-{n}"]
+        shape = (size.vcpus, size.sockets, size.cores_per_socket, size.threads_per_core)
+        assert (node["CPUTot"], node["Sockets"], node["CoresPerSocket"], node["ThreadsPerCore"]) == tuple(
+            str(v) for v in shape), node  # fmt: skip
+    step = f"{scaled_out.job}.1"
+
+    def step_done() -> bool:
+        out = ctl.run(f"sacct -n -P -j {step} -o JobID,State,NTasks", check=False).stdout.split()
+        return any(line.split("|")[0] == step and line.split("|")[1] not in ("RUNNING", "PENDING") for line in out)
+
+    wait(twin, scaled_out.job, f"step {step} ended (accounting)", step_done)
+    lines = ctl.run(f"sacct -n -P -j {step} -o JobID,State,NTasks").stdout.split()
+    assert f"{step}|COMPLETED|{cores}" in lines, lines
 
 
 def test_the_job_waits_until_its_new_nodes_are_burned_in(elastic_ready: Twin, scaled_out: Submitted) -> None:

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from ndfleet.stackconfig.profiles import PROFILES
 from tests.fakes.node import build_sysroot
 from tests.twin import aptrepo, mysql, pki, releases
 from tests.twin.arm import ARM_HOST, Instance, ResourceManager, ScaleSet
@@ -61,6 +62,18 @@ def in_private_namespaces() -> str | None:
         if shutil.which(tool) is None:
             return f"the twin needs {tool}"
     return None
+
+
+def hwloc_shape(vm_size: str) -> str:
+    """The processors of a VM of this size, as hwloc (which slurmd reads them through) would find them on the VM.
+
+    `HWLOC_SYNTHETIC` makes hwloc build the topology from a description "as if hwloc_topology_set_synthetic() had
+    been called" (hwloc(7), ENVIRONMENT VARIABLES); slurmd's xcpuinfo_hwloc_topo_get (SchedMD src/slurmd/common/
+    xcpuinfo.c) counts sockets, cores and threads from it, so `slurmd -C` reports the size's shape from the profile
+    (ND96isr H100 v5: 2 x 48 x 1), not the container host's 2 cores. The hardware library (fakes/hardware.c) sets it
+    in every process of the machine and folds the VM's CPU numbers onto the host's where the kernel checks them."""
+    p = PROFILES[vm_size]
+    return f"HWLOC_SYNTHETIC=package:{p.sockets} core:{p.cores_per_socket} pu:{p.threads_per_core}"
 
 
 class Twin:
@@ -213,7 +226,8 @@ class Twin:
         }  # fmt: skip
         if m.role == "compute":
             faults = self.faults.get(m.name, "")
-            files["/opt/twin-hw/env"] = (f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n".encode(), 0o644)
+            files["/opt/twin-hw/env"] = (
+                f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n{hwloc_shape(m.vm_size)}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
             # The HPC image trusts Microsoft's key and has its product repository as a source (docs/images.md,
@@ -314,7 +328,7 @@ class Twin:
         m = Machine(
             name=inst.computer_name, role="compute", custom_data=template.custom_data,
             user_data=template.user_data, tags=template.tags, island=template.island, ip=self._free_ip(),
-            identity_client_id=template.tags.get("ndfleet:identity-client-id", ""),
+            identity_client_id=template.tags.get("ndfleet:identity-client-id", ""), vm_size=template.vm_size,
             extra={
                 "resource_group": template.resource_group,
                 "vm_name": f"{template.name}_{inst.instance_id}",

@@ -13,6 +13,8 @@ from typing import Any
 
 from ndfleet_node.names import TAG_ELASTIC
 
+from ndfleet.azure.text import terminal_safe
+from ndfleet.plans.plandiff import bundle
 from ndfleet.plans.plandiff.resources import (
     DATA_HOLDING_TYPES,
     HASH_PREFIX_CHARS,
@@ -23,7 +25,9 @@ from ndfleet.plans.plandiff.resources import (
     MISSING,
     SEVERITY_RANK,
     Consequence,
+    CostChange,
     IslandCapacity,
+    PlanCost,
     PropertyChange,
     ResourceChange,
     StackDiff,
@@ -131,11 +135,10 @@ def bootstrap_diff(old: Any, new: Any) -> list[str]:
     a, b = decode_bootstrap(old), decode_bootstrap(new)
     if a is None and b is None:
         return []
-    return list(
-        difflib.unified_diff(
-            (a or "").splitlines(), (b or "").splitlines(), "base/customData", "head/customData", n=0, lineterm=""
-        )
+    lines = difflib.unified_diff(
+        (a or "").splitlines(), (b or "").splitlines(), "base/customData", "head/customData", n=0, lineterm=""
     )
+    return [terminal_safe(line, limit=bundle.MAX_LINE_CHARS, squeeze=False) for line in lines]
 
 
 def _compact(value: Any) -> str:
@@ -157,6 +160,9 @@ def format_value(value: Any, path: str = "") -> str:
     digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_PREFIX_CHARS]
     decoded = decode_bootstrap(value) if path.endswith("customData") else None
     extra = f", {len(decoded.encode())} bytes decoded" if decoded is not None else ""
+    files = bundle.decode_bundle(value) if bundle.is_user_data(path) else None
+    if files is not None:
+        extra = f", {len(files) - 1} files decoded"
     return f"<{len(text.encode())} bytes{extra}, sha256 {digest}>"
 
 
@@ -215,7 +221,7 @@ def short_type(rtype: str) -> str:
 def _capacity_and_island_consequences(
     base: Mapping[str, Any] | None,
     head: Mapping[str, Any] | None,
-    replaced: set[tuple[str, str]],
+    replaced: frozenset[tuple[str, str]],
 ) -> tuple[list[IslandCapacity], list[Consequence]]:
     old_idx, new_idx = _index(base), _index(head)
     keys = sorted({k for k in (*old_idx, *new_idx) if k[0] == VMSS_TYPE})
@@ -268,6 +274,10 @@ def _describe(prop: PropertyChange) -> str:
             added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
             removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
             return f"{prop.path}: bootstrap {added} lines added, {removed} removed"
+    if bundle.is_user_data(prop.path):
+        described = bundle.describe(prop.old, prop.new)
+        if described is not None:
+            return f"{prop.path}: {described}"
     return f"{prop.path}: {format_value(prop.old, prop.path)} -> {format_value(prop.new, prop.path)}"
 
 
@@ -323,7 +333,7 @@ def _under(resource_id: str, scope: str) -> bool:
 
 
 def _locked_consequences(
-    changes: Sequence[ResourceChange], replaced: set[tuple[str, str]], base: Mapping[str, Any] | None
+    changes: Sequence[ResourceChange], replaced: frozenset[tuple[str, str]], base: Mapping[str, Any] | None
 ) -> list[Consequence]:
     """A delete or replace that a lock of the base plan blocks: say so, and how to proceed. A lock that the same
     change deletes is left out: Pulumi deletes it before what it guards (it depends on it), and `lock-removed`
@@ -353,6 +363,17 @@ def _locked_consequences(
     return out
 
 
+def replaced_keys(changes: Sequence[ResourceChange]) -> frozenset[tuple[str, str]]:
+    """The updated resources that a `replace` rule of the table fires on: Azure or Pulumi deletes and recreates
+    them. The one rule behind both the replace count and the consequences that say "recreated"."""
+    return frozenset(
+        ch.key
+        for ch in changes
+        if ch.op == "update"
+        and any((rule := _rule_for(ch.type, prop)) is not None and rule.effect == "replace" for prop in ch.properties)
+    )
+
+
 def consequences_for(
     changes: Sequence[ResourceChange],
     base: Mapping[str, Any] | None = None,
@@ -360,7 +381,7 @@ def consequences_for(
 ) -> tuple[tuple[Consequence, ...], tuple[IslandCapacity, ...]]:
     """The consequences of `changes` (and the per-island capacity), most severe first."""
     out: list[Consequence] = []
-    replaced: set[tuple[str, str]] = set()
+    replaced = replaced_keys(changes)
     for ch in changes:
         if ch.op == "update":
             grouped: dict[str, tuple[ConsequenceRule, list[PropertyChange]]] = {}
@@ -368,8 +389,6 @@ def consequences_for(
                 rule = _rule_for(ch.type, prop)
                 if rule is None:
                     continue
-                if rule.effect == "replace":
-                    replaced.add(ch.key)
                 if rule.grouped:
                     grouped.setdefault(rule.id, (rule, []))[1].append(prop)
                     continue
@@ -409,6 +428,9 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
     if base is None and head is None:
         raise ValueError("diff_plans needs at least one plan")
     name = stack or str((head or base or {}).get("stack") or "stack")
+    old_name, new_name = (base or {}).get("stack"), (head or {}).get("stack")
+    if stack is None and old_name and new_name and old_name != new_name:  # `ndfleet diff --allow-different-stacks`
+        name = f"{old_name} -> {new_name}"
     old_idx, new_idx = _index(base), _index(head)
     changes: list[ResourceChange] = []
     for key in sorted(set(old_idx) | set(new_idx)):
@@ -430,7 +452,20 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
                 changes.append(ResourceChange(key[0], key[1], "update", props, old_p, new_p))
     consequences, capacity = consequences_for(changes, base, head)
     outputs = diff_values((base or {}).get("outputs") or {}, (head or {}).get("outputs") or {})
-    return StackDiff(name, tuple(changes), consequences, capacity, outputs, base is not None, head is not None)
+    cost = CostChange(plan_cost(base), plan_cost(head))
+    return StackDiff(name, tuple(changes), consequences, capacity, outputs, base is not None, head is not None,
+                     replaced_keys(changes), cost)
+
+
+def plan_cost(plan: Mapping[str, Any] | None) -> PlanCost | None:
+    """The plan's VM cost per hour (its `cost.usdPerHour`, which plandoc checked is a finite number); None when the
+    plan has none. A stack on one side only costs nothing on the other."""
+    if plan is None:
+        return PlanCost(0.0, True)
+    cost = plan.get("cost")
+    if not isinstance(cost, Mapping) or not isinstance(cost.get("usdPerHour"), (int, float)):
+        return None
+    return PlanCost(float(cost["usdPerHour"]), cost.get("complete") is True)
 
 
 def diff_stacks(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ndfleet.cost.estimate import HOURS_PER_MONTH, usd
+from ndfleet.plans.plandiff.bundle import bundle_diff, is_user_data
 from ndfleet.plans.plandiff.compare import bootstrap_diff, format_value, short_type
 from ndfleet.plans.plandiff.resources import (
     MARKDOWN_MARKER,
     MARKDOWN_MAX_CHARS,
     SEVERITY_RANK,
+    PlanCost,
     ResourceChange,
     StackDiff,
 )
@@ -17,7 +20,8 @@ from ndfleet.plans.plandiff.resources import (
 # Rendering
 
 
-_OP_SIGN = {"create": "+", "delete": "-", "update": "~"}
+# "+-" for a replacement, as `pulumi preview` marks one.
+_OP_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
 _SEVERITY_MD = {"danger": ":stop_sign: danger", "warning": ":warning: warning", "info": ":information_source: info"}
 
 
@@ -28,10 +32,36 @@ def _counts(d: StackDiff) -> str:
         return f"stack removed, {d.count('delete')} to delete"
     if d.empty:
         return "no changes"
-    parts = [f"{d.count('create')} to create", f"{d.count('update')} to update", f"{d.count('delete')} to delete"]
+    parts = [f"{d.count(op)} to {op}" for op in ("create", "update", "replace", "delete")]
     if d.outputs:
         parts.append(f"{len(d.outputs)} output changes")
     return ", ".join(parts)
+
+
+def _signed(value: float) -> str:
+    return ("+" if value >= 0 else "-") + usd(abs(value))
+
+
+def cost_line(d: StackDiff) -> str:
+    """What the change does to the VMs' cost (the plans' `cost`, ndfleet/cost/estimate.py): per hour and per month
+    of HOURS_PER_MONTH hours, or a plain statement of why it is not compared."""
+    old, new = d.cost.old, d.cost.new
+    if old is None or new is None:
+        sides = [side for side, c in (("base", old), ("head", new)) if c is None]
+        return (f"cost: not compared: the {' and '.join(sides)} plan{'s carry' if len(sides) == 2 else ' carries'} "
+                "no cost (a program plan without an ndfleet cluster, or a plan from an older ndfleet)")
+    if not (old.complete and new.complete):
+        # A total that leaves out VMs without a price is no figure to subtract: no change is given.
+        def side(c: PlanCost) -> str:
+            return usd(c.usd_per_hour) + ("" if c.complete else " (priced VMs only)") if c.usd_per_hour else "unknown"
+
+        return (f"cost (VMs, list price): {side(old)} -> {side(new)} per hour; incomplete: a VM size has no list "
+                "price in the region, so no change is given (`ndfleet cost`)")
+    delta = new.usd_per_hour - old.usd_per_hour
+    return (f"cost (VMs, list price): {usd(old.usd_per_hour)} -> {usd(new.usd_per_hour)} per hour "
+            f"({_signed(delta)}), {usd(old.usd_per_hour * HOURS_PER_MONTH)} -> "
+            f"{usd(new.usd_per_hour * HOURS_PER_MONTH)} per {HOURS_PER_MONTH}-hour month "
+            f"({_signed(delta * HOURS_PER_MONTH)})")
 
 
 def summary_line(diffs: Sequence[StackDiff]) -> str:
@@ -60,7 +90,7 @@ def _changed_paths(ch: ResourceChange, limit: int = 6) -> str:
 def _md_details(d: StackDiff) -> list[str]:
     lines = [f"<details><summary>Details: {d.stack} ({len(d.changes)} resources)</summary>", ""]
     for ch in d.changes:
-        lines.append(f"**{_OP_SIGN[ch.op]} {_md_cell(ch.name)}** ({_md_code(ch.type)})")
+        lines.append(f"**{_OP_SIGN[d.op_of(ch)]} {_md_cell(ch.name)}** ({_md_code(ch.type)})")
         lines.append("")
         if ch.op == "update":
             lines += ["| property | base | head |", "|---|---|---|"]
@@ -76,6 +106,11 @@ def _md_details(d: StackDiff) -> list[str]:
                     if bdiff:
                         fence = "~~~~" if any("```" in line for line in bdiff) else "```"
                         lines += ["Bootstrap changes (decoded customData):", "", fence + "diff", *bdiff, fence, ""]
+                if is_user_data(p.path):
+                    udiff = bundle_diff(p.old, p.new)
+                    if udiff:
+                        fence = "~~~~" if any("```" in line for line in udiff) else "```"
+                        lines += ["Node bundle changes (decoded userData):", "", fence + "diff", *udiff, fence, ""]
     if d.outputs:
         lines += ["**Stack outputs**", "", "| output | base | head |", "|---|---|---|"]
         for p in d.outputs:
@@ -99,6 +134,9 @@ def render_markdown(diffs: Sequence[StackDiff], *, max_chars: int = MARKDOWN_MAX
 
 def _markdown(diffs: Sequence[StackDiff], *, details: bool, title: str) -> str:
     lines = [MARKDOWN_MARKER, f"## {title or 'ndfleet plan diff'}", "", f"**{_md_cell(summary_line(diffs))}**", ""]
+    lines += [f"- {_md_cell(d.stack)}: {_md_cell(cost_line(d))}" for d in diffs if not d.empty or d.cost.changed]
+    if lines[-1] != "":
+        lines.append("")
     cons = [(d.stack, c) for d in diffs for c in d.consequences]
     cons.sort(key=lambda sc: SEVERITY_RANK[sc[1].severity])
     if cons:
@@ -126,7 +164,7 @@ def _markdown(diffs: Sequence[StackDiff], *, details: bool, title: str) -> str:
         lines += ["| | type | name | changed properties |", "|---|---|---|---|"]
         for ch in d.changes:
             lines.append(
-                f"| {_OP_SIGN[ch.op]} {ch.op} | {_md_code(short_type(ch.type))} | {_md_code(ch.name)} | "
+                f"| {_OP_SIGN[d.op_of(ch)]} {d.op_of(ch)} | {_md_code(short_type(ch.type))} | {_md_code(ch.name)} | "
                 f"{_md_cell(_changed_paths(ch))} |"
             )
         lines.append("")
@@ -137,7 +175,8 @@ def _markdown(diffs: Sequence[StackDiff], *, details: bool, title: str) -> str:
 
 def render_text(diffs: Sequence[StackDiff]) -> str:
     """The same content for a terminal."""
-    lines = [summary_line(diffs), ""]
+    costs = [f"  [{d.stack}] {cost_line(d)}" for d in diffs if not d.empty or d.cost.changed]
+    lines = [summary_line(diffs), *costs, ""]
     cons = [(d.stack, c) for d in diffs for c in d.consequences]
     cons.sort(key=lambda sc: SEVERITY_RANK[sc[1].severity])
     if cons:
@@ -157,11 +196,13 @@ def render_text(diffs: Sequence[StackDiff]) -> str:
     for d in diffs:
         lines.append(f"== stack {d.stack}: {_counts(d)}")
         for ch in d.changes:
-            lines.append(f"  {_OP_SIGN[ch.op]} {ch.type} {ch.name}")
+            lines.append(f"  {_OP_SIGN[d.op_of(ch)]} {ch.type} {ch.name}")
             for p in ch.properties:
                 lines.append(f"      {p.path}: {format_value(p.old, p.path)} -> {format_value(p.new, p.path)}")
                 if p.path.endswith("customData"):
                     lines += [f"        {line}" for line in bootstrap_diff(p.old, p.new)]
+                if is_user_data(p.path):
+                    lines += [f"        {line}" for line in bundle_diff(p.old, p.new)]
         for p in d.outputs:
             lines.append(f"  output {p.path}: {format_value(p.old)} -> {format_value(p.new)}")
         lines.append("")

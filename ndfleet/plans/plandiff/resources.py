@@ -136,6 +136,28 @@ class IslandCapacity:
 
 
 @dataclass(frozen=True)
+class PlanCost:
+    """A plan's `cost` (ndfleet/cost/estimate.py wrote it): the priced VMs per hour, and whether all had a price."""
+
+    usd_per_hour: float
+    complete: bool
+
+
+@dataclass(frozen=True)
+class CostChange:
+    old: PlanCost | None  # None: that plan carries no cost (a program plan without an ndfleet cluster, an old plan)
+    new: PlanCost | None
+
+    @property
+    def known(self) -> bool:
+        return self.old is not None and self.new is not None
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+
+@dataclass(frozen=True)
 class StackDiff:
     stack: str
     changes: tuple[ResourceChange, ...]
@@ -144,9 +166,16 @@ class StackDiff:
     outputs: tuple[PropertyChange, ...] = ()
     in_base: bool = True
     in_head: bool = True
+    # Updated resources that a replace rule fires on (compare.replaced_keys): counted and shown as replacements.
+    replaced: frozenset[tuple[str, str]] = frozenset()
+    cost: CostChange = CostChange(None, None)
+
+    def op_of(self, change: ResourceChange) -> str:
+        """create | update | replace | delete: an update that a replace rule fires on is a replacement."""
+        return "replace" if change.op == "update" and change.key in self.replaced else change.op
 
     def count(self, op: str) -> int:
-        return sum(1 for c in self.changes if c.op == op)
+        return sum(1 for c in self.changes if self.op_of(c) == op)
 
     @property
     def empty(self) -> bool:

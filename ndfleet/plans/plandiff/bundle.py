@@ -1,0 +1,137 @@
+"""The files in a plan's `userData`, decoded so that a diff shows the lines that change in the files a machine
+receives (slurm.conf's `MaxNodeCount=10` -> `MaxNodeCount=12`), not two hashes. Two forms: a compute node's bundle
+(ndfleet/nodefiles/nodebundle.py packs it: base64 of xz of a JSON list of files) and a Slurm machine's
+configuration (ndfleet/slurm/machines.py: base64 of JSON {"version", "files"}).
+
+A plan from disk is untrusted: `nodebundle.unpack` stops decompressing at its bound (4 MiB; a bundle is about
+200 KB), every line shown is made terminal-safe (ndfleet/azure/text.py) and cut at `MAX_LINE_CHARS`, and a bundle
+diff is cut at `MAX_DIFF_LINES` lines, saying how many more there were.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import difflib
+import functools
+import hashlib
+import json
+from typing import Any
+
+from ndfleet.azure.text import terminal_safe
+from ndfleet.nodefiles.nodebundle import BundleError, unpack
+
+USER_DATA_KEY = "userData"
+# The activation commands are part of the bundle; shown as a file of this name, one command a line.
+ACTIVATE_ENTRY = "(activate)"
+# A Slurm machine's userData names the Slurm release it installs; shown as a file of this name.
+RELEASE_ENTRY = "(slurm release)"
+# Azure takes at most 64 KB of userData, 87,384 characters of base64 (nodebundle.USER_DATA_MAX_BYTES): a longer
+# value is not one ndfleet wrote and is not decoded.
+MAX_USER_DATA_CHARS = 87_384
+MAX_DIFF_LINES = 400
+MAX_LINE_CHARS = 300
+
+
+def is_user_data(path: str) -> bool:
+    return path == USER_DATA_KEY or path.endswith("." + USER_DATA_KEY)
+
+
+def decode_bundle(value: Any) -> dict[str, bytes] | None:
+    """The files a userData value carries, by path: a compute node's bundle (and its activation commands) or a
+    Slurm machine's configuration (and its Slurm release); None when `value` is neither. Do not modify the result."""
+    if not isinstance(value, str) or not value:
+        return None
+    return _decode(value)
+
+
+# One diff reads each changed userData several times (its size, its consequence, its lines): decoded once.
+@functools.lru_cache(maxsize=16)
+def _decode(value: str) -> dict[str, bytes] | None:
+    try:
+        files, activate = unpack(value)
+    except BundleError:
+        return _machine_files(value)
+    out = {f.path: f.data for f in files}
+    out[ACTIVATE_ENTRY] = "\n".join(" ".join(argv) for argv in activate).encode()
+    return out
+
+
+def _machine_files(value: str) -> dict[str, bytes] | None:
+    """A Slurm controller's or login node's userData: base64 of JSON {"version": release, "files": {path: text}}
+    (ndfleet/slurm/machines.py, `machine_user_data`, writes it; tests/test_plandiff_bundle.py reads its output)."""
+    if len(value) > MAX_USER_DATA_CHARS:
+        return None
+    try:
+        doc = json.loads(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError, RecursionError):
+        return None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    out = {path: text.encode() for path, text in files.items()}
+    out[RELEASE_ENTRY] = str(doc.get("version", "")).encode()
+    return out
+
+
+def _text(data: bytes | None) -> str | None:
+    """The file as text; None for a binary file (the node program's zipapp)."""
+    if data is None:
+        return ""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _digest(data: bytes | None) -> str:
+    return "(absent)" if data is None else f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:12]}"
+
+
+def _label(side: str, path: str) -> str:
+    return f"{side}{path}" if path.startswith("/") else f"{side}/{path}"
+
+
+def changed_files(old: Any, new: Any) -> list[str] | None:
+    """Paths of the bundle files that differ; None when neither side is a bundle."""
+    a, b = decode_bundle(old), decode_bundle(new)
+    if a is None and b is None:
+        return None
+    a, b = a or {}, b or {}
+    return [path for path in sorted(set(a) | set(b)) if a.get(path) != b.get(path)]
+
+
+def bundle_diff(old: Any, new: Any) -> list[str]:
+    """The changed lines of every changed file of the bundle, as a unified diff without context (a binary file as
+    its size and sha256 before and after); [] when neither side is a bundle. Terminal-safe and bounded."""
+    a, b = decode_bundle(old), decode_bundle(new)
+    if a is None and b is None:
+        return []
+    a, b = a or {}, b or {}
+    lines: list[str] = []
+    for path in sorted(set(a) | set(b)):
+        da, db = a.get(path), b.get(path)
+        if da == db:
+            continue
+        ta, tb = _text(da), _text(db)
+        if ta is None or tb is None:
+            lines.append(f"~ {path}: binary, {_digest(da)} -> {_digest(db)}")
+            continue
+        lines += difflib.unified_diff(
+            ta.splitlines(), tb.splitlines(), _label("base", path), _label("head", path), n=0, lineterm=""
+        )
+    shown = [terminal_safe(line, limit=MAX_LINE_CHARS, squeeze=False) for line in lines[:MAX_DIFF_LINES]]
+    if len(lines) > MAX_DIFF_LINES:
+        shown.append(f"... {len(lines) - MAX_DIFF_LINES} more lines (`ndfleet render` writes the whole bundle)")
+    return shown
+
+
+def describe(old: Any, new: Any) -> str | None:
+    """`node bundle: 2 files change (etc/slurm/slurm.conf, ...)`, or None when neither side is a bundle."""
+    files = changed_files(old, new)
+    if files is None:
+        return None
+    shown = ", ".join(terminal_safe(f, limit=80) for f in files[:4]) + (", ..." if len(files) > 4 else "")
+    return f"node bundle: {len(files)} file{'s' if len(files) != 1 else ''} change ({shown})"
