@@ -1,8 +1,9 @@
 """The `ndfleet` command: what Pulumi does not do (offline plan, plan diffs, bootstraps, policies, preflight).
 
 Each subcommand lives in its own module under ndfleet/commands/, which exposes `register(subparsers)`;
-the registered handler returns the process exit code. Errors the user can fix are printed as one clear message,
-never a traceback.
+the registered handler returns the process exit code. Exit codes, the error prefix and JSON errors follow one
+convention (ndfleet/cliconvention.py, docs/cli.md): errors the user can fix are one clear message, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+
+from ndfleet.cliconvention import EXIT_INTERRUPTED, Parser, leaf_parsers
 
 # Module per subcommand, in the order `ndfleet --help` lists them. Each imports only the standard library at
 # module level (Pulumi, the Azure SDK, pydantic and Jinja2 load inside its handler): building the parser for
@@ -40,7 +43,7 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ndfleet",
         description="Offline plans, plan diffs, node bootstraps, policies and Azure preflight for ND H100 v5 / "
         "ND H200 v5 training clusters. Deploy with `pulumi up`.",
@@ -49,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    for leaf in leaf_parsers(parser):  # each command knows its name as typed, for its error prefix
+        leaf.set_defaults(prog=leaf.prog)
     return parser
 
 
@@ -59,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
     return code

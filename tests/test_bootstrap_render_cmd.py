@@ -6,6 +6,7 @@ import base64
 import gzip
 
 from ndfleet.cli import main
+from ndfleet.commands import render
 from ndfleet.nodefiles import bootstrap
 from ndfleet.nodefiles.bootstrap import render_output_files
 from ndfleet.prepare import bootstrap_extensions
@@ -79,12 +80,13 @@ def test_islands_that_differ_get_their_own_folder(tmp_path):
 
 def test_each_machine_kind_gets_its_folder(tmp_path):
     assert main(["render", "--stack", "prod", "--out", str(tmp_path)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["compute", "slurm-controller", "slurm-login"]
+    # and the manifest of what render wrote (docs/cli.md: a later render removes what this one no longer writes)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [render.MANIFEST, "compute", "slurm-controller", "slurm-login"]
 
 
 def test_a_stack_without_slurm_has_only_compute_nodes(tmp_path):
     assert main(["render", "--stack", "h200", "--out", str(tmp_path)]) == 0
-    assert [p.name for p in tmp_path.iterdir()] == ["compute"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [render.MANIFEST, "compute"]
 
 
 def test_slurm_machine_scripts_keep_their_modes(tmp_path):
@@ -101,16 +103,16 @@ def test_output_says_what_was_written(tmp_path, capsys):
     assert "customData" in out and "userData" in out and "validate-node" in out
 
 
-def test_bad_config_exits_1_with_the_spec_message(tmp_path, capsys):
+def test_bad_config_exits_2_with_the_spec_message(tmp_path, capsys):
     stack_file = tmp_path / "Pulumi.broken.yaml"
     stack_file.write_text("config:\n  ndfleet:location: eastus\n  ndfleet:nodes: 0\n")
-    assert main(["render", "--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 1
+    assert main(["render", "--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "ndfleet:nodes" in err and "ndfleet:sshPublicKey is required" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
 
 
-def test_unknown_stack_exits_1(tmp_path, capsys):
-    assert main(["render", "--stack", "no-such-stack", "--out", str(tmp_path)]) == 1
+def test_unknown_stack_exits_2(tmp_path, capsys):
+    assert main(["render", "--stack", "no-such-stack", "--out", str(tmp_path)]) == 2
     assert "no-such-stack" in capsys.readouterr().err

@@ -13,8 +13,9 @@ MAX_LINES = 500
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images"),  # the configuration model; reading bounded
     # input files; what Azure's images hold (the image contracts)
-    ("ndfleet.nodefiles", "ndfleet.azure"),  # what is rendered for a node; reading Azure (clouds, credentials,
-    # the one bounded HTTP transport): below every reader of Azure (cost, preflight, status, the commands)
+    ("ndfleet.nodefiles", "ndfleet.azure", "ndfleet.cliconvention"),  # what is rendered for a node; reading Azure
+    # (clouds, credentials, the one bounded HTTP transport): below every reader of Azure (cost, preflight, status,
+    # the commands); the command line's exit codes and error prefix, used by every module that prints for a command
     ("ndfleet.slurm", "ndfleet.monitoring", "ndfleet.cost"),  # their files and settings, on top of the node's;
     # what the VMs cost
     ("ndfleet.prepare", "ndfleet.machine_files", "ndfleet.stackload"),  # the one prepare step every command and

@@ -78,7 +78,7 @@ def test_stack_file_option_reads_any_file(tmp_path: Path, capsys: pytest.Capture
     assert plan["stack"] == "mine" and plan["summary"]["nodes"] == 5
 
 
-def test_bad_config_exits_1_with_the_message_and_no_traceback(
+def test_bad_config_exits_2_with_the_message_and_no_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "Pulumi.bad.yaml"
@@ -92,14 +92,14 @@ def test_bad_config_exits_1_with_the_message_and_no_traceback(
             }
         )
     )
-    assert main(["plan", "--stack-file", str(path)]) == 1
+    assert main(["plan", "--stack-file", str(path)]) == 2
     captured = capsys.readouterr()
     assert "ndfleet:vnetAddressSpace = '172.16.0.0/16': overlaps 172.16.0.0/16" in captured.err
     assert "Traceback" not in captured.err and captured.out == ""
 
 
 def test_unknown_stack_lists_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--stack", "nope"]) == 1
+    assert main(["plan", "--stack", "nope"]) == 2
     assert "known stacks: " in capsys.readouterr().err
 
 

@@ -94,7 +94,7 @@ def test_diff_of_two_files_prints_text(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_diff_markdown_to_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = write(tmp_path / "a.json", load()), write(tmp_path / "b.json", modified())
-    code, out, _ = run(capsys, str(a), str(b), "--format", "markdown", "--output", str(tmp_path / "c.md"))
+    code, out, _ = run(capsys, str(a), str(b), "--format", "markdown", "--out", str(tmp_path / "c.md"))
     assert code == 0 and out == ""
     assert (tmp_path / "c.md").read_text().startswith(plandiff.MARKDOWN_MARKER)
 
@@ -140,15 +140,15 @@ def test_missing_plan_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "plan file not found" in err
 
 
-def test_one_file_only_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_file_only_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, str(write(tmp_path / "a.json", load())))
-    assert code == 2 and "give two plan files" in err
+    assert code == 64 and "give two plan files" in err
 
 
-def test_files_and_folders_together_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_files_and_folders_together_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = str(write(tmp_path / "a.json", load()))
     code, _, err = run(capsys, a, a, "--base-dir", str(tmp_path), "--head-dir", str(tmp_path))
-    assert code == 2 and "not both" in err
+    assert code == 64 and "not both" in err
 
 
 def test_empty_folders_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -526,7 +526,7 @@ def test_no_credentials_exits_2_within_seconds(
     err = capsys.readouterr().err
     assert code == 2
     assert elapsed < 5
-    assert err.startswith("could not check: no usable Azure credentials for AzureCloud")
+    assert err.startswith("ndfleet preflight: error: could not check: no usable Azure credentials for AzureCloud")
 
 
 def test_managed_identity_is_left_out_unless_wanted() -> None:

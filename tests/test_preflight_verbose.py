@@ -29,14 +29,14 @@ def test_credential_error_is_one_line_naming_the_fixes(
     no_credentials: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (line,) = preflight_stderr(no_credentials, capsys).splitlines()
-    assert line.startswith("could not check: no usable Azure credentials for AzureCloud")
+    assert line.startswith("ndfleet preflight: error: could not check: no usable Azure credentials for AzureCloud")
     for fix in ("`az login`", "AZURE_CLIENT_ID", "NDFLEET_MANAGED_IDENTITY=true", "--verbose"):
         assert fix in line
 
 
 def test_verbose_adds_what_each_credential_said(no_credentials: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first, *details = preflight_stderr(no_credentials, capsys, "--verbose").splitlines()
-    assert first.startswith("could not check: no usable Azure credentials for AzureCloud")
+    assert first.startswith("ndfleet preflight: error: could not check: no usable Azure credentials for AzureCloud")
     assert details[0] == "azure-identity said:"
     assert any(line.strip().startswith("- EnvironmentCredential:") for line in details)
     assert any(line.strip().startswith("- AzureCliCredential:") for line in details)

@@ -46,7 +46,7 @@ def test_a_symlinked_island_folder_is_refused(tmp_path: Path, capsys: pytest.Cap
     (out / "compute").mkdir(parents=True)
     (out / "compute" / "ib00").symlink_to(outside, target_is_directory=True)
     # 150 nodes: two islands that render differently, so each gets its own folder.
-    assert main(["render", "--stack-file", str(stack_file(tmp_path, nodes=150)), "--out", str(out)]) == 1
+    assert main(["render", "--stack-file", str(stack_file(tmp_path, nodes=150)), "--out", str(out)]) == 2
     assert list(outside.iterdir()) == []
     err = capsys.readouterr().err
     assert "ib00 is a symbolic link or not a folder; refusing to write through it; nothing was written" in err
@@ -72,7 +72,7 @@ def test_a_full_disk_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(render_cmd, "_write_bytes", full_disk)
     changed = stack_file(tmp_path, health={"validationLevel": "quick"})
-    assert main(["render", "--stack-file", str(changed), "--out", str(out)]) == 1
+    assert main(["render", "--stack-file", str(changed), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "No space left on device; nothing was written" in err and "Traceback" not in err
     assert snapshot(out) == before  # old files intact, no temporary or half-written file left
@@ -84,7 +84,7 @@ def test_a_symlinked_machine_kind_folder_is_refused(tmp_path: Path, capsys: pyte
     out = tmp_path / "out"
     out.mkdir()
     (out / "compute").symlink_to(outside, target_is_directory=True)
-    assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 1
+    assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 2
     assert list(outside.iterdir()) == []
     assert "compute is a symbolic link or not a folder" in capsys.readouterr().err
 
@@ -95,7 +95,7 @@ def test_a_full_disk_on_a_fresh_folder_leaves_it_empty(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(render_cmd, "_write_bytes", full_disk)
     out = tmp_path / "fresh"
-    assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 1
+    assert main(["render", "--stack-file", str(stack_file(tmp_path)), "--out", str(out)]) == 2
     assert list(out.iterdir()) == []
 
 
@@ -114,7 +114,7 @@ def test_a_stack_name_from_a_file_name_is_checked_before_any_template(
     path.write_text(stack_file(tmp_path).read_text())
     out = tmp_path / "out"
     for argv in (["render", "--stack-file", str(path), "--out", str(out)], ["plan", "--stack-file", str(path)]):
-        assert main(argv) == 1
+        assert main(argv) == 2
         err = capsys.readouterr().err
         assert "is not valid: 1-100 characters: letters, digits, '-', '_' or '.'" in err
     assert not out.exists()
@@ -122,14 +122,14 @@ def test_a_stack_name_from_a_file_name_is_checked_before_any_template(
 
 @pytest.mark.parametrize("name", ["../etc/x", "a\nb", "x" * 101])
 def test_a_stack_name_from_the_command_line_is_checked(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--stack", name]) == 1
+    assert main(["plan", "--stack", name]) == 2
     assert "--stack: stack name" in capsys.readouterr().err
 
 
 def test_a_key_written_twice_in_a_stack_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = stack_file(tmp_path)
     path.write_text(path.read_text() + "  ndfleet:nodes: 4\n")
-    assert main(["plan", "--stack-file", str(path)]) == 1
+    assert main(["plan", "--stack-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert "key 'ndfleet:nodes' is written twice (lines" in err and "keep one" in err
 
@@ -137,12 +137,12 @@ def test_a_key_written_twice_in_a_stack_file_is_refused(tmp_path: Path, capsys: 
 def test_a_huge_stack_file_is_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "Pulumi.big.yaml"
     path.write_text("config:\n  ndfleet:tags:\n" + "".join(f"    t{i}: {'x' * 60}\n" for i in range(20_000)))
-    assert main(["plan", "--stack-file", str(path)]) == 1
+    assert main(["plan", "--stack-file", str(path)]) == 2
     assert "is larger than 1024 KiB: not a stack file" in capsys.readouterr().err
 
 
 def test_a_key_with_and_without_its_namespace_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = stack_file(tmp_path)
     path.write_text(path.read_text() + "  nodes: 4\n")
-    assert main(["plan", "--stack-file", str(path)]) == 1
+    assert main(["plan", "--stack-file", str(path)]) == 2
     assert "'ndfleet:nodes' and 'nodes' are the same setting (ndfleet:nodes); keep one" in capsys.readouterr().err

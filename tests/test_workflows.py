@@ -105,8 +105,8 @@ def test_offline_job_commands_exist_in_the_cli() -> None:
     parser = cli.build_parser()
     args = parser.parse_args(["plan", "--stack-file", "x.yaml", "--format", "json"])
     assert args.command == "plan"
-    args = parser.parse_args(["diff", "--base-dir", "a", "--head-dir", "b", "--format", "markdown", "--output", "c"])
-    assert (args.base_dir, args.head_dir, args.format, args.output) == ("a", "b", "markdown", "c")
+    args = parser.parse_args(["diff", "--base-dir", "a", "--head-dir", "b", "--format", "markdown", "--out", "c"])
+    assert (args.base_dir, args.head_dir, args.format, args.out) == ("a", "b", "markdown", "c")
 
 
 def test_pulumi_preview_job_needs_oidc_and_least_permissions() -> None:

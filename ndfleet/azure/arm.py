@@ -93,6 +93,16 @@ def bounded_pages(pager: Any, what: str, max_pages: int = MAX_PAGES) -> Iterator
         seen.add(token)
 
 
+def is_transient(exc: Exception) -> bool:
+    """Whether asking again later may succeed: the network (no answer), throttling (429) or a server error (5xx).
+    Anything else (401, 403, 404, a refused answer) answers the same until a person changes something."""
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+
+    if isinstance(exc, HttpResponseError) and exc.status_code is not None:
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, (ServiceRequestError, ServiceResponseError))
+
+
 def describe_error(
     exc: Exception, what: str, cloud: CloudSettings, retry: RetrySettings, command: str = "preflight"
 ) -> str:

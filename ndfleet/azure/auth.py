@@ -125,10 +125,12 @@ def first_token(credential: SharedTokenCredential, cloud: CloudSettings) -> None
     except ClientAuthenticationError as exc:
         said = "azure-identity said:\n" + first_lines(exc.message or str(exc), limit=40)
         cause = network_cause(exc)
-        raise CannotCheck(_network_message(cloud, cause) if cause else _no_credentials_message(cloud), said) from None
+        if cause:
+            raise CannotCheck(_network_message(cloud, cause), said, transient=True) from None
+        raise CannotCheck(_no_credentials_message(cloud), said) from None
     except AzureError as exc:  # the transport's own error, before any credential could answer
         cause = network_cause(exc) or one_line(str(exc), 240)
-        raise CannotCheck(_network_message(cloud, cause), str(exc)) from None
+        raise CannotCheck(_network_message(cloud, cause), str(exc), transient=True) from None
     except ValueError as exc:  # e.g. an authority host azure-identity refuses
         raise CannotCheck(f"could not check: the credential settings are invalid: {exc}") from None
     finally:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 class CannotCheck(Exception):
     """Preflight could not ask Azure at all (exit 2). str() is the message for the user; `details` what the library
-    said (shown with --verbose)."""
+    said (shown with --verbose). `transient`: asking again later may work (network, throttling, a 5xx); everything
+    else (no credentials, 401, 403, 404, a bad setting) is permanent and `status --watch` stops on it."""
 
-    def __init__(self, message: str, details: str = ""):
+    def __init__(self, message: str, details: str = "", *, transient: bool = False):
         self.details = details
+        self.transient = transient
         super().__init__(message)
 
 

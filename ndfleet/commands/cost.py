@@ -33,6 +33,7 @@ def register(subparsers: Any) -> None:
 
 
 def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_OK, fail
     from ndfleet.commands.stackargs import load_stack_from_args
     from ndfleet.cost.estimate import estimate_cost, render_cost
     from ndfleet.cost.prices import RETAIL_API_SOURCE, ListPrice, table_price
@@ -46,8 +47,7 @@ def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         stack = load_stack_from_args(args)
         spec = load_spec(stack.ndfleet_config, stack.name)
     except (StackFileError, SpecError) as error:
-        print(f"ndfleet cost: {error}", file=sys.stderr)
-        return 1
+        return fail(args, str(error))
     price_of = table_price
     if args.refresh:
         environ = os.environ if env is None else env
@@ -56,9 +56,7 @@ def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         if errors:
             from ndfleet.azure.text import terminal_safe
 
-            for line in errors:
-                print(f"ndfleet cost: {terminal_safe(line, 500)}", file=sys.stderr)
-            return 1
+            return fail(args, "\n".join(terminal_safe(line, 500) for line in errors))
         today = datetime.date.today().isoformat()
         fetched = {
             size: ListPrice(size, spec.location, m.usd_per_hour, today, f"{RETAIL_API_SOURCE}, meter '{m.meter_name}'")
@@ -75,4 +73,4 @@ def cost_command(args: argparse.Namespace, env: Mapping[str, str] | None = None)
     else:
         title = "Cost (VMs only, today's" if args.refresh else "Cost (VMs only"
         sys.stdout.write(f"ndfleet cost: stack {spec.stack}\n\n" + "\n".join(render_cost(estimate, title)) + "\n")
-    return 0 if not estimate.missing else 2
+    return EXIT_OK if not estimate.missing else EXIT_CANNOT_RUN  # a VM without a price: the total is unknown

@@ -1,12 +1,13 @@
 """`ndfleet diff`: what a change does to the cluster, from two offline plans.
 
-    ndfleet diff BASE.json HEAD.json [--format markdown|text] [--stack NAME]
-    ndfleet diff --base-dir BASE/ --head-dir HEAD/ [--format markdown|text] [--output FILE]
+    ndfleet diff BASE.json HEAD.json [--format table|markdown] [--stack-name NAME]
+    ndfleet diff --base-dir BASE/ --head-dir HEAD/ [--format table|markdown] [--out FILE]
 
 The second form diffs every `<stack>.json` found in either folder (the preview workflow plans each stack at the
 base and head commits into two folders, then makes one comment of all of them); a stack present on one side only
 shows as all-added or all-removed. Exit 0 with the diff; exit 2 when an input is missing or not a plan, or when the
-two plans are of different stacks (unless --allow-different-stacks).
+two plans are of different stacks (unless --allow-different-stacks); 64 when the arguments do not go together
+(docs/cli.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_OK, EXIT_USAGE, UsageError, fail
 
 if TYPE_CHECKING:
     from ndfleet.plans.plandiff import StackDiff
@@ -32,15 +35,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("head", nargs="?", help="plan JSON of the head (after the change)")
     p.add_argument("--base-dir", help="folder of <stack>.json plans at the base")
     p.add_argument("--head-dir", help="folder of <stack>.json plans at the head")
-    p.add_argument("--format", choices=("markdown", "text"), default="text", help="output format (default: text)")
-    p.add_argument("--stack", help="stack name to show for two files (default: the plans' own 'stack')")
+    p.add_argument("--format", choices=("table", "markdown"), default="table", type=_format_name,
+                   help="output format (default: table, plain text; `text` is its former name)")
+    p.add_argument("--stack-name", metavar="NAME",
+                   help="stack name to show for two files (default: the plans' own 'stack')")
     p.add_argument("--title", default="", help="markdown heading (default: 'ndfleet plan diff')")
-    p.add_argument("--output", "-o", help="write the diff to this file instead of standard output")
+    p.add_argument("--out", metavar="FILE", help="write the diff to this file instead of standard output")
     p.add_argument(
         "--allow-different-stacks", action="store_true",
         help="diff two plans of different stacks (without it, plans whose 'stack' differs are refused, exit 2)",
     )  # fmt: skip
     p.set_defaults(handler=_run)
+
+
+def _format_name(value: str) -> str:
+    return "table" if value == "text" else value  # the plain form was called `text` before docs/cli.md
 
 
 def compute(args: argparse.Namespace) -> list[StackDiff]:
@@ -51,10 +60,10 @@ def compute(args: argparse.Namespace) -> list[StackDiff]:
     files = args.base is not None or args.head is not None
     dirs = args.base_dir is not None or args.head_dir is not None
     if files and dirs:
-        raise InputError("give either BASE.json HEAD.json or --base-dir/--head-dir, not both")
+        raise UsageError("give either BASE.json HEAD.json or --base-dir/--head-dir, not both")
     if dirs:
         if args.base_dir is None or args.head_dir is None:
-            raise InputError("--base-dir and --head-dir go together")
+            raise UsageError("--base-dir and --head-dir go together")
         bases, heads = load_plan_dir(Path(args.base_dir)), load_plan_dir(Path(args.head_dir))
         if not bases and not heads:
             raise InputError(f"no <stack>.json plans in {args.base_dir} or {args.head_dir}")
@@ -66,15 +75,15 @@ def compute(args: argparse.Namespace) -> list[StackDiff]:
             if any(problems):
                 raise InputError("\n".join(p for p in problems if p))
         return plandiff.diff_stacks(bases, heads)
-    if args.stack is not None and stack_name_problem(args.stack) is not None:
-        raise InputError(f"--stack: {stack_name_problem(args.stack)}")
+    if args.stack_name is not None and stack_name_problem(args.stack_name) is not None:
+        raise UsageError(f"--stack-name: {stack_name_problem(args.stack_name)}")
     if args.base is None or args.head is None:
-        raise InputError("give two plan files (BASE.json HEAD.json), or --base-dir and --head-dir")
+        raise UsageError("give two plan files (BASE.json HEAD.json), or --base-dir and --head-dir")
     base, head = load_plan(Path(args.base)), load_plan(Path(args.head))
     problem = None if args.allow_different_stacks else different_stacks(base, head, args.base, args.head)
     if problem is not None:
         raise InputError(problem)
-    return [plandiff.diff_plans(base, head, args.stack)]
+    return [plandiff.diff_plans(base, head, args.stack_name)]
 
 
 def different_stacks(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str) -> str | None:
@@ -95,17 +104,17 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         diffs = compute(args)
+    except UsageError as e:
+        return fail(args, str(e), EXIT_USAGE)
     except InputError as e:
-        print(f"ndfleet diff: {e}", file=sys.stderr)
-        return 2
+        return fail(args, str(e))
     out = plandiff.render_markdown(diffs, title=args.title) if args.format == "markdown" else \
         plandiff.render_text(diffs)
-    if args.output:
+    if args.out:
         try:
-            Path(args.output).write_text(out, encoding="utf-8")
+            Path(args.out).write_text(out, encoding="utf-8")
         except OSError as e:
-            print(f"ndfleet diff: cannot write {args.output}: {e}", file=sys.stderr)
-            return 2
+            return fail(args, f"cannot write {args.out}: {e.strerror or e}", EXIT_CANNOT_RUN)
     else:
         sys.stdout.write(out)
-    return 0
+    return EXIT_OK

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +28,8 @@ from ndfleet.commands.stackargs import add_stack_arguments
 if TYPE_CHECKING:
     from ndfleet.azure.arm import RetrySettings
 
-EXIT_OK = 0
-EXIT_CANNOT_READ = 2
+from ndfleet.cliconvention import EXIT_CANNOT_RUN as EXIT_CANNOT_READ
+from ndfleet.cliconvention import EXIT_OK, fail
 
 
 def register(subparsers: Any) -> None:
@@ -89,8 +88,7 @@ def run_cli(
             else:
                 print(render_list(impacts, spec.stack))
     except CannotCheck as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_CANNOT_READ
+        return fail(args, str(exc), EXIT_CANNOT_READ)
     finally:
         if reader is not None:
             reader.close()

@@ -5,17 +5,17 @@
 
 Writes `alerts.rules.yml` (the Prometheus rule file the stack's PrometheusRuleGroup resources carry; check it with
 `promtool check rules`) and `dashboards/*.json` (import each into the stack's Managed Grafana with
-`az grafana dashboard import`, docs/monitoring.md). Exit 1 with the configuration's message when the stack is
-invalid or has monitoring off.
+`az grafana dashboard import`, docs/monitoring.md). Exit 2 with the configuration's message when the stack is
+invalid or has monitoring off (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 RULES_FILE = "alerts.rules.yml"
@@ -45,15 +45,12 @@ def _run(args: argparse.Namespace) -> int:
         stack = load_stack_from_args(args)
         spec = load_spec(stack.ndfleet_config, stack.name)
     except (StackFileError, SpecError) as e:
-        print(f"ndfleet monitoring: {e}", file=sys.stderr)
-        return 1
+        return fail(args, str(e))
     if not spec.monitoring.enabled:
-        print(
-            f"ndfleet monitoring: stack {spec.stack!r} has ndfleet:monitoring.enabled = false; set it to true "
-            "(docs/monitoring.md)",
-            file=sys.stderr,
+        return fail(
+            args,
+            f"stack {spec.stack!r} has ndfleet:monitoring.enabled = false; set it to true (docs/monitoring.md)",
         )
-        return 1
     out = Path(args.out)
     try:
         (out / "dashboards").mkdir(parents=True, exist_ok=True)
@@ -62,8 +59,7 @@ def _run(args: argparse.Namespace) -> int:
         for name, text in files.items():
             (out / "dashboards" / name).write_text(text)
     except OSError as e:
-        print(f"ndfleet monitoring: cannot write to {out}: {e}", file=sys.stderr)
-        return 1
+        return fail(args, f"cannot write to {out}: {e}")
     print(f"{out / RULES_FILE}: {len(alerts(spec))} alert rules")
     print(f"{out / 'dashboards'}/: {', '.join(sorted(files))}")
     cost = estimate(spec)
@@ -71,4 +67,4 @@ def _run(args: argparse.Namespace) -> int:
         f"about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} samples/min for "
         f"{cost.nodes:,} nodes (docs/monitoring.md, cost drivers)"
     )
-    return 0
+    return EXIT_OK

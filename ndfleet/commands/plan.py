@@ -9,6 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 if TYPE_CHECKING:
@@ -127,8 +128,7 @@ def plan_command(args: argparse.Namespace) -> int:
         stack = load_stack_from_args(args)
         plan = run_plan(stack)
     except (StackFileError, SpecError, pulumi.RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return fail(args, str(error))
     if args.format == "json":
         sys.stdout.write(plan.to_json())
         for warning in plan.spec.warnings:  # the table carries them; beside JSON they go to stderr
@@ -139,4 +139,4 @@ def plan_command(args: argparse.Namespace) -> int:
         from ndfleet.plans.policy_rules import report_policies
 
         return report_policies(plan.as_json(), sys.stderr if args.format == "json" else sys.stdout)
-    return 0
+    return EXIT_OK

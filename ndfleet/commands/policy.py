@@ -1,7 +1,8 @@
 """`ndfleet policy PLAN.json`: the policy pack's rules over an offline plan, without Pulumi or Azure.
 
 Prints every violation (resource, rule, problem, how to fix it, source). Exit 1 when a mandatory rule is
-violated, 0 otherwise (advisory violations are printed as warnings); exit 2 when the plan cannot be read.
+violated, 0 otherwise (advisory violations are printed as warnings); exit 2 when the plan cannot be read; 64 when
+no plan is given (docs/cli.md).
 `ndfleet policy --list` prints the rules.
 """
 
@@ -11,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+
+from ndfleet.cliconvention import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, fail
 
 
 def register(subparsers: Any) -> None:
@@ -42,16 +45,13 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.list:
         sys.stdout.write(list_rules())
-        return 0
+        return EXIT_OK
     if args.plan is None:
-        print("ndfleet policy: give a plan file (ndfleet plan --stack NAME --format json > plan.json)",
-              file=sys.stderr)
-        return 2
+        return fail(args, "give a plan file (ndfleet plan --stack NAME --format json > plan.json)", EXIT_USAGE)
     try:
         plan = load_plan(Path(args.plan))
     except InputError as e:
-        print(f"ndfleet policy: {e}", file=sys.stderr)
-        return 2
+        return fail(args, str(e))
     violations = policy_rules.evaluate_plan(plan)
     sys.stdout.write(policy_rules.format_violations(violations))
-    return 1 if policy_rules.has_mandatory(violations) else 0
+    return EXIT_FINDINGS if policy_rules.has_mandatory(violations) else EXIT_OK

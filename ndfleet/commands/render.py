@@ -13,12 +13,16 @@ Each holds the cloud-init user data (`user-data`), its gzip+base64 form as Azure
 the VM or scale-set userData (`vm-user-data.b64`: a compute node's bundle, a Slurm machine's configuration) and every
 file the machine receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the
 `ndfleet-node` zipapp, `node.json`, `nccl.conf`, `slurm.conf`, `*.service`, `*.target`, a drop-in as
-`<unit>.d-<name>`, the controller's node-program modules in `ndfleet-node.zip`). Exit 1 with the configuration's
-message when the stack is invalid.
+`<unit>.d-<name>`, the controller's node-program modules in `ndfleet-node.zip`). Exit 2 with the configuration's
+message when the stack is invalid (docs/cli.md).
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
 replaced by the file; a link at a folder's name is refused), and every file is first written under a
 temporary name and renamed into place once all are written, so a failure (a full disk) leaves DIR as it was.
+
+DIR holds a manifest, `.ndfleet-render.json`, of the files this command wrote there. Rendering again into DIR
+removes the files the earlier render wrote that this one does not (an island renamed, a file no longer sent), so
+DIR is exactly what the stack's machines receive; a file the manifest does not list (yours) is never touched.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import posixpath
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
+from ndfleet.cliconvention import EXIT_OK, fail
 from ndfleet.commands.stackargs import add_stack_arguments, load_stack_from_args
 
 
@@ -124,6 +129,87 @@ def _remove_created(out_fd: int, opened: dict[str, int], created: list[str]) -> 
             os.rmdir(name, dir_fd=opened.get(parent, out_fd))
 
 
+MANIFEST = ".ndfleet-render.json"
+MAX_MANIFEST_BYTES = 1 << 20  # a few hundred paths; anything larger is not ours
+
+
+def _read_manifest(out_fd: int) -> list[str]:
+    """The files an earlier render wrote into --out (relative paths), from its manifest; [] without one. A
+    manifest that is not ours in shape, or a path in it that could leave --out, is not acted on."""
+    try:
+        fd = os.open(MANIFEST, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=out_fd)
+    except OSError:
+        return []
+    try:
+        if not stat_is_regular(fd):
+            return []
+        data = os.read(fd, MAX_MANIFEST_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(data) if len(data) <= MAX_MANIFEST_BYTES else None
+    except ValueError:
+        return []
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list):
+        return []
+    return [f for f in files if isinstance(f, str) and _safe_relative(f)]
+
+
+def stat_is_regular(fd: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _safe_relative(path: str) -> bool:
+    parts = path.split("/")
+    return not path.startswith("/") and all(p not in ("", ".", "..") for p in parts) and "\0" not in path
+
+
+def _remove_stale(out_fd: int, stale: list[str]) -> tuple[list[str], list[str]]:
+    """Remove the files of an earlier render that this one did not write (never following a link: the folders are
+    opened with O_NOFOLLOW, a link at a file's name is removed as a link), then their folders once empty.
+    Returns (removed, left): `left` could not be removed and stays in the manifest for the next run."""
+    removed: list[str] = []
+    left: list[str] = []
+    folders: set[str] = set()
+    for relative in sorted(stale):
+        folder, name = posixpath.split(relative)
+        fd = out_fd
+        try:
+            for part in folder.split("/") if folder else []:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                if fd != out_fd:
+                    os.close(fd)
+                fd = nxt
+            os.unlink(name, dir_fd=fd)
+            removed.append(relative)
+            while folder:
+                folders.add(folder)
+                folder = posixpath.dirname(folder)
+        except FileNotFoundError:
+            pass  # already gone
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # a link or a file now on the way: not ours, dropped
+                left.append(relative)
+        finally:
+            if fd != out_fd:
+                os.close(fd)
+    for folder in sorted(folders, key=lambda f: -f.count("/")):  # innermost first; a folder still used stays
+        parent, name = posixpath.split(folder)
+        with contextlib.suppress(OSError):
+            if not parent:
+                os.rmdir(name, dir_fd=out_fd)
+            else:
+                parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=out_fd)
+                try:
+                    os.rmdir(name, dir_fd=parent_fd)
+                finally:
+                    os.close(parent_fd)
+    return removed, left
+
+
 def _run(args: argparse.Namespace) -> int:
     # Imported here, for the chosen command only: `ndfleet --help` stays fast.
     from ndfleet.machine_files import machine_files
@@ -137,39 +223,54 @@ def _run(args: argparse.Namespace) -> int:
         prepared = prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
         machines = machine_files(prepared)
     except (StackFileError, SpecError, PrepareError) as e:
-        print(f"ndfleet render: {e}", file=sys.stderr)
-        return 1
+        return fail(args, str(e))
     out = Path(args.out)
     staged = _Staged()
     opened: dict[str, int] = {}
     created: list[str] = []
     out_fd = -1
     report: list[str] = []
+    written: list[str] = []
     try:
-        # --out itself is the user's choice (it may be a link); inside it nothing is followed.
-        out.mkdir(parents=True, exist_ok=True)
-        out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-        for machine in machines:
-            names = sorted(machine.files)
-            for name in names:
-                data, mode = machine.files[name]
-                folder, base = posixpath.split(posixpath.join(machine.folder, name))
-                if ".." in folder.split("/"):
-                    raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
-                staged.add(_folder_of(out_fd, folder, opened, created), base, data, mode)
-            report.append(f"{machine.label}: {len(names)} files in {out / machine.folder}/ ({machine.sizes()})")
-            report.append("  " + " ".join(names))
-        staged.commit()
-    except OSError as e:
-        staged.discard()
-        if out_fd >= 0:
-            _remove_created(out_fd, opened, created)
-        print(f"ndfleet render: cannot write to {out}: {e.strerror or e}; nothing was written", file=sys.stderr)
-        return 1
+        try:
+            # --out itself is the user's choice (it may be a link); inside it nothing is followed.
+            out.mkdir(parents=True, exist_ok=True)
+            out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+            earlier = _read_manifest(out_fd)
+            for machine in machines:
+                names = sorted(machine.files)
+                for name in names:
+                    data, mode = machine.files[name]
+                    folder, base = posixpath.split(posixpath.join(machine.folder, name))
+                    if ".." in folder.split("/"):
+                        raise OSError(errno.EINVAL, f"refusing to write a file named {name!r}")
+                    staged.add(_folder_of(out_fd, folder, opened, created), base, data, mode)
+                    written.append(posixpath.join(folder, base) if folder else base)
+                report.append(f"{machine.label}: {len(names)} files in {out / machine.folder}/ ({machine.sizes()})")
+                report.append("  " + " ".join(names))
+            staged.commit()
+        except OSError as e:
+            staged.discard()
+            if out_fd >= 0:
+                _remove_created(out_fd, opened, created)
+            return fail(args, f"cannot write to {out}: {e.strerror or e}; nothing was written")
+        try:
+            # Every file is in place; now the earlier render's leftovers go, and the manifest says what DIR holds.
+            removed, left = _remove_stale(out_fd, sorted(set(earlier) - set(written)))
+            manifest = json.dumps({"writtenBy": "ndfleet render", "files": sorted({*written, *left})}, indent=1)
+            staged.add(out_fd, MANIFEST, manifest + "\n", 0o644)
+            staged.commit()
+        except OSError as e:
+            staged.discard()
+            return fail(args, f"wrote every file to {out} but could not update {MANIFEST}: {e.strerror or e}; "
+                        "files of an earlier render may remain")
     finally:
         for fd in opened.values():
             os.close(fd)
         if out_fd >= 0:
             os.close(out_fd)
+    if removed:
+        report.append(f"removed {len(removed)} files an earlier render wrote that this stack no longer has: "
+                      + " ".join(removed))
     print("\n".join(report))
-    return 0
+    return EXIT_OK

@@ -1,5 +1,6 @@
 """`ndfleet status --stack NAME | --stack-file F [--format table|json] [--watch [SECONDS]]`: what a deployed stack's
-nodes are doing (docs/operations.md). Exit 0 every wanted node healthy, 1 some are not, 2 it could not read or tell.
+nodes are doing (docs/operations.md). Exit 0 every wanted node healthy, 1 some are not, 2 it could not read or tell
+(docs/cli.md); --watch stops on an error that reading again cannot cure.
 
 Azure libraries are imported inside the handler, so `ndfleet --help` stays fast."""
 
@@ -48,7 +49,8 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="SECONDS",
         help=f"read again every SECONDS (default {WATCH_DEFAULT_S:g}, at least {WATCH_MIN_S:g}) until Ctrl-C; "
-        "exits with the last read's code",
+        "exits with the last read's code; stops at once (exit 2) on an error reading again cannot cure (no "
+        "credentials, HTTP 401/403/404, a bad setting); keeps reading through network trouble, 429 and 5xx",
     )
     p.add_argument("--verbose", action="store_true",
                    help="when Azure cannot be read, also print what the library said (e.g. each credential tried)")
@@ -96,6 +98,14 @@ def run_cli(
             _emit(status, args.format, render_table, render_json, watching=args.watch is not None, verbose=args.verbose)
             if args.watch is None or (args.watch_count is not None and reads >= args.watch_count):
                 return code
+            if status.error is not None and not status.error_transient:
+                # 401, 403, 404, no credentials, a bad setting: every later read answers the same (docs/cli.md).
+                from ndfleet.cliconvention import error_line, prog_of
+
+                print(error_line(prog_of(args),
+                                 "stopped watching: reading again would meet the same error"),
+                      file=sys.stderr, flush=True)
+                return code
             sleep(args.watch)
     except KeyboardInterrupt:
         return code
@@ -103,6 +113,7 @@ def run_cli(
 
 def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watching: bool, verbose: bool) -> None:
     from ndfleet.azure.text import terminal_lines
+    from ndfleet.cliconvention import error_line
 
     if verbose and status.error_details:
         print(terminal_lines(status.error_details.split("\n")), file=sys.stderr, flush=True)
@@ -114,7 +125,7 @@ def _emit(status: Any, fmt: str, render_table: Any, render_json: Any, *, watchin
     if watching and sys.stdout.isatty():
         print(CLEAR_SCREEN, end="")
     if status.error is not None:
-        print(terminal_lines([status.error]), file=sys.stderr, flush=True)
+        print(terminal_lines([error_line("ndfleet status", status.error)]), file=sys.stderr, flush=True)
     else:
         print(render_table(status), flush=True)
     if watching:

@@ -127,8 +127,9 @@ def plan_program_command(args: argparse.Namespace) -> int:
         with recording_prepared() as prepared:
             resources, outputs = run_program_dir(program_dir, stack)
     except (ProgramDirError, StackFileError, pulumi.RunError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        from ndfleet.cliconvention import fail
+
+        return fail(args, str(error))
     spec, not_checked = cluster_of(prepared)
     doc = plan_document(program_dir, stack.name, resources, outputs, spec)
     warnings = [] if spec is None else list(spec.warnings)

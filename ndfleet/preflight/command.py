@@ -143,10 +143,12 @@ def run_cli(
     return report.exit_code
 
 def _emit(report: Report, fmt: str, verbose: bool = False) -> None:
+    from ndfleet.cliconvention import error_line
+
     if fmt == "json":
         print(render_json(report))
     elif report.error is not None:
-        print(report.error, file=sys.stderr)
+        print(error_line("ndfleet preflight", report.error), file=sys.stderr)
     else:
         print(render_table(report))
     if verbose and report.error_details:

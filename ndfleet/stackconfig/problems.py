@@ -10,7 +10,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
-from ndfleet.stackconfig.settings import NAMESPACE, NODES_BOUND, StackConfig
+from ndfleet.stackconfig.settings import ENCRYPTED_VALUE, NAMESPACE, NODES_BOUND, StackConfig
 from ndfleet.stackconfig.sshkeys import looks_private
 
 
@@ -114,6 +114,12 @@ def setting_problem(err: Mapping[str, Any]) -> str:
     if loc == ("islands",) and kind == "too_long":
         return f"{path}: {len(err['input'])} islands; {NODES_BOUND}"
     value = err.get("input")
+    if len(loc) == 1 and value == ENCRYPTED_VALUE:  # stackfile.StackFile.from_config: a `secure:` value
+        return (
+            f"{path} is encrypted in the stack file (`secure:`); ndfleet reads stack files offline, without the "
+            f"stack's key, so it cannot check or use it: set it in plain text (`pulumi config set {path} VALUE`, "
+            "without --secret)" + ("; a public key is not a secret" if loc == ("sshPublicKey",) else "")
+        )
     if loc == ("sshPublicKey",) and isinstance(value, str) and looks_private(value):
         return f"{path} (value not shown): {_friendly(err)}"
     if loc[:2] in _SECRET_SETTINGS:

@@ -135,8 +135,9 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 # service limits, "Action groups"); a cluster's alerting needs a handful.
 MAX_ALERT_EMAILS = 20
 MAX_ALERT_WEBHOOKS = 10
-# An encrypted webhook URL as an offline plan sees it (the stack's key decrypts it only under the Pulumi CLI).
-SECRET_WEBHOOK = "[secret]"
+# An encrypted (`secure:`) value as an offline tool sees it: the stack's key decrypts it only under the Pulumi CLI.
+ENCRYPTED_VALUE = "[secret]"
+SECRET_WEBHOOK = ENCRYPTED_VALUE
 
 
 class MonitoringConfig(SettingsModel):

@@ -17,7 +17,7 @@ import yaml
 from ndfleet.regularfile import NotARegularFile, read_regular_file
 from ndfleet.stackconfig.config import from_engine
 from ndfleet.stackconfig.names import stack_name_problem
-from ndfleet.stackconfig.settings import NAMESPACE
+from ndfleet.stackconfig.settings import ENCRYPTED_VALUE, NAMESPACE
 
 PROJECT_FILE_NAME = "Pulumi.yaml"
 # A stack file is a few dozen lines; anything past this is not one (and would only cost time and memory).
@@ -145,7 +145,7 @@ class StackFile:
             seen[full] = str(key)
             if isinstance(value, dict) and set(value) == {"secure"}:
                 secret_keys.append(full)
-                value = "[secret]"
+                value = ENCRYPTED_VALUE
             merged[full] = value
         return cls(
             name=name,
@@ -188,6 +188,15 @@ def stack_path(name: str) -> Path:
     return stacks_dir() / f"Pulumi.{name}.yaml"
 
 
+def _project_file_given(file: Path) -> str:
+    # Pulumi.yaml holds the project (name, runtime, config declarations); a stack's settings are in
+    # Pulumi.<stack>.yaml (https://www.pulumi.com/docs/iac/concepts/projects/project-file/).
+    return (
+        f"{file} is the Pulumi project file (it has 'runtime'), not a stack file: give a stack file, "
+        "Pulumi.<stack>.yaml (e.g. --stack-file stacks/Pulumi.dev.yaml), or --stack NAME"
+    )
+
+
 def load_stack(name: str | None = None, path: str | Path | None = None, stack_name: str | None = None) -> StackFile:
     """Load `stacks/Pulumi.<name>.yaml`, or any stack file at `path`: its stack name is `stack_name` when given (a
     copy of a stack file planned under the original's name, whose resource names derive from it), else taken from
@@ -211,6 +220,8 @@ def load_stack(name: str | None = None, path: str | Path | None = None, stack_na
         file = Path(path)
         if not file.exists():
             raise StackFileError(f"stack file {file} does not exist")
+        if file.name == PROJECT_FILE_NAME:
+            raise StackFileError(_project_file_given(file))
         stem = file.name
         name = (
             stem[len("Pulumi.") : -len(".yaml")] if stem.startswith("Pulumi.") and stem.endswith(".yaml") else file.stem
@@ -247,6 +258,8 @@ def read_stack_config(file: Path) -> dict[str, Any]:
     doc = read_yaml(file) or {}
     if not isinstance(doc, dict):
         raise StackFileError(f"{file} is not a Pulumi stack file: expected a mapping with a 'config' key")
+    if "runtime" in doc:  # the project file's required key, never a stack file's (Pulumi's project-file reference)
+        raise StackFileError(_project_file_given(file))
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise StackFileError(f"{file}: 'config' must be a mapping of 'namespace:key: value'")

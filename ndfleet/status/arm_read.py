@@ -20,7 +20,15 @@ from typing import Any
 from ndfleet_node.names import TAG_ISLAND
 
 from ndfleet.azure.answers import AnswerShape, field_object, field_text
-from ndfleet.azure.arm import MAX_PAGES, ArmReader, RetrySettings, bounded_pages, client_kwargs, describe_error
+from ndfleet.azure.arm import (
+    MAX_PAGES,
+    ArmReader,
+    RetrySettings,
+    bounded_pages,
+    client_kwargs,
+    describe_error,
+    is_transient,
+)
 from ndfleet.azure.clouds import CloudSettings
 from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -95,7 +103,7 @@ def read_stack(
                 if island is not None:
                     found.append((island, doc))
     except _unreadable() as exc:
-        raise CannotCheck(_could_not_read(exc, what, cloud, retry)) from None
+        raise CannotCheck(_could_not_read(exc, what, cloud, retry), transient=is_transient(exc)) from None
 
     def read_one(item: tuple[str, Mapping[str, Any]]) -> tuple[str, ScaleSet]:
         island, doc = item
@@ -111,7 +119,9 @@ def read_stack(
                         raise CannotCheck(f"could not read: scale set {name} lists more than {MAX_INSTANCES} instances")
                     instances.append(instance_from_json(vm))
         except _unreadable() as exc:
-            raise CannotCheck(_could_not_read(exc, f"scale set {name}", cloud, retry)) from None
+            raise CannotCheck(
+                _could_not_read(exc, f"scale set {name}", cloud, retry), transient=is_transient(exc)
+            ) from None
         return island, scale_set_from_json(doc, island, view, tuple(instances))
 
     jobs: list[Callable[[], Any]] = [lambda item=item: read_one(item) for item in found]  # type: ignore[misc]

@@ -86,6 +86,7 @@ class StackStatus:
     notes: list[str] = field(default_factory=list)  # what could not be read, and what it means
     error: str | None = None  # could not read Azure at all
     error_details: str = ""  # what the library said (--verbose)
+    error_transient: bool = False  # reading again may work (network, throttling, 5xx); else --watch stops
 
     @property
     def exit_code(self) -> int:

@@ -92,6 +92,7 @@ def read_status(
     except CannotCheck as exc:
         status.error = str(exc).replace("could not check:", "could not read:", 1)
         status.error_details = exc.details
+        status.error_transient = exc.transient
         return status
     finally:
         if owned is not None:

@@ -75,8 +75,9 @@ def test_a_folder_without_a_pulumi_program_is_refused(tmp_path: Path) -> None:
          str(EXAMPLE / "Pulumi.example.yaml")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == f"error: --program {tmp_path}: no Pulumi.yaml there (a Pulumi project folder)"
+    assert proc.returncode == 2
+    said = f"ndfleet plan: error: --program {tmp_path}: no Pulumi.yaml there (a Pulumi project folder)"
+    assert proc.stderr.strip() == said
 
 
 def test_the_install_resolves_to_ndfleet_from_this_checkout_offline() -> None:

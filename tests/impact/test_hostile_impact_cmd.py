@@ -113,7 +113,9 @@ def test_a_network_failure_at_sign_in_is_named_as_one_and_said_once(
         credential = build_credential(resolve_cloud(env), env)  # reads the service principal from os.environ
         code, out, err = run(tmp_path, capsys, arm, tls, env=env, credential=credential)
     assert code == 2
-    assert err.startswith("could not check: network: could not reach Microsoft Entra ID to sign in ("), err
+    assert err.startswith(
+        "ndfleet impact list: error: could not check: network: could not reach Microsoft Entra ID to sign in ("
+    ), err
     assert "no usable Azure credentials" not in err
     assert "Failed to resolve 'login.microsoftonline.com'" in err
     assert "Attempted credentials" not in err and len(err.strip().split("\n")) == 1, err

@@ -134,5 +134,5 @@ def test_a_list_of_the_wrong_shape_is_a_named_failure(
             run = run_status(capsys, tmp_path, arm, tls, fmt=fmt)
             assert run.code == 2, run
             assert_clean(run.err + run.out)
-            error = run.doc()["error"] if fmt == "json" else run.err
+            error = run.doc()["error"] if fmt == "json" else run.err.removeprefix("ndfleet status: error: ")
             assert error.startswith("could not read: "), error

@@ -302,7 +302,8 @@ def test_throttled_listing_is_retried_after_retry_after(tmp_path: Path, capsys: 
 def test_lasting_throttling_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = status_run(capsys, tmp_path, azure(vmss_list=[THROTTLED]), fmt="table")
     assert run.code == 2
-    assert run.err.startswith("could not read: throttled: Resource Manager still answered 429 for the virtual "
+    assert run.err.startswith("ndfleet status: error: could not read: throttled: Resource Manager still answered 429 "
+                              "for the virtual "
                               f"machine scale sets of subscription {SUB} after 3 attempts")
     assert run.err.rstrip().endswith("wait a minute and run status again")
 
