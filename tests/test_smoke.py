@@ -248,7 +248,7 @@ def test_a_secret_of_the_base_is_named(tmp_path: Path) -> None:
 
 def test_cli_reports_a_refused_smoke_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _write(tmp_path, "s", _smoke(of="nope"))
-    assert main(["plan", "--stack-file", str(tmp_path / "Pulumi.s.yaml")]) == 1
+    assert main(["plan", "--stack-file", str(tmp_path / "Pulumi.s.yaml")]) == 2
     err = capsys.readouterr().err
     assert "ndfleet:smoke.of = 'nope': no such stack" in err and "Traceback" not in err
 

@@ -54,6 +54,10 @@ RESUME_FAIL_PROGRAM = "/usr/local/sbin/ndfleet-elastic-resume-fail"
 # 429 with Retry-After, 5xx) is asked again within this time (ndfleet/slurm/elastic.py DELETE_BUDGET_S), and a node
 # that comes back within it would meet its old VM still Deleting. 120 s left a throttled delete one or two tries.
 ELASTIC_SUSPEND_TIMEOUT_S = 600
+# The controller's burn-in timer: how often it looks for nodes awaiting burn-in, and the validation level the burn-in
+# asks of them (docs/burnin.md). Here rather than in machines.py because the elastic idle-time bound needs them too.
+BURNIN_EVERY_S = 120
+BURNIN_LEVEL = "quick"
 
 
 def elastic_node_name(island: str, number: int) -> str:

@@ -15,7 +15,7 @@ from ndfleet_node.burnin.runner import timeout_for
 from ndfleet_node.burnin.settings import settings_from_section
 
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section
-from ndfleet.slurm.conf import CONTROLLER_STATE_MOUNT, ELASTIC_SUSPEND_TIMEOUT_S
+from ndfleet.slurm.conf import BURNIN_EVERY_S, BURNIN_LEVEL, CONTROLLER_STATE_MOUNT, ELASTIC_SUSPEND_TIMEOUT_S
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.settings import NAMESPACE
 
@@ -42,7 +42,7 @@ def elastic_islands(spec: ClusterSpec) -> list[IslandSpec]:
 
 
 def elastic_config(spec: ClusterSpec) -> str:
-    """The programs' settings (ndfleet_node.elastic.programs.load_settings): one entry per elastic island."""
+    """The programs' settings (ndfleet_node.elastic.context.load_settings): one entry per elastic island."""
     islands = elastic_islands(spec)
     doc = {
         "islands": {
@@ -67,7 +67,6 @@ def burnin_s(spec: ClusterSpec, nodes: int) -> int:
     """The longest a healthy island's burn-in of `nodes` VMs takes at the controller's level: its pairwise round and
     its island-wide round, each at its test's derived timeout (ndfleet_node.burnin.runner.timeout_for, from the
     profile's burn-in figures; the island-wide test is the longer one of each round)."""
-    from ndfleet.slurm.machines import BURNIN_LEVEL
 
     settings = settings_from_section(burnin_node_section(spec.profile))
     hosts = tuple(f"n{i}" for i in range(max(nodes, 2)))
@@ -79,7 +78,6 @@ def resume_to_burnin_s(spec: ClusterSpec, island: IslandSpec, registration_s: in
     and validation: `registration_s`, the worst case the health grace period is sized for, or resumeTimeoutMinutes
     when shorter, after which the node is given up), the controller's burn-in timer (every BURNIN_EVERY_S), the
     burn-in itself. Slurm counts a resumed node's idle time from the job's requeue at the resume (docs/elastic.md)."""
-    from ndfleet.slurm.machines import BURNIN_EVERY_S
 
     assert island.elastic is not None
     registration = min(registration_s, island.elastic.resume_timeout_minutes * 60)
@@ -89,7 +87,6 @@ def resume_to_burnin_s(spec: ClusterSpec, island: IslandSpec, registration_s: in
 def idle_problems(spec: ClusterSpec, registration_s: int) -> list[str]:
     """An elastic island whose idleMinutes is not longer than resume_to_burnin_s: Slurm would release its new nodes
     before their burn-in ended, and the resume start over, the job never run."""
-    from ndfleet.slurm.machines import BURNIN_EVERY_S
 
     problems = []
     for island in elastic_islands(spec):

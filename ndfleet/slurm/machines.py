@@ -41,6 +41,8 @@ from ndfleet.nodefiles.machinefile import MachineFile, unique_names
 from ndfleet.nodefiles.nodeapp import library
 from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
+    BURNIN_EVERY_S,
+    BURNIN_LEVEL,
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
     RESUME_FAIL_PROGRAM,
@@ -130,8 +132,6 @@ ELASTIC_PROGRAMS = (
 )
 ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
-BURNIN_EVERY_S = 120
-BURNIN_LEVEL = "quick"
 # A backstop only: every test inside has its own timeout derived from the profile (docs/burnin.md).
 BURNIN_TIMEOUT_S = 3600
 

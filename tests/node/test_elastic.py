@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 from ndfleet_node.elastic.arm import ArmError, ScaleSetApi
+from ndfleet_node.elastic.context import Context, IslandSettings, Settings
 from ndfleet_node.elastic.programs import (
     RESUME_FAILED_REASON,
-    Context,
-    IslandSettings,
-    Settings,
     reconcile,
     resume,
     resume_fail,

@@ -11,8 +11,8 @@ import pytest
 
 from ndfleet.nodefiles.bootstrap import validation_budget_s
 from ndfleet.prepare import PrepareError, default_probe_grace_period_s, prepare
+from ndfleet.slurm.conf import BURNIN_EVERY_S
 from ndfleet.slurm.elastic import burnin_s, resume_to_burnin_s
-from ndfleet.slurm.machines import BURNIN_EVERY_S
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config

@@ -26,135 +26,28 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-from ndfleet_node.elastic.arm import DELETING, ArmError, ScaleSetApi, ScaleSetInstance
+from ndfleet_node.elastic.arm import DELETING, ScaleSetApi, ScaleSetInstance
+from ndfleet_node.elastic.context import (
+    FAILURES,
+    Context,
+    IslandSettings,
+    azure_scale_sets,
+    by_island,
+    load_settings,
+)
+from ndfleet_node.elastic.deletes import ask_failed, delete_nodes, finish_deletes
 from ndfleet_node.elastic.state import DeleteEntry, IslandState, NodeEntry, island_and_index, island_state
-from ndfleet_node.impact import IMDS, ImpactError, imds_instance, imds_token
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     RESUME_FAILED_REASON,
-    TAG_IDENTITY_CLIENT_ID,
     VM_FAILED_REASON,
 )
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
-MAX_CONFIG_BYTES = 256 * 1024
 MAX_RESUME_FILE_BYTES = 16 * 1024 * 1024
-MAX_LOG_BYTES = 4 * 1024 * 1024
-# What one island's step may fail with; the other islands still get theirs, and the failure is reported.
-FAILURES = (ArmError, ImpactError, SlurmError, TimeoutError, OSError, ValueError)
-# The reconcile timer asks again for a delete under the island's lock, which the other programs wait for (120 s at
-# most): its retries of one delete stay well within that.
-RECONCILE_DELETE_BUDGET_S = 30.0
-
-
-@dataclass(frozen=True)
-class IslandSettings:
-    name: str
-    scale_set: str
-    min_nodes: int
-    max_nodes: int
-
-
-@dataclass(frozen=True)
-class Settings:
-    islands: dict[str, IslandSettings]
-    state_dir: Path
-    claim_wait_s: float = 1800  # how long the resume program waits for new VMs to claim
-    poll_s: float = 10
-    unclaimed_grace_s: float = 900  # a VM nobody claims is deleted after this long
-    # How long the suspend program retries a refused delete: within Slurm's SuspendTimeout (ndfleet/slurm/elastic.py)
-    delete_budget_s: float = 480
-    arm_endpoint: str = "https://management.azure.com"
-    imds_endpoint: str = IMDS
-    scontrol: tuple[str, ...] = ("scontrol",)
-    scontrol_timeout_s: float = 30
-
-    def island_of(self, node: str) -> IslandSettings | None:
-        """The elastic island `node` belongs to; None for any other node (a fixed island's, the controller, a login
-        node) and for a name not spelled `<island>-<n>` with n from 1 to maxNodes, no leading zero."""
-        parsed = island_and_index(node)
-        island = self.islands.get(parsed[0]) if parsed else None
-        return island if parsed and island and parsed[1] <= island.max_nodes else None
-
-
-def load_settings(path: Path) -> Settings:
-    """/etc/ndfleet/elastic.json, rendered by ndfleet/slurm/machines.py into the controller's userData."""
-    with path.open("rb") as f:
-        data = f.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{path}: over {MAX_CONFIG_BYTES} bytes")
-    doc: dict[str, Any] = json.loads(data)
-    islands = {
-        name: IslandSettings(name, str(v["scaleSet"]), int(v["minNodes"]), int(v["maxNodes"]))
-        for name, v in doc["islands"].items()
-    }
-    optional: dict[str, Any] = {k: doc[k] for k in ("claim_wait_s", "poll_s", "unclaimed_grace_s", "arm_endpoint",
-                                    "imds_endpoint", "scontrol_timeout_s", "delete_budget_s") if k in doc}  # fmt: skip
-    if "scontrol" in doc:
-        optional["scontrol"] = tuple(doc["scontrol"])
-    return Settings(islands=islands, state_dir=Path(doc["state_dir"]), **optional)
-
-
-@dataclass
-class Context:
-    settings: Settings
-    scale_set: Callable[[IslandSettings], ScaleSetApi]
-    scontrol: Scontrol
-    now: Callable[[], float] = time.time
-    sleep: Callable[[float], None] = time.sleep
-    problems: list[str] = field(default_factory=list)
-
-    def log(self, line: str, problem: bool = False) -> None:
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        print(f"ndfleet-elastic: {line}", file=sys.stderr)
-        if problem:
-            self.problems.append(line)
-        path = self.settings.state_dir / "elastic.log"
-        try:
-            self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-            if path.exists() and path.stat().st_size > MAX_LOG_BYTES:
-                path.replace(path.with_suffix(".log.1"))
-            with path.open("a") as f:
-                f.write(f"{stamp} {line}\n")
-        except OSError:
-            pass
-
-
-def azure_scale_sets(settings: Settings) -> Callable[[IslandSettings], ScaleSetApi]:
-    """Scale sets in this controller's subscription and resource group, with its managed identity's token."""
-    instance = imds_instance(settings.imds_endpoint)
-    parts = instance.resource_id.split("/")
-    lower = [p.lower() for p in parts]
-    if "resourcegroups" not in lower:
-        raise ImpactError(f"instance metadata resource id {instance.resource_id!r} names no resource group")
-    resource_group = parts[lower.index("resourcegroups") + 1]
-    client_id = instance.tags.get(TAG_IDENTITY_CLIENT_ID, "")
-
-    def token() -> str:
-        return imds_token(settings.imds_endpoint, client_id)
-
-    return lambda island: ScaleSetApi(
-        instance.subscription_id, resource_group, island.scale_set, token, endpoint=settings.arm_endpoint
-    )
-
-
-def _by_island(ctx: Context, nodes: Sequence[str]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for node in dict.fromkeys(nodes):
-        island = ctx.settings.island_of(node)
-        if island is None:
-            ctx.log(f"{node} is not a node of an elastic island (<island>-<n>, n from 1 to maxNodes); ignored",
-                    problem=True)
-        else:
-            out.setdefault(island.name, []).append(node)
-    return out
 
 
 def resume_jobs(path: str | None) -> dict[str, str]:
@@ -253,7 +146,7 @@ def hold(scontrol: Scontrol, job: str) -> None:
 
 
 def resume(ctx: Context, nodes: Sequence[str], resume_file: str | None) -> int:
-    groups = _by_island(ctx, nodes)
+    groups = by_island(ctx, nodes)
     wanted = [n for names in groups.values() for n in names]
     if not wanted:
         return 1 if ctx.problems else 0
@@ -301,7 +194,7 @@ def _unhold(ctx: Context, job: str, wanted: list[str], why: SlurmError) -> None:
         ctx.log(f"job {job} released again ({why})", problem=True)
     except SlurmError as exc:
         try:
-            for name, names in _by_island(ctx, wanted).items():
+            for name, names in by_island(ctx, wanted).items():
                 with island_state(ctx.settings.state_dir, name) as state:
                     state.held_jobs[job] = names
         except FAILURES as lost:
@@ -356,7 +249,7 @@ def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str,
                     instances = ctx.scale_set(island).instances()
                     claim(ctx, island, state, instances)
                     waiting[name] = {n for n in waiting[name] if n in state.nodes and not state.nodes[n].instance_id}
-                _ask_failed(ctx, island)
+                ask_failed(ctx, island)
             except FAILURES as exc:
                 ctx.log(f"waiting for VMs of {name}: {exc}")
             if not waiting[name]:
@@ -370,119 +263,19 @@ def _wait_for_claims(ctx: Context, groups: dict[str, list[str]], held: dict[str,
         ctx.sleep(ctx.settings.poll_s)
 
 
-def _delete(ctx: Context, nodes: Sequence[str], why: str, skip_busy: bool) -> None:
-    """Delete the nodes' VMs: each delete is put on record first (state.deleting), then asked for outside the
-    island's lock (its retries may take minutes), then marked accepted or left for the reconcile timer."""
-    try:
-        slurm_nodes: dict[str, SlurmNode] = ctx.scontrol.nodes()
-    except SlurmError as exc:
-        ctx.log(f"cannot read node states: {exc}; nothing deleted", problem=True)
-        return
-    for name, names in _by_island(ctx, nodes).items():
-        island = ctx.settings.islands[name]
-        try:
-            with island_state(ctx.settings.state_dir, name) as state:
-                doomed: dict[str, str] = {}
-                for node in names:
-                    entry = state.nodes.get(node)
-                    if skip_busy and node in slurm_nodes and busy(slurm_nodes[node]):
-                        ctx.log(f"{node} runs a job: its VM is kept", problem=True)
-                        continue
-                    if entry is not None and entry.instance_id:
-                        doomed[node] = entry.instance_id
-                        state.deleting[entry.instance_id] = DeleteEntry(node=node, why=why, since=ctx.now(),
-                                                                        caller_asks=True)
-                    state.nodes.pop(node, None)
-            _ask_delete(ctx, island, sorted(doomed.items()), ctx.settings.delete_budget_s)
-        except FAILURES as exc:
-            ctx.log(f"{why} of {','.join(names)}: {exc}", problem=True)
-
-
-def _ask_delete(ctx: Context, island: IslandSettings, doomed: list[tuple[str, str]], budget_s: float) -> None:
-    """Ask Azure to delete the VMs on record ((node or "", instance id)), retrying within `budget_s`; note the
-    outcome on record."""
-    if not doomed:
-        return
-    ids = sorted({instance_id for _, instance_id in doomed})
-    error = ""
-    try:
-        operation = ctx.scale_set(island).delete_instances(ids, budget_s, now=ctx.now, sleep=ctx.sleep)
-    except ArmError as exc:
-        error = str(exc)[:500]
-    with island_state(ctx.settings.state_dir, island.name) as state:
-        for instance_id in ids:
-            entry = state.deleting.get(instance_id)
-            if entry is None:
-                continue
-            entry.attempts += 1
-            entry.accepted = entry.accepted or not error
-            entry.error = error
-    for node, instance_id in doomed:
-        what = f"{node}: VM instance {instance_id} of {island.scale_set}" if node else f"VM instance {instance_id}"
-        if error:
-            ctx.log(f"{what} not deleted yet ({error}); on record, the reconcile timer asks again", problem=True)
-        else:
-            ctx.log(f"{what}: delete accepted ({operation or 'no operation URL'}); confirmed once it leaves the list")
-
-
-def _asking(ctx: Context, entry: DeleteEntry) -> bool:
-    """The program that put the delete on record is still asking for it (its first answer not yet noted)."""
-    asking_until = entry.since + ctx.settings.delete_budget_s + RECONCILE_DELETE_BUDGET_S
-    return entry.caller_asks and entry.attempts == 0 and ctx.now() < asking_until
-
-
-def _ask_failed(ctx: Context, island: IslandSettings) -> None:
-    """Ask at once for the deletes `give_up_failed` put on record (the reconcile timer would in a minute)."""
-    with island_state(ctx.settings.state_dir, island.name) as state:
-        todo = [(e.node, i) for i, e in sorted(state.deleting.items()) if not e.caller_asks and not e.attempts]
-    _ask_delete(ctx, island, todo, RECONCILE_DELETE_BUDGET_S)
-
-
-def _finish_deletes(
-    ctx: Context, island: IslandSettings, state: IslandState, instances: list[ScaleSetInstance], api: ScaleSetApi
-) -> None:
-    """Each delete on record: confirmed (forgotten) once the instance list no longer has the VM; waited for while
-    Azure shows it Deleting; asked again otherwise (refused before, its answer lost, or Azure's delete failed)."""
-    listed = {i.instance_id: i for i in instances}
-    again: list[str] = []
-    for instance_id, entry in sorted(state.deleting.items()):
-        vm = listed.get(instance_id)
-        if vm is None:
-            ctx.log(f"VM instance {instance_id} of {island.scale_set} is gone: delete confirmed"
-                    + (f" ({entry.node}, {entry.why})" if entry.node else f" ({entry.why})"))  # fmt: skip
-            del state.deleting[instance_id]
-        elif vm.provisioning_state != DELETING and not _asking(ctx, entry):
-            again.append(instance_id)
-    if not again:
-        return
-    budget = min(RECONCILE_DELETE_BUDGET_S, ctx.settings.delete_budget_s)
-    try:
-        api.delete_instances(again, budget, now=ctx.now, sleep=ctx.sleep)
-        for instance_id in again:
-            state.deleting[instance_id].attempts += 1
-            state.deleting[instance_id].accepted = True
-            state.deleting[instance_id].error = ""
-        ctx.log(f"{island.scale_set}: delete of VM instance(s) {', '.join(again)} asked for and accepted")
-    except ArmError as exc:
-        for instance_id in again:
-            state.deleting[instance_id].attempts += 1
-            state.deleting[instance_id].error = str(exc)[:500]
-        ctx.log(f"{island.scale_set}: VM instance(s) {', '.join(again)} still not deleted: {exc}", problem=True)
-
-
 def suspend(ctx: Context, nodes: Sequence[str]) -> int:
-    _delete(ctx, nodes, "released after idling", skip_busy=True)
+    delete_nodes(ctx, nodes, "released after idling", skip_busy=True)
     return 1 if ctx.problems else 0
 
 
 def resume_fail(ctx: Context, nodes: Sequence[str]) -> int:
     """Only the nodes of the elastic islands this program manages: Slurm's list may name others (a fixed island's,
     the controller, a login node), which are not ours to delete or power down; none of ours: nothing is done."""
-    mine = [n for names in _by_island(ctx, nodes).values() for n in names]
+    mine = [n for names in by_island(ctx, nodes).values() for n in names]
     if not mine:
         return 1
     ctx.log(f"resume of {','.join(mine)} failed (no registration within ResumeTimeout)", problem=True)
-    _delete(ctx, mine, "resume failed", skip_busy=False)
+    delete_nodes(ctx, mine, "resume failed", skip_busy=False)
     try:
         # Back into the pool: powered down (the suspend program then finds nothing left to delete) and, with
         # idle_on_node_suspend, idle for the next job.
@@ -517,7 +310,7 @@ def reconcile(ctx: Context) -> int:
                             ctx.log(f"could not drain {node}: {exc}", problem=True)
                 claim(ctx, island, state, instances)
                 _sweep_unclaimed(ctx, island, state, instances)
-                _finish_deletes(ctx, island, state, instances, api)
+                finish_deletes(ctx, island, state, instances, api)
             _keep_minimum(ctx, island, slurm_nodes)
         except FAILURES as exc:
             ctx.log(f"reconcile of {island.name}: {exc}", problem=True)
@@ -537,10 +330,6 @@ def _keep_minimum(ctx: Context, island: IslandSettings, slurm_nodes: dict[str, S
 
 def powered_down(node: SlurmNode) -> bool:
     return bool(node.flags & {"POWERED_DOWN", "POWERING_DOWN"})
-
-
-def busy(node: SlurmNode) -> bool:
-    return bool(node.flags & {"ALLOCATED", "MIXED", "COMPLETING"})
 
 
 def _given_up(node: SlurmNode) -> bool:
