@@ -76,9 +76,7 @@ def test_a_region_without_a_price_says_so_names_the_refresh_and_exits_2(
 ) -> None:
     code, out, _ = run(capsys, stack(tmp_path, location="eastus2", vmSize=H200))
     assert code == 2
-    assert (
-        f"no list price recorded for {H200} in eastus2: `ndfleet cost --refresh` (with network) reads it" in out
-    )
+    assert f"no list price recorded for {H200} in eastus2: `ndfleet cost --refresh` (with network) reads it" in out
     assert "US$110.24" not in out  # never East US's figure for another region
 
 
@@ -115,7 +113,8 @@ def test_refresh_write_records_rows_in_the_table_format(tmp_path: Path, capsys: 
     out_file = tmp_path / "prices.json"
     routes = {H100: {0: [Reply(file="nd-h100-v5-eastus.json")]}}
     with retail_server(routes) as server:
-        code, out, _ = run(capsys, stack(tmp_path), "--refresh", "--write", str(out_file), env={ENDPOINT_ENV: server.url})
+        env = {ENDPOINT_ENV: server.url}
+        code, out, _ = run(capsys, stack(tmp_path), "--refresh", "--write", str(out_file), env=env)
     assert code == 0
     today = datetime.date.today().isoformat()
     assert f"  prices: Azure Retail Prices API (prices.azure.com), Linux pay-as-you-go, read {today}" in out
