@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ndfleet.cost.estimate import HOURS_PER_MONTH
+from ndfleet.cost.month import HOURS_PER_MONTH
 from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodebundle import pack
 from ndfleet.plans import plandiff

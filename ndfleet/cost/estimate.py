@@ -11,12 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.cost.prices import ListPrice, table_price
+from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME
+from ndfleet.cost.prices import TABLE_NAME, ListPrice, table_price
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.vms import VmGroup, stack_vms
 
-# Azure's pricing calculator counts a month as 730 hours (8,760 hours a year / 12).
-HOURS_PER_MONTH = 730
 NOT_PRICED = "disks, storage, Managed Lustre, NAT gateway, Bastion, Slurm database and shares, monitoring, traffic"
 PriceLookup = Callable[[str, str], ListPrice | None]
 
@@ -65,6 +64,8 @@ class CostEstimate:
     items: tuple[LineItem, ...]
     # A smoke stack's stated run length (ndfleet:smoke.hours, docs/smoke.md): priced as well as the hour and month.
     run_hours: float | None = None
+    # Where every figure came from: the recorded table, or a refresh from the Retail Prices API on a date.
+    prices_from: str = TABLE_NAME
 
     @property
     def usd_per_run(self) -> float | None:
@@ -83,7 +84,11 @@ class CostEstimate:
     def missing(self) -> list[str]:
         """One message per size without a figure in this region, in the order the VMs are listed."""
         sizes = dict.fromkeys(i.group.vm_size for i in self.items if i.usd_per_vm_hour is None)
-        return [f"no list price for {size} in {self.region} (run `ndfleet cost --refresh`)" for size in sizes]
+        return [
+            f"no list price recorded for {size} in {self.region}: `ndfleet cost --refresh` (with network) reads it "
+            "from Azure's Retail Prices API, `--write FILE` records it"
+            for size in sizes
+        ]
 
     @property
     def has_spot(self) -> bool:
@@ -104,16 +109,23 @@ class CostEstimate:
             ),
             "complete": not self.missing,
             "missing": self.missing,
+            "pricesFrom": self.prices_from,
             "notIncluded": NOT_PRICED,
         }
 
 
-def estimate_cost(spec: ClusterSpec, price_of: PriceLookup = table_price) -> CostEstimate:
+def estimate_cost(
+    spec: ClusterSpec, price_of: PriceLookup = table_price, prices_from: str | None = None
+) -> CostEstimate:
     items = tuple(
         LineItem(group, price_of(group.vm_size, spec.location), spec.spot_max_price) for group in stack_vms(spec)
     )
     run_hours = spec.smoke.hours if spec.smoke is not None else None
-    return CostEstimate(region=spec.location, items=items, run_hours=run_hours)
+    if prices_from is None:
+        observed = sorted({i.price.observed for i in items if i.price})
+        when = f"observed {observed[0]}" + (f" to {observed[-1]}" if len(observed) > 1 else "") if observed else ""
+        prices_from = f"{TABLE_NAME}, {when}".rstrip(", ")
+    return CostEstimate(region=spec.location, items=items, run_hours=run_hours, prices_from=prices_from)
 
 
 def usd(value: float) -> str:
@@ -141,7 +153,7 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
         qualifier = "the priced " if estimate.missing else ""
         lines.append(
             f"  total ({qualifier}{priced:,} VMs): {usd(estimate.usd_per_hour)} per hour, "
-            f"{usd(estimate.usd_per_month)} per {HOURS_PER_MONTH}-hour month"
+            f"{usd(estimate.usd_per_month)} per {MONTH_NAME}"
         )
     else:
         lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
@@ -156,8 +168,7 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
             "  Spot: the GPU nodes' figure is the most Azure may charge (on-demand list price, or spotMaxPrice when "
             "lower); the Spot price itself moves with demand"
         )
-    sources = sorted({f"{i.price.source}, observed {i.price.observed}" for i in estimate.items if i.price})
-    lines += [f"  prices: {s}" for s in sources]
+    lines.append(f"  prices: {estimate.prices_from}")
     lines.append(f"  not included: {NOT_PRICED}")
     lines.append("  prices change: `ndfleet cost --refresh` reads today's from Azure's Retail Prices API")
     return lines
@@ -170,5 +181,5 @@ def plan_cost_lines(spec: ClusterSpec) -> list[str]:
         from ndfleet.monitoring.cost import estimate as monitoring_estimate
 
         monthly = monitoring_estimate(spec).usd_per_month
-        lines.append(f"  monitoring ingestion: about {usd(monthly)} per 30-day month on top (docs/monitoring.md)")
+        lines.append(f"  monitoring ingestion: about {usd(monthly)} per {MONTH_NAME} on top (docs/monitoring.md)")
     return lines

@@ -45,7 +45,13 @@ class Limits:
 
 
 class RetailPriceError(Exception):
-    """A refresh that failed: the message is the one line the command prints."""
+    """A refresh that failed: the message is the one line the command prints. `unreachable`: no answer came at all
+    (azure.core's ServiceRequestError through ndfleet.azure's bounded transport: no network, DNS, refused, timed
+    out connecting), so every other size would fail the same way and is not asked."""
+
+    def __init__(self, message: str, *, unreachable: bool = False):
+        self.unreachable = unreachable
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def _get_json(url: str, clock: _Clock, sleep: Callable[[float], None], what: str
             raise RetailPriceError(f"{API_NAME}: {one_line(error)} ({what})") from None
         except ServiceRequestError as error:
             host = urllib.parse.urlsplit(url).netloc
-            raise RetailPriceError(f"cannot reach {API_NAME} at {host}: {one_line(error)} ({what})") from None
+            raise RetailPriceError(f"cannot reach {API_NAME} at {host}: {one_line(error)}", unreachable=True) from None
         except ServiceResponseError as error:
             raise RetailPriceError(f"{API_NAME}: {one_line(error)} ({what})") from None
         if response.status_code == 200:
@@ -226,7 +232,8 @@ def fetch_meters(
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], float] = time.monotonic,
 ) -> tuple[dict[str, Meter], list[str]]:
-    """Every size's meter under one deadline; the errors of all sizes, one line each (never only the first)."""
+    """Every size's meter under one deadline; the errors of all sizes, one line each (never only the first).
+    Raises RetailPriceError (`unreachable`) when the API cannot be reached at all."""
     clock = _Clock(limits, now)
     meters: dict[str, Meter] = {}
     errors: list[str] = []
@@ -234,5 +241,7 @@ def fetch_meters(
         try:
             meters[size] = fetch_meter(size, region, endpoint, limits, sleep=sleep, now=now, clock=clock)
         except RetailPriceError as error:
+            if error.unreachable:
+                raise  # one line: the network, not each size, is the problem
             errors.append(str(error))
     return meters, errors

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ndfleet_node.checks import level_ids
 
+from ndfleet.cost.month import MINUTES_PER_MONTH, MONTH_NAME
 from ndfleet.monitoring import exporters
 from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -42,7 +43,6 @@ EXTRA_HCAS = 1
 # does not apply to them).
 SERIES_PER_TARGET = 5
 SCRAPE_TARGETS = 2
-MINUTES_PER_MONTH = 60 * 24 * 30
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def cost_markdown(spec: ClusterSpec) -> str:
         "",
         f"Stack `{spec.stack}`: {c.nodes:,} nodes, scraped every {c.scrape_interval_s} s: "
         f"{c.samples_per_minute_per_node:,.0f} samples/min per node, **{c.samples_per_minute:,.0f} samples/min** in "
-        f"all, {c.samples_per_month / 1e9:,.2f} billion samples per 30-day month, about "
+        f"all, {c.samples_per_month / 1e9:,.2f} billion samples per {MONTH_NAME}, about "
         f"**USD {c.usd_per_month:,.0f} per month** for ingestion at USD {USD_PER_10M_SAMPLES} per 10 million samples.",
     ]
     return "\n".join(lines)

@@ -1,5 +1,11 @@
 """A stand-in for the Azure Retail Prices API on 127.0.0.1: answers from tests/data/retail/, by armSkuName and
-$skip, with scripted misbehaviour (429, garbage, a huge body, a hang) per size."""
+$skip, with scripted misbehaviour (429, garbage, a huge body, a hang) per size.
+
+Built from the API's documented answer (Microsoft Learn, "Azure Retail Prices REST API overview",
+https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices, "API response pagination"
+and its sample answers): `{BillingCurrency, CustomerEntityId, CustomerEntityType, Items, NextPageLink, Count}`, at
+most 100 items a page, `NextPageLink` the same query with `$skip` (null on the last page), `Count` the items on the
+page. The pages under tests/data/retail/ have that shape; the endpoint in their NextPageLink is rewritten to ours."""
 
 from __future__ import annotations
 

@@ -56,7 +56,10 @@ def test_month_is_730_hours() -> None:
 
 def test_a_region_without_a_figure_says_so_and_uses_no_other_region() -> None:
     estimate = estimate_cost(spec_of(location="eastus2", vmSize="Standard_ND96isr_H200_v5"))
-    assert estimate.missing == ["no list price for Standard_ND96isr_H200_v5 in eastus2 (run `ndfleet cost --refresh`)"]
+    assert estimate.missing == [
+        "no list price recorded for Standard_ND96isr_H200_v5 in eastus2: `ndfleet cost --refresh` (with network) reads"
+        " it from Azure's Retail Prices API, `--write FILE` records it"
+    ]
     assert estimate.usd_per_hour == 0
     assert estimate.as_json()["complete"] is False
 
@@ -73,7 +76,7 @@ def test_spot_with_a_lower_cap_uses_the_cap() -> None:
 
 def test_the_cost_block_names_the_missing_price_and_the_spot_ceiling() -> None:
     text = "\n".join(render_cost(estimate_cost(spec_of(location="westus3", priority="Spot"))))
-    assert f"no list price for {H100} in westus3" in text
+    assert f"no list price recorded for {H100} in westus3: `ndfleet cost --refresh`" in text
     assert "Spot: the GPU nodes' figure is the most Azure may charge" in text
 
 

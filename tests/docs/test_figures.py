@@ -92,13 +92,22 @@ def test_readme_example_stack_row(stack: str) -> None:
 
 
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
-def test_readme_example_price_is_nodes_times_the_list_price(stack: str) -> None:
+def test_readme_example_price_is_what_ndfleet_cost_produces(stack: str) -> None:
+    """The README's price column is the recorded East US figure; an example's total is nodes x the recorded figure
+    for its own region, and an example in a region without one says so (never East US's figure for it)."""
+    from ndfleet.cost.prices import table_price
+
     spec = prepared(stack).spec
     price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \| ([^|]*) \|", page("README.md"))
     assert price_row, f"README.md: no price row for {spec.profile.name}"
-    price = float(price_row.group(1).replace(",", ""))
-    total = spec.total_nodes * price
-    assert f"`{stack}`, {spec.total_nodes:,} VMs: US${total:,.2f} per hour" in price_row.group(2)
+    east_us = table_price(spec.profile.name, "eastus")
+    assert east_us is not None and float(price_row.group(1).replace(",", "")) == east_us.usd_per_hour
+    own = table_price(spec.profile.name, spec.location)
+    if own is None:
+        assert f"`{stack}` is in `{spec.location}`, where ndfleet has no recorded price" in price_row.group(2)
+    else:
+        total = spec.total_nodes * own.usd_per_hour
+        assert f"`{stack}`, {spec.total_nodes:,} VMs: US${total:,.2f} per hour" in price_row.group(2)
 
 
 def test_readme_customdata_size_of_every_example_stack() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ndfleet.cost.estimate import HOURS_PER_MONTH, usd
+from ndfleet.cost.estimate import usd
+from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME
 from ndfleet.plans.plandiff.bundle import bundle_diff, is_user_data
 from ndfleet.plans.plandiff.compare import bootstrap_diff, format_value, short_type
 from ndfleet.plans.plandiff.resources import (
@@ -60,7 +61,7 @@ def cost_line(d: StackDiff) -> str:
     delta = new.usd_per_hour - old.usd_per_hour
     return (f"cost (VMs, list price): {usd(old.usd_per_hour)} -> {usd(new.usd_per_hour)} per hour "
             f"({_signed(delta)}), {usd(old.usd_per_hour * HOURS_PER_MONTH)} -> "
-            f"{usd(new.usd_per_hour * HOURS_PER_MONTH)} per {HOURS_PER_MONTH}-hour month "
+            f"{usd(new.usd_per_hour * HOURS_PER_MONTH)} per {MONTH_NAME} "
             f"({_signed(delta * HOURS_PER_MONTH)})")
 
 
