@@ -23,13 +23,13 @@ from ndfleet.status.prometheus import SLURM_METRIC, PrometheusReader, QueryFaile
 # Prometheus refuses a range query of more than 11,000 points a series ("exceeded maximum resolution of 11,000
 # points per timeseries", web/api/v1/api.go). ndfleet asks for at most 1,000, one island at a time: an island of
 # 1,000 nodes at about 22 bytes a point ([1796284800.123,"1"]) is about 22 MB, under MAX_ANSWER_BYTES (32 MiB).
-# The step never drops under the agent's scrape interval (finer adds no information).
 MAX_POINTS = 1_000
 
 
 def step_for(since: float, until: float, scrape_interval_s: int) -> float:
-    """The query step: at least the scrape interval, and at most MAX_POINTS points over the period."""
-    return float(max(scrape_interval_s, math.ceil((until - since) / MAX_POINTS)))
+    """The query step: the smallest whole multiple of the scrape interval that keeps the period within MAX_POINTS
+    points (finer than the scrape interval adds no information)."""
+    return float(scrape_interval_s * max(1, math.ceil((until - since) / (MAX_POINTS * scrape_interval_s))))
 
 
 def island_query(stack: str, prefix: str) -> str:
