@@ -32,10 +32,18 @@ def step_for(since: float, until: float, scrape_interval_s: int) -> float:
     return float(scrape_interval_s * max(1, math.ceil((until - since) / (MAX_POINTS * scrape_interval_s))))
 
 
-def island_query(stack: str, prefix: str) -> str:
-    """One island's Slurm node states: the controller's series whose slurm_node has the island's host prefix."""
-    return (f'{SLURM_METRIC}{{stack="{label_value(stack)}",slurm_node=~"(?i){label_value(_regex(prefix))}.*"}}'
-            " == 1")
+def island_query_selector(spec: ClusterSpec, island: str, extra: str = "") -> str:
+    """The controller's state series of one island's nodes: those whose slurm_node has the island's host prefix
+    (the series' own `island` label is the controller's). The report's query and IslandInServiceLow share it."""
+    prefix = _regex(computer_name_prefix(spec, island))
+    matchers = [f'stack="{label_value(spec.stack)}"', f'slurm_node=~"(?i){label_value(prefix)}.*"']
+    if extra:
+        matchers.append(extra)
+    return f"{SLURM_METRIC}{{{','.join(matchers)}}}"
+
+
+def island_query(spec: ClusterSpec, island: str) -> str:
+    return f"{island_query_selector(spec, island)} == 1"
 
 
 def _regex(text: str) -> str:
@@ -93,8 +101,8 @@ def read_goodput(
             return GoodputRead(None, f"could not read: {arm.workspace_problem or 'no monitoring workspace found'}")
         reader = PrometheusReader(arm.query_endpoint, shared, cloud, retry, transport)
         try:
-            for prefix in prefixes.values():
-                samples += state_samples(reader.query_range(island_query(spec.stack, prefix), since, until, step))
+            for island in prefixes:
+                samples += state_samples(reader.query_range(island_query(spec, island), since, until, step))
         finally:
             reader.close()
     except CannotCheck as exc:
