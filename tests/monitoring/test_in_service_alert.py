@@ -79,3 +79,28 @@ def test_promtool_catches_a_wrong_expectation(promtool: str, slurm_spec: Cluster
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
     rc, out = run_promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
     assert rc != 0 and "IslandInServiceLow" in out
+
+
+def test_the_dashboard_share_panel_reads_the_same_states(
+    promtool: str, slurm_spec: ClusterSpec, tmp_path: Path
+) -> None:
+    """The fleet dashboard's in-service share per island, evaluated by promtool on the controller's series:
+    island a 2 of 4 paid-for nodes in service (a powered-down elastic node left out), island b 2 of 2."""
+    from ndfleet.monitoring.dashboards import dashboards, queries
+    from ndfleet.monitoring.exporters import exported_metric_names
+    from tests.monitoring.test_dashboards import metric_names
+
+    exprs = queries(dashboards(slurm_spec)["fleet-overview.json"])
+    assert all(metric_names(e) <= exported_metric_names() for e in exprs)
+    (share,) = [e for e in exprs if e.startswith("count by (slurm_island)")]
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [*states("a", ["allocated", "idle", "drained", "powered_down", "down"]),
+                         *states("b", ["idle", "mixed"])],
+        "promql_expr_test": [{"expr": share, "eval_time": "5m", "exp_samples": [
+            {"labels": '{slurm_island="a"}', "value": 0.5}, {"labels": '{slurm_island="b"}', "value": 1}]}],
+    }]}  # fmt: skip
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    rc, out = run_promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
+    assert rc == 0, out
