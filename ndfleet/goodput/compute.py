@@ -53,7 +53,8 @@ def category(state: str, reason: str) -> str | None:
 
 def cause(state: str, reason: str) -> str:
     """Why a node left service: `check:<id>` for each health-check drain's first check, `elastic`, `slurm-down`
-    (slurmd stopped answering), `burnin`, or `operator` (a drain with someone else's reason)."""
+    (slurmd stopped answering), `burnin`, `operator` (a drain with someone else's reason), or `other` (a Slurm state
+    ndfleet does not map)."""
     if reason.startswith(BURNIN_REASON_PREFIX) or state == "awaiting_burnin":
         return "burnin"
     if reason.startswith(ELASTIC_REASON_PREFIX):
@@ -63,7 +64,9 @@ def cause(state: str, reason: str) -> str:
         return f"check:{first or 'unnamed'}"
     if state == "down":
         return "slurm-down"
-    return "operator"
+    if state in _DRAIN:
+        return "operator"
+    return "other"
 
 
 def island_of(node: str, prefixes: Mapping[str, str]) -> str:

@@ -162,6 +162,8 @@ def test_categories_and_causes_follow_the_reason_prefixes() -> None:
     assert cause("drained", "ndfleet:nvlink,gpu-count") == "check:nvlink"
     assert cause("drained", "ndfleet:elastic:vm-failed") == "elastic"
     assert cause("down", "Not responding") == "slurm-down"
+    assert cause("drained", "swap DIMM") == "operator"
+    assert cause("other", "") == "other"
 
 
 def test_a_node_back_only_after_the_period_is_still_out_and_has_no_time() -> None:
