@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "ndfleet.commands.impact",
     "ndfleet.commands.cost",
     "ndfleet.commands.status",
+    "ndfleet.commands.goodput",
 )
 
 

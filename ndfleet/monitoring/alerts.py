@@ -20,7 +20,7 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec
 AZURE_SEVERITY = {"critical": 0, "warning": 2, "info": 3}
 # Rule groups: Azure evaluates each PrometheusRuleGroup at its interval.
 EVALUATION_INTERVAL_MINUTES = 1
-RULE_GROUPS = ("gpu", "fabric", "node", "fleet")
+RULE_GROUPS = ("gpu", "fabric", "node", "fleet", "goodput")
 # Azure Monitor managed Prometheus takes at most 20 rules per rule group (Microsoft Learn, "Azure Monitor service
 # limits", Prometheus alert and recording rules). A table group with more (IslandCapacityLow is one rule per
 # island) is deployed as several rule groups: `fleet`, `fleet-2`, ... (`rule_groups`).
@@ -189,6 +189,39 @@ def alerts(spec: ClusterSpec) -> list[Alert]:
                 labels=(("island", island.name), ("stack", spec.stack)),
             )
         )
+    if spec.scheduler == "slurm":
+        out += in_service_alerts(spec)
+    return out
+
+
+# The Slurm states in which a node takes or runs jobs (ndfleet.status.metrics_view.SLURM_SERVING, the goodput
+# report's "in service").
+_IN_SERVICE_STATES = "idle|allocated|mixed|completing"
+
+
+def in_service_alerts(spec: ClusterSpec) -> list[Alert]:
+    """IslandInServiceLow, one rule per island (docs/goodput.md): fewer of the island's nodes in service in Slurm,
+    as the controller publishes them (ndfleet_slurm_node_state, whose `slurm_node` is the host name
+    `<namePrefix>-<island>-<n>`), than the island's capacity floor. It counts what IslandCapacityLow does not: a
+    healthy node drained by hand, held by the burn-in or down in Slurm."""
+    from ndfleet.goodput.read import island_query_selector
+
+    out = []
+    m = spec.profile.monitoring
+    for island in spec.islands:
+        floor = island_capacity_floor(island.nodes, spec.monitoring.island_capacity_alert_fraction)
+        selector = island_query_selector(spec, island.name, f'state=~"{_IN_SERVICE_STATES}"')
+        out.append(
+            Alert(
+                "IslandInServiceLow", "goodput",
+                f"(count({selector} == 1) or vector(0)) < {floor}",
+                m.island_capacity_for_minutes, "warning",
+                f"island {island.name}: fewer than {floor} of {island.nodes} nodes in service in Slurm",
+                "Run `ndfleet status` for the island's drained, down and burn-in nodes and `ndfleet goodput` for "
+                "where the hours went; resume nodes an operator drained and left, and check the repair queue.",
+                labels=(("island", island.name), ("stack", spec.stack)),
+            )
+        )
     return out
 
 
@@ -245,11 +278,11 @@ def alerts_table_markdown(spec: ClusterSpec) -> str:
     lines = ["| alert | expression | for | severity | what to do |", "|---|---|---|---|---|"]
     seen: set[str] = set()
     for a in alerts(spec):
-        if a.name in seen:  # IslandCapacityLow: one rule per island, shown once
+        if a.name in seen:  # IslandCapacityLow, IslandInServiceLow: one rule per island, shown once
             continue
         seen.add(a.name)
         expr = a.expr.replace("|", "\\|")
-        if a.name == "IslandCapacityLow":
+        if a.name in ("IslandCapacityLow", "IslandInServiceLow"):
             expr += f" (one rule per island; here island {dict(a.labels)['island']})"
         lines.append(f"| `{a.name}` | `{expr}` | {a.for_prometheus} | {a.severity} | {a.action} |")
     return "\n".join(lines)

@@ -129,7 +129,31 @@ def fleet_overview(spec: ClusterSpec) -> dict[str, Any]:
             [_target(f"up{{{s}}} == 0", instant=True)], w=12)
     lay.add("timeseries", "Xid errors (last Xid per GPU)",
             [_target(f"DCGM_FI_DEV_XID_ERRORS{{{s}}} > 0", "{{node}} GPU {{gpu}}")], w=24)
+    if spec.scheduler == "slurm":
+        _goodput_panels(spec, lay)
     return _dashboard(spec, "fleet", "fleet overview", lay, node_var=False)
+
+
+def _goodput_panels(spec: ClusterSpec, lay: _Layout) -> None:
+    """The goodput report's node states over time (docs/goodput.md), from the controller's published Slurm states.
+    Their `island` label is the controller's, so the node's island is read from its host name
+    (`<namePrefix>-<island>-<n>`) and the $island variable does not apply."""
+    def by_island(state: str) -> str:
+        selector = f'ndfleet_slurm_node_state{{stack="{spec.stack}",{state}}} == 1'
+        return (f'count by (slurm_island) (label_replace({selector}, "slurm_island", "$1", "slurm_node", '
+                f'"(?i){spec.name_prefix}-(.+)-[^-]+"))')  # fmt: skip
+
+    serving, paid = 'state=~"idle|allocated|mixed|completing"', 'state!="powered_down"'
+    lay.add("timeseries", "Nodes by Slurm state (goodput)",
+            [_target(f'count by (state) (ndfleet_slurm_node_state{{stack="{spec.stack}"}} == 1)', "{{state}}")],
+            description="What `ndfleet goodput` integrates: running (allocated, mixed, completing), idle, drained, "
+            "down, burn-in. Not filtered by the island variable.")
+    lay.add("timeseries", "Share of nodes in service in Slurm per island",
+            [_target(by_island(serving) + " / " + by_island(paid), "{{slurm_island}}")],
+            unit="percentunit",
+            description="In service (idle, allocated, mixed, completing) over the nodes paid for (powered-down "
+            "elastic nodes left out), as `ndfleet goodput` counts; IslandInServiceLow fires when an island "
+            "stays below its floor (docs/goodput.md).")
 
 
 def island_fabric(spec: ClusterSpec) -> dict[str, Any]:

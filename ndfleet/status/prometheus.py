@@ -60,26 +60,26 @@ def prometheus_scope(cloud: CloudSettings) -> str:
     return PROMETHEUS_SCOPES["AzureCloud"]
 
 
-def _label_value(value: str) -> str:
+def label_value(value: str) -> str:
     """A PromQL string literal's content: backslash and double quote escaped."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def node_metrics_query(stack: str) -> str:
     names = "|".join(NODE_METRICS)
-    return f'{{__name__=~"{names}",stack="{_label_value(stack)}"}}'
+    return f'{{__name__=~"{names}",stack="{label_value(stack)}"}}'
 
 
 def failed_checks_query(stack: str) -> str:
-    return f'{CHECK_METRIC}{{stack="{_label_value(stack)}",status="fail"}} == 1'
+    return f'{CHECK_METRIC}{{stack="{label_value(stack)}",status="fail"}} == 1'
 
 
 def slurm_query(stack: str) -> str:
-    return f'{SLURM_METRIC}{{stack="{_label_value(stack)}"}} == 1'
+    return f'{SLURM_METRIC}{{stack="{label_value(stack)}"}} == 1'
 
 
-def parse_vector(body: bytes) -> list[Sample]:
-    """The samples of an instant-query answer (`resultType: vector`); QueryFailed for anything else."""
+def _success_data(body: bytes) -> Mapping[str, Any]:
+    """The `data` object of a successful answer (`{"status": "success", "data": {...}}`)."""
     try:
         doc = json_object(body, "the query API")
     except AnswerShape as exc:
@@ -88,7 +88,15 @@ def parse_vector(body: bytes) -> list[Sample]:
         error = one_line(doc.get("error") or doc.get("errorType") or "no detail", 200)
         raise QueryFailed(f"the query failed: {error}")
     data = doc.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+    if not isinstance(data, Mapping):
+        raise QueryFailed("the query API's answer has no data")
+    return data
+
+
+def parse_vector(body: bytes) -> list[Sample]:
+    """The samples of an instant-query answer (`resultType: vector`); QueryFailed for anything else."""
+    data = _success_data(body)
+    if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
         raise QueryFailed("the query API's answer has no vector result")
     samples = []
     for item in data["result"]:
@@ -99,6 +107,41 @@ def parse_vector(body: bytes) -> list[Sample]:
         labels = {str(k): str(v) for k, v in metric.items() if isinstance(v, str)}
         samples.append(Sample(labels, value[1] if isinstance(value[1], str) else repr(value[1])))
     return samples
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: dict[str, str]
+    points: tuple[tuple[float, str], ...]  # (unix seconds, value as the API sent it)
+
+
+def parse_matrix(body: bytes) -> list[Series]:
+    """The series of a range-query answer (`resultType: matrix`, each `{"metric": {...}, "values": [[t, "v"],
+    ...]}`: https://prometheus.io/docs/prometheus/latest/querying/api/#range-vectors); QueryFailed for anything
+    else, a timestamp that is not a finite number included."""
+    data = _success_data(body)
+    if data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        raise QueryFailed("the query API's answer has no matrix result")
+    out = []
+    for item in data["result"]:
+        metric = item.get("metric") if isinstance(item, Mapping) else None
+        values = item.get("values") if isinstance(item, Mapping) else None
+        if not isinstance(metric, Mapping) or not isinstance(values, list):
+            raise QueryFailed("the query API's answer holds a series without labels or values")
+        points = []
+        for pair in values:
+            if not isinstance(pair, list) or len(pair) != 2 or isinstance(pair[0], bool):
+                raise QueryFailed("the query API's answer holds a point that is not [time, value]")
+            try:
+                at = float(pair[0])
+            except (TypeError, ValueError):
+                raise QueryFailed(f"the query API's answer holds a time {one_line(repr(pair[0]), 40)}") from None
+            if not math.isfinite(at):
+                raise QueryFailed(f"the query API's answer holds a time {one_line(repr(pair[0]), 40)}")
+            points.append((at, pair[1] if isinstance(pair[1], str) else repr(pair[1])))
+        labels = {str(k): str(v) for k, v in metric.items() if isinstance(v, str)}
+        out.append(Series(labels, tuple(points)))
+    return out
 
 
 def flag(value: str) -> int | None:
@@ -138,10 +181,18 @@ class PrometheusReader:
                                           transport, "ndfleet-status")  # fmt: skip
 
     def query(self, promql: str) -> list[Sample]:
+        return parse_vector(self._get("query", {"query": promql}))
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[Series]:
+        """A range query (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries)."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        return parse_matrix(self._get("query_range", params))
+
+    def _get(self, api: str, params: dict[str, str]) -> bytes:
         from azure.core.exceptions import AzureError
         from azure.core.rest import HttpRequest
 
-        request = HttpRequest("GET", f"{self.endpoint}/api/v1/query", params={"query": promql})
+        request = HttpRequest("GET", f"{self.endpoint}/api/v1/{api}", params=params)
         from ndfleet.azure.http import AnswerRefused
 
         try:
@@ -164,7 +215,7 @@ class PrometheusReader:
                 hint = f"throttled, and asked to wait longer than the {MAX_RETRY_AFTER_S:.0f} s a request may"
             said = "; ".join(x for x in (hint, detail) if x)
             raise QueryFailed(f"the query API answered HTTP {response.status_code}" + (f" ({said})" if said else ""))
-        return parse_vector(bytes(body))
+        return bytes(body)
 
     def close(self) -> None:
         self._client.close()

@@ -1,0 +1,198 @@
+"""`ndfleet goodput` on recorded answers of the workspace's range query (tests/data/goodput, the Prometheus HTTP
+API's documented matrix shape), against the table worked out by hand in docs/goodput.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from ndfleet.cli import build_parser
+from ndfleet.commands import goodput as goodput_cmd
+from ndfleet.goodput.compute import StateSample, build_report, category, cause, node_figures, percentile
+from ndfleet.status.prometheus import QueryFailed, parse_matrix
+from tests.status.test_status import DATA, PATTERNS, TINY_RETRY, ok, stack_file
+from tests.test_preflight import FakeCredential, ReplayTransport, Reply, no_network  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1796284800  # 2026-12-03 08:00 UTC: the recordings' start
+UNTIL = T0 + 12 * 3600
+ROUTES = {
+    **{k: v for k, v in PATTERNS.items() if not k.startswith("prom_")},
+    "range_ib00": r"/api/v1/query_range\?.*prod-ib00-",
+    "range_ib01": r"/api/v1/query_range\?.*prod-ib01-",
+}
+
+
+def azure(**override: list[Reply]) -> ReplayTransport:
+    routes = {
+        "vmss_list": ok("vmss-list.json"),
+        "vmss_list_rg": ok("vmss-list.json"),
+        "view_ib00": ok("vmss-instance-view-repairs-running.json"),
+        "view_ib01": ok("vmss-instance-view-repairs-running.json"),
+        "vms_ib00": ok("vms-ib00-healthy.json"),
+        "vms_ib01": ok("vms-ib01-healthy.json"),
+        "accounts": ok("monitor-accounts.json"),
+        "range_ib00": [Reply(200, "goodput/prom-slurm-range-ib00.json")],
+        "range_ib01": [Reply(200, "goodput/prom-slurm-range-ib01.json")],
+    }
+    routes.update(override)
+    return ReplayTransport([(ROUTES[k], v) for k, v in routes.items()], root=DATA)
+
+
+def run(capsys: pytest.CaptureFixture[str], tmp_path: Path, transport: ReplayTransport, *argv: str,
+        **config: Any) -> tuple[int, str, str]:  # fmt: skip
+    args = build_parser().parse_args(["goodput", "--stack-file", str(stack_file(tmp_path, **config)), *argv])
+    code = goodput_cmd.run_cli(args, env={}, credential=FakeCredential(), transport=transport, retry=TINY_RETRY,
+                               now=lambda: float(UNTIL))  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def period() -> list[str]:
+    return ["--since", "2026-12-03T08:00Z", "--until", "2026-12-03T20:00Z"]
+
+
+def hand_table() -> dict[str, dict[str, str]]:
+    """The worked example's table in docs/goodput.md, row name -> column -> cell."""
+    text = (REPO / "docs" / "goodput.md").read_text()
+    block = re.search(r"<!-- goodput-hand-table.*?-->\n(.*?)<!-- /goodput-hand-table -->", text, re.S)
+    assert block, "docs/goodput.md lost its hand table"
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.group(1).strip().splitlines()]
+    head = rows[0]
+    return {r[0]: dict(zip(head, r, strict=True)) for r in rows[2:]}
+
+
+def as_cells(figures: dict[str, Any]) -> dict[str, str]:
+    """The report's JSON figures written as the hand table writes them."""
+    per = figures["interruptionsPer1000NodeDays"]
+    times = figures["drainToBackInServiceSeconds"]
+    return {
+        "node-h": f"{figures['nodeHours']:g}",
+        **{c: f"{figures['hours'][c]:g}" for c in ("running", "idle", "drained", "repair", "burnin")},
+        "in service": f"{figures['serviceShare']:.1%}".replace("%", " %"),
+        "interruptions (per 1,000 node-days)": ", ".join(
+            f"{c} {n} ({per[c]:.2f})" for c, n in figures["interruptions"].items()),
+        "median": f"{times['median']:g}",
+        "p95": f"{times['p95']:g}",
+        "still out": str(times["stillOut"]),
+        "badput US$": f"{figures['badputUsd']:.2f}",
+    }
+
+
+def test_the_report_on_the_recorded_answers_equals_the_hand_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, tmp_path, azure(), *period(), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    table = hand_table()
+    assert set(table) == {"ib00", "ib01", "cluster"}
+    for name, row in table.items():
+        figures = doc["cluster"] if name == "cluster" else doc["islands"][name]
+        assert as_cells(figures) == {k: v for k, v in row.items() if k != ""}, name
+
+
+def test_the_queries_ask_one_island_each_over_the_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transport = azure()
+    code, _, err = run(capsys, tmp_path, transport, *period())
+    assert code == 0, err
+    calls = transport.calls("/api/v1/query_range")
+    assert len(calls) == 2
+    for call, island in zip(calls, ("ib00", "ib01"), strict=True):
+        query = parse_qs(urlsplit(call.url).query)
+        assert query["query"] == [f'ndfleet_slurm_node_state{{stack="prod",slurm_node=~"(?i)prod-{island}-.*"}} == 1']
+        assert (float(query["start"][0]), float(query["end"][0])) == (T0, UNTIL)
+        assert float(query["step"][0]) == 60  # the stack's scrape interval: 12 h is under 1,000 points of it
+
+
+def test_the_table_names_every_island_and_the_badput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, tmp_path, azure(), *period())
+    assert code == 0
+    lines = out.splitlines()
+    cluster = next(line for line in lines if line.startswith("cluster "))
+    assert cluster.split()[1:3] == ["45.0", "18.0"]
+    assert cluster.endswith("US$1,573.12")
+    assert "not yet measured: detect time" in out
+
+
+def test_a_refused_range_query_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    refused = [Reply(403, "status/prom-403-forbidden.json")]
+    code, out, err = run(capsys, tmp_path, azure(range_ib01=refused), *period())
+    assert code == 2 and out == ""
+    assert err.startswith("ndfleet goodput: error: could not read the Slurm states: the query API answered HTTP 403")
+    assert "Monitoring Data Reader" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_stack_without_monitoring_cannot_be_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, tmp_path, azure(), *period(), "--format", "json", monitoring={"enabled": False})
+    assert code == 2
+    assert "ndfleet:monitoring.enabled" in json.loads(out)["error"]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--since", "last tuesday"], "--since = 'last tuesday' is not an ISO 8601 time"),
+    (["--since", "7d", "--until", "yesterday"], "--until = 'yesterday' is not"),
+    (["--since", "2026-12-03T20:00Z", "--until", "2026-12-03T08:00Z"], "must come before --until"),
+])  # fmt: skip
+def test_a_bad_period_is_a_usage_error_before_anything_is_read(
+    argv: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transport = azure()
+    code, _, err = run(capsys, tmp_path, transport, *argv)
+    assert code == 64
+    assert err.startswith("ndfleet goodput: error: ") and named in err
+    assert transport.requests == []
+
+
+def sample(hour: int, state: str, reason: str = "", node: str = "n") -> StateSample:
+    return StateSample(node, T0 + hour * 3600, state, reason)
+
+
+def test_categories_and_causes_follow_the_reason_prefixes() -> None:
+    assert category("drained", "ndfleet:burnin:fabric") == "burnin"
+    assert category("draining", "ndfleet:nvlink") == "repair"
+    assert category("drained", "kernel update") == "drained"
+    assert category("powered_down", "") is None
+    assert cause("drained", "ndfleet:nvlink,gpu-count") == "check:nvlink"
+    assert cause("drained", "ndfleet:elastic:vm-failed") == "elastic"
+    assert cause("down", "Not responding") == "slurm-down"
+    assert cause("drained", "swap DIMM") == "operator"
+    assert cause("other", "") == "other"
+
+
+def test_a_node_back_only_after_the_period_is_still_out_and_has_no_time() -> None:
+    f = node_figures([sample(0, "idle"), sample(1, "down"), sample(2, "down")], 3600, T0 + 3 * 3600)
+    assert (f.interruptions, f.back_in_service_s, f.still_out) == ({"slurm-down": 1}, [], 1)
+    assert f.hours["repair"] == 2
+
+
+def test_a_node_of_no_island_is_named_not_counted() -> None:
+    report = build_report("prod", [sample(0, "idle", node="other-ib00-000000")], since=T0, until=T0 + 3600,
+                          step_s=3600, prefixes={"ib00": "prod-ib00-"}, usd_per_node_hour=None)  # fmt: skip
+    assert report.unplaced_nodes == ("other-ib00-000000",)
+    assert report.cluster.node_hours == 0
+
+
+def test_nearest_rank_percentiles() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5.0, 1.0, 3.0], 50) == 3.0
+    assert percentile([float(x) for x in range(1, 21)], 95) == 19.0
+    assert percentile([float(x) for x in range(1, 101)], 95) == 95.0
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    ('{"resultType": "vector", "result": []}', "no matrix result"),
+    ('{"resultType": "matrix", "result": [{"metric": {}, "values": [[true, "1"]]}]}', "not [time, value]"),
+    ('{"resultType": "matrix", "result": [{"metric": {}, "values": [["soon", "1"]]}]}', "holds a time 'soon'"),
+    ('{"resultType": "matrix", "result": [{"metric": {}, "values": [["NaN", "1"]]}]}', "holds a time 'NaN'"),
+    ('{"resultType": "matrix", "result": [{"metric": {}}]}', "without labels or values"),
+])  # fmt: skip
+def test_a_range_answer_of_the_wrong_shape_is_a_named_failure(values: str, named: str) -> None:
+    with pytest.raises(QueryFailed, match=re.escape(named)):
+        parse_matrix(f'{{"status": "success", "data": {values}}}'.encode())
