@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RETAIL_API_SOURCE = "Azure Retail Prices API (prices.azure.com), Linux pay-as-you-go"
-_ND_SOURCE = "Azure Linux VM pricing page and Retail Prices API, East US (README, docs/sources.md#prices)"
+_ND_SOURCE = "Azure Linux VM pricing page and Retail Prices API, East US (docs/cost.md, docs/sources.md#prices)"
 _DSV5_SOURCE = (
     "public copies of the Retail Prices API's East US figure (docs/sources.md#prices); not fetched by ndfleet"
 )
