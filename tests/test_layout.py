@@ -1,5 +1,5 @@
-"""The tree reads by job (README, "Code layout"): no module over MAX_LINES lines, and imports go one way, from
-the commands down to the configuration model, never back up."""
+"""The tree reads by job (docs/architecture.md, "Code layout"): no module over MAX_LINES lines, and imports go one
+way, from the commands down to the configuration model, never back up."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def package_sources() -> dict[str, str]:
 
 def test_every_package_module_has_a_layer() -> None:
     unplaced = sorted(m for m in package_sources() if m != "ndfleet" and layer_of(m) is None)
-    assert not unplaced, f"add these to LAYERS in tests/test_layout.py (and README's Code layout): {unplaced}"
+    assert not unplaced, f"add these to LAYERS in tests/test_layout.py (docs/architecture.md): {unplaced}"
 
 
 def test_no_module_imports_a_higher_layer() -> None:

@@ -75,11 +75,11 @@ def test_plan_prints_the_compute_subnets_room(capsys: pytest.CaptureFixture[str]
     assert "compute subnet 10.40.0.0/26: room for 47 nodes; growing past that re-ranges every subnet" in out
 
 
-def test_the_readme_quotes_the_dev_stacks_room() -> None:
+def test_the_deploying_page_quotes_the_dev_stacks_room() -> None:
     from pathlib import Path
 
     from ndfleet.stackconfig.stackfile import load_stack
 
     spec = load_spec(load_stack(name="dev").ndfleet_config, "dev")
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "deploying.md").read_text()
     assert f"(`room for {spec.network.compute_node_capacity} nodes` for a small stack)" in readme

@@ -66,7 +66,7 @@ def test_prod_smoke_keeps_every_setting_of_prod_but_the_size(prod: Plan, smoke: 
 def test_prod_smoke_validation_is_bounded(prod: Plan, smoke: Plan) -> None:
     assert prod.spec.health.dcgm_level == 2 and smoke.spec.health.dcgm_level == 1
     assert validation_budget_s(smoke.spec) < validation_budget_s(prod.spec)
-    assert validation_budget_s(smoke.spec) == 1510  # the figure README and docs/smoke.md quote
+    assert validation_budget_s(smoke.spec) == 1510  # the figure docs/deploying.md and docs/smoke.md quote
 
 
 def test_prod_smoke_names_differ_from_prod(prod: Plan, smoke: Plan) -> None:

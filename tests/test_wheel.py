@@ -112,6 +112,35 @@ def test_installed_commands_work_outside_the_checkout(installed: tuple[Path, Pat
     assert policy.returncode == 0, policy.stdout + policy.stderr
 
 
+def test_the_example_copied_out_of_the_repository_installs_and_plans_with_the_wheel(
+    installed: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """examples/bring-your-own-network, copied to a folder outside the checkout: its requirements.txt resolves to the
+    wheel through PIP_FIND_LINKS (as its README says; offline, so --no-deps --no-index and a dry run), and its program,
+    run by the wheel's `ndfleet plan --program .` under the mock runtime, creates the island and its storage."""
+    wheel, venv = installed
+    example = tmp_path / "bring-your-own-network"
+    shutil.copytree(REPO / "examples" / "bring-your-own-network", example, ignore=_SKIP_IN_COPY)
+    assert not example.resolve().is_relative_to(REPO)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+    resolve = run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "--disable-pip-version-check",
+         "--ignore-installed", "-r", "requirements.txt"],
+        example, {**env, "PIP_FIND_LINKS": str(wheel.parent)},
+    )  # fmt: skip
+    assert resolve.returncode == 0, resolve.stdout + resolve.stderr
+    assert f"Would install ndfleet-{wheel.name.split('-')[1]}" in resolve.stdout
+
+    (example / "venv").symlink_to(venv)  # what the README's install makes: a venv with ndfleet in it
+    plan = run([str(example / "venv" / "bin" / "ndfleet"), "plan", "--program", ".", "--stack-file",
+                "Pulumi.example.yaml", "--format", "json"], example, env)  # fmt: skip
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    types = [r["type"] for r in json.loads(plan.stdout)["resources"]]
+    assert "azure-native:compute:VirtualMachineScaleSet" in types and "azure-native:storage:StorageAccount" in types
+    assert "azure-native:network:VirtualNetwork" not in types  # the network is the user's
+
+
 def test_wheel_installs_the_node_program_command(installed: tuple[Path, Path], tmp_path: Path) -> None:
     """`ndfleet-node` (project.scripts) comes with the wheel and runs the node program's parser."""
     _, venv = installed

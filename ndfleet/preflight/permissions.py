@@ -203,7 +203,7 @@ def check_permissions(
     fix = roles_advice(verdict.missing_roles, scope)
     half_way = (
         " Without them `pulumi up` creates the network, storage and islands and then stops half-way at the role "
-        "assignment or the lock (see README, First deployment, for recovering from that)."
+        "assignment or the lock (see docs/deploying.md, First deployment, for recovering from that)."
         if not any(n.role == CONTRIBUTOR for n in verdict.missing)
         else ""
     )

@@ -92,14 +92,14 @@ def test_readme_example_stack_row(stack: str) -> None:
 
 
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
-def test_readme_example_price_is_what_ndfleet_cost_produces(stack: str) -> None:
-    """The README's price column is the recorded East US figure; an example's total is nodes x the recorded figure
+def test_cost_page_price_is_what_ndfleet_cost_produces(stack: str) -> None:
+    """The cost page's price column is the recorded East US figure; an example's total is nodes x the recorded figure
     for its own region, and an example in a region without one says so (never East US's figure for it)."""
     from ndfleet.cost.prices import table_price
 
     spec = prepared(stack).spec
-    price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \| ([^|]*) \|", page("README.md"))
-    assert price_row, f"README.md: no price row for {spec.profile.name}"
+    price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \| ([^|]*) \|", page("docs/cost.md"))
+    assert price_row, f"docs/cost.md: no price row for {spec.profile.name}"
     east_us = table_price(spec.profile.name, "eastus")
     assert east_us is not None and float(price_row.group(1).replace(",", "")) == east_us.usd_per_hour
     own = table_price(spec.profile.name, spec.location)
@@ -110,34 +110,51 @@ def test_readme_example_price_is_what_ndfleet_cost_produces(stack: str) -> None:
         assert f"`{stack}`, {spec.total_nodes:,} VMs: US${total:,.2f} per hour" in price_row.group(2)
 
 
-def test_readme_customdata_size_of_every_example_stack() -> None:
+
+
+def test_readme_quotes_the_gpu_vms_hourly_cost_of_dev_and_prod() -> None:
+    """The README's cost sentence: GPU VMs x the list price of the cost page's table (the same figures as its rows)."""
+    quoted = []
+    for stack in ("dev", "prod"):
+        spec = prepared(stack).spec
+        price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \|", page("docs/cost.md"))
+        assert price_row, f"docs/cost.md: no price row for {spec.profile.name}"
+        total = spec.total_nodes * float(price_row.group(1).replace(",", ""))
+        quoted.append((f"`{stack}`'s {spec.total_nodes:,} GPU VMs", f"US${total:,.2f}"))
+    (dev, dev_cost), (prod, prod_cost) = quoted
+    says("README.md", f"{dev} cost {dev_cost} per hour and {prod} {prod_cost} (the Slurm controller")
+
+
+def test_bootstrap_customdata_size_of_every_example_stack() -> None:
     largest = max(m.custom_data_bytes for m in compute_machines())
-    says("README.md", f"at most {kb(largest)} KB of Azure's 64 KB limit for every example stack")
+    says("docs/bootstrap.md", f"at most {kb(largest)} KB of Azure's 64 KB limit for every example stack")
 
 
-def test_readme_userdata_size_of_every_example_stack() -> None:
+def test_bootstrap_userdata_size_of_every_example_stack() -> None:
     largest = max(m.user_data_bytes for m in compute_machines())
     assert USER_DATA_MAX_BYTES - largest >= USER_DATA_MAX_BYTES / 5  # "at least a fifth to spare"
-    says("README.md", f"(also 64 KB; at most {kb(largest)} KB for every example stack, at least a fifth to spare)")
+    spare = "at least a fifth to spare"
+    says("docs/bootstrap.md", f"(also 64 KB; at most {kb(largest)} KB for every example stack, {spare})")
 
 
-def test_readme_validation_budgets() -> None:
+def test_bootstrap_validation_budgets() -> None:
     full1, quick = budget(validationLevel="full", dcgmLevel=1), budget(validationLevel="quick")
     full2, full3 = budget(dcgmLevel=2), budget(dcgmLevel=3)
     setup = PROFILES[H100].thresholds.setup_timeout_s
     says(
-        "README.md",
+        "docs/bootstrap.md",
         f"{setup} s of set-up plus every check at its time limit, {full1:,} s (about "
         f"{round(full1 / 60)} minutes) at the default `validationLevel: full`, `dcgmLevel: 1`; "
         f"{quick:,} s at `quick`; {full2:,} s and {full3:,} s with `dcgmLevel` 2 and 3",
     )
-    says("README.md", f"({default_probe_grace_period_s(full1):,} s at the defaults; see above)")
+    says("docs/bootstrap.md", f"({default_probe_grace_period_s(full1):,} s at the defaults; see above)")
 
 
-def test_readme_smoke_deployment_wait() -> None:
+def test_deploying_smoke_deployment_wait() -> None:
     smoke = prepared("prod-smoke").spec
     wait = validation_budget_s(smoke)
-    says("README.md", f"(at most {wait:,} s, about {round(wait / 60)} minutes, at dcgmLevel {smoke.health.dcgm_level})")
+    dcgm = smoke.health.dcgm_level
+    says("docs/deploying.md", f"(at most {wait:,} s, about {round(wait / 60)} minutes, at dcgmLevel {dcgm})")
     prod = prepared("prod").spec
     says("docs/guide.md", f"within {wait:,} s (about {round(wait / 60)} minutes) once Azure has started it, against "
          f"{validation_budget_s(prod):,} s for prod's `dcgmLevel: {prod.health.dcgm_level}`")  # fmt: skip
@@ -151,7 +168,7 @@ def test_smoke_stack_figures() -> None:
     smoke, prod = run_plan(load_stack(name="prod-smoke")), run_plan(load_stack(name="prod"))
     azure = sum(1 for r in smoke.resources if not r.type.startswith("ndfleet:"))
     assert azure == sum(1 for r in prod.resources if not r.type.startswith("ndfleet:"))
-    says("README.md", f"the same {azure} Azure resources as prod, {smoke.spec.total_nodes} nodes")
+    says("docs/deploying.md", f"the same {azure} Azure resources as prod, {smoke.spec.total_nodes} nodes")
     cost = estimate_cost(smoke.spec)
     says("docs/smoke.md", f"US${cost.usd_per_hour:,.2f} per hour, US${cost.usd_per_run or 0:,.2f} for "
          f"{cost.run_hours:g} hours")  # fmt: skip
@@ -160,32 +177,32 @@ def test_smoke_stack_figures() -> None:
     says("docs/smoke.md", f"({lustre.capacity_tib} TiB for {lustre.sku.name})")
 
 
-def test_readme_node_bound() -> None:
-    says("README.md", f"`nodes + ceil(0.2 x nodes) <= {AZURE_MAX_PRIVATE_IPS_PER_VNET:,}` gives at most {MAX_NODES:,}")
-    says("README.md", f"| 1-{MAX_NODES:,} total VMs")
+def test_configuration_node_bound() -> None:
+    bound = f"`nodes + ceil(0.2 x nodes) <= {AZURE_MAX_PRIVATE_IPS_PER_VNET:,}` gives at most {MAX_NODES:,}"
+    says("docs/configuration.md", bound)
+    says("docs/configuration.md", f"| 1-{MAX_NODES:,} total VMs")
 
 
-def test_readme_island_split_example() -> None:
+def test_architecture_island_split_example() -> None:
     spec = load_spec(base_config(nodes=250), "figures")
     split = "/".join(str(i.nodes) for i in spec.islands)
-    says("README.md", f"(250 -> {split})")
+    says("docs/architecture.md", f"(250 -> {split})")
 
 
-def test_readme_monitoring_figures() -> None:
+def test_monitoring_summary_figures() -> None:
     cost = estimate(prepared("prod").spec)
     holds = series_budget(prepared("prod").spec).max_nodes
     kinds = len({a.name for a in alerts(prepared("prod").spec)})
-    says("README.md", f"Azure evaluates {kinds} kinds of alert")
+    says("docs/monitoring.md", f"Azure evaluates {kinds} kinds of alert")
     says(
-        "README.md",
+        "docs/monitoring.md",
         f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
         f"samples/min for the prod stack; one workspace holds about {holds:,} such nodes at its default limits)",
     )
 
 
-@pytest.mark.parametrize("name", ["README.md", "docs/bootstrap.md"])
-def test_injected_fault_count(name: str) -> None:
-    says(name, f"each of {len(FAULTS)} injected faults")
+def test_injected_fault_count() -> None:
+    says("docs/bootstrap.md", f"each of {len(FAULTS)} injected faults")
 
 
 # --- docs/bootstrap.md ------------------------------------------------------------------------------------------

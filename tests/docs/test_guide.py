@@ -7,6 +7,7 @@ subcommand and every option they use must exist (`--help`). A misspelt command o
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import shlex
@@ -104,3 +105,12 @@ def test_a_misspelt_command_would_fail(tmp_path: Path) -> None:
     # The check above relies on argparse refusing an unknown subcommand or option with a non-zero exit.
     assert run(["plna", "--stack", "dev"], tmp_path).returncode != 0
     assert run(["plan", "--stak", "dev"], tmp_path).returncode != 0
+
+
+def test_the_guide_lists_every_command_the_tool_has() -> None:
+    """Step 1 names the commands `ndfleet --help` shows: all of them, in the parser's order."""
+    from ndfleet.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = ", ".join(f"`{name}`" for name in commands.choices)
+    assert f"You should see the command list: {listed}." in " ".join(GUIDE.read_text().split())
