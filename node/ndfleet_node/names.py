@@ -38,4 +38,4 @@ DRAIN_MARKER = "/var/lib/ndfleet/drained"
 
 # The Slurm states the controller publishes (slurm_export) and `status` reads back.
 SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
-                "awaiting_burnin", "other")
+                "awaiting_burnin", "spare", "other")
