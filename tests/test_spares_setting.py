@@ -81,3 +81,11 @@ def test_spares_are_priced_and_shown_by_plan() -> None:
     assert spec_summary(spec)["islands"][0]["spares"] == 2 and "spares" not in spec_summary(spec)["islands"][1]
     table = render_table(plan_of(slurm_config(ISLANDS)))
     assert "ib00: 10 nodes, 80 GPUs (8 in service, 2 warm spares)" in table
+
+
+def test_the_plan_json_with_spares_reads_back() -> None:
+    from ndfleet.plans.plandoc import validate_plan
+
+    doc = validate_plan(json.loads(plan_of(slurm_config(ISLANDS)).to_json()))
+    assert doc["summary"]["islands"][0]["spares"] == 2
+    assert doc["cost"]["spares"] == 2
