@@ -192,8 +192,10 @@ def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, report
                 log: Callable[[str], None], run: Run = _run_ok) -> bool:
     """Record the hardware failures; drain each repeat (and ask it to report). False: a call failed."""
     ok = True
-    ledger, repeats = record(read_ledger(path), failures(nodes.values()))
-    write_ledger(path, ledger)
+    known = read_ledger(path)
+    ledger, repeats = record(known, failures(nodes.values()))
+    if ledger != known:  # written only when a failure is new: the state disk is not rewritten every 30 s
+        write_ledger(path, ledger)
     for failure in repeats:
         log(f"{failure.node}: physical host {failure.host} failed {len(ledger[failure.host])} times; "
             f"drained {REPEAT_HOST_REASON}, never resumed")
