@@ -73,7 +73,9 @@ def render_table(plan: Plan) -> str:
     lines += ["", "Summary:"]
     lines.append(f"  islands: {len(spec.islands)}   nodes: {spec.total_nodes}   GPUs: {spec.total_gpus}")
     for island in spec.islands:
-        lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs")
+        spares = (f" ({island.in_service} in service, {island.spares} warm spare{'s' if island.spares > 1 else ''})"
+                  if island.spares else "")
+        lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs{spares}")
     if spec.smoke is not None:
         from ndfleet.nodefiles.bootstrap import validation_budget_s
         from ndfleet.stackconfig.smoke import smoke_lines

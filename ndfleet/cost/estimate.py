@@ -44,8 +44,17 @@ class LineItem:
         each = self.usd_per_vm_hour
         return None if each is None else each * self.group.count
 
+    @property
+    def spares_usd_per_hour(self) -> float | None:
+        """What the group's warm spares cost: VMs like the others, billed while they wait (docs/operations.md)."""
+        each = self.usd_per_vm_hour
+        return None if each is None else each * self.group.spares
+
     def as_json(self) -> dict[str, Any]:
+        spares = self.spares_usd_per_hour
         return {
+            **({"spares": self.group.spares,
+                "sparesUsdPerHour": None if spares is None else round(spares, 4)} if self.group.spares else {}),
             "role": self.group.role,
             "vmSize": self.group.vm_size,
             "count": self.group.count,
@@ -91,6 +100,14 @@ class CostEstimate:
         ]
 
     @property
+    def spares(self) -> int:
+        return sum(i.group.spares for i in self.items)
+
+    @property
+    def spares_usd_per_hour(self) -> float:
+        return sum(i.spares_usd_per_hour or 0.0 for i in self.items)
+
+    @property
     def has_spot(self) -> bool:
         return any(i.group.spot for i in self.items)
 
@@ -107,6 +124,8 @@ class CostEstimate:
                 if self.run_hours is not None
                 else {}
             ),
+            **({"spares": self.spares, "sparesUsdPerHour": round(self.spares_usd_per_hour, 2),
+                "sparesUsdPerMonth": round(self.spares_usd_per_hour * HOURS_PER_MONTH, 2)} if self.spares else {}),
             "complete": not self.missing,
             "missing": self.missing,
             "pricesFrom": self.prices_from,
@@ -157,6 +176,13 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
         )
     else:
         lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
+    if priced and estimate.spares:
+        # Spares run (and bill) like every node; this is what keeping them costs on top of the nodes that serve.
+        lines.append(
+            f"  of which {estimate.spares:,} warm spare(s), held out of scheduling: "
+            f"{usd(estimate.spares_usd_per_hour)} per hour, {usd(estimate.spares_usd_per_hour * HOURS_PER_MONTH)} "
+            f"per {HOURS_PER_MONTH}-hour month"
+        )
     if priced and estimate.run_hours is not None:
         lines.append(
             f"  smoke run of {estimate.run_hours:g} h (ndfleet:smoke.hours, up to destroy): "

@@ -131,7 +131,7 @@ RESOURCE: Schema = {
     "dependsOn": (_list, False, None, _str),
 }
 SUMMARY_ISLAND: Schema = {"name": (_str, True, None, None), "nodes": (_int, True, None, None),
-                          "gpus": (_int, False, None, None)}
+                          "gpus": (_int, False, None, None), "spares": (_int, False, None, None)}
 SUMMARY: Schema = {
     "stack": (_str, False, None, None),
     "vmSize": (_str, False, None, None),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,6 +36,12 @@ SLURMDBD_PORT = 6819
 # Where the controller keeps its state: the managed data disk (components/slurm_host.py mounts it here).
 CONTROLLER_STATE_MOUNT = "/srv/slurm"
 HEALTH_CHECK_PROGRAM = "/usr/local/sbin/ndfleet-slurm-health"
+# The controller's ledger of failed physical hosts (node/ndfleet_node/host_ledger.py): on the state disk, with
+# slurmctld's state, so it outlives the controller's OS disk.
+HOST_LEDGER = f"{CONTROLLER_STATE_MOUNT}/ndfleet/host-ledger.json"
+# How often the controller keeps the warm spares (node/ndfleet_node/spares.py): a failed node's place is taken
+# within this, plus Slurm's next scheduling pass (docs/operations.md, "Warm spares").
+SPARES_EVERY_S = 30
 
 
 def island_feature(island: str) -> str:
@@ -185,6 +192,16 @@ def partition_lines(islands: tuple[SlurmIsland, ...]) -> list[str]:
             line += f" SuspendTime={i.suspend_time_s} ResumeTimeout={i.resume_timeout_s}"
         lines.append(line)
     return lines
+
+
+def spares_config(spec: ClusterSpec) -> str:
+    """The controller's spares JSON (ndfleet_node.spares.load_islands): every fixed island with spares, its
+    partition and size, and the host ledger's path. Each island's spares are held in the reservation
+    `ndfleet-spares-<island>` (names.SPARES_RESERVATION_PREFIX); with no spares anywhere the program keeps only the
+    ledger."""
+    islands = [{"island": i.name, "partition": s.partition, "nodes": i.nodes, "spares": i.spares}
+               for i, s in zip(spec.islands, slurm_islands(spec), strict=True) if i.spares]
+    return json.dumps({"ledger": HOST_LEDGER, "islands": islands}, indent=1, sort_keys=True) + "\n"
 
 
 def island_partitions(spec: ClusterSpec) -> str:

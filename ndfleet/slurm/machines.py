@@ -45,15 +45,18 @@ from ndfleet.slurm.conf import (
     BURNIN_LEVEL,
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
+    HOST_LEDGER,
     RESUME_FAIL_PROGRAM,
     RESUME_PROGRAM,
     SLURMDBD_PORT,
+    SPARES_EVERY_S,
     SUSPEND_PROGRAM,
     SlurmSite,
     config_files,
     render,
     slurm_site,
     slurmd_options,
+    spares_config,
 )
 from ndfleet.slurm.elastic import ELASTIC_CONFIG, ELASTIC_STATE_DIR, RECONCILE_EVERY_S, elastic_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
@@ -132,6 +135,7 @@ ELASTIC_PROGRAMS = (
 )
 ELASTIC_NAME_PROGRAM = "/usr/local/sbin/ndfleet-slurm-name"
 BURNIN_CONFIG = f"{CONFIG_DIR}/burnin-node.json"
+SPARES_CONFIG = f"{CONFIG_DIR}/spares.json"
 # A backstop only: every test inside has its own timeout derived from the profile (docs/burnin.md).
 BURNIN_TIMEOUT_S = 3600
 
@@ -199,6 +203,10 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         "burnin_every_s": BURNIN_EVERY_S,
         "burnin_level": BURNIN_LEVEL,
         "burnin_timeout_s": BURNIN_TIMEOUT_S,
+        "spares_config": SPARES_CONFIG,
+        "spares_every_s": SPARES_EVERY_S,
+        "host_ledger": HOST_LEDGER,
+        "host_ledger_dir": posixpath.dirname(HOST_LEDGER),
         "packages": list(ROLE_PACKAGES[role]),
         "slurm_uid": SLURM_UID,
         "http_timeout_s": HTTP_TIMEOUT_S,
@@ -313,6 +321,8 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         # The burn-in's node JSON holds the GPU nodes' VM-size profile (GPU model, memory, bandwidth floors, NCCL
         # settings): here, not in customData, so a change of the GPU size never rebuilds the controller.
         files[BURNIN_CONFIG] = burnin_config(spec)
+        # Which islands keep spares, and how many: here, so changing them never rebuilds the controller.
+        files[SPARES_CONFIG] = spares_config(spec)
         # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
         files.update(controller_config(spec, NODE_LIBRARY))
     doc = {"version": spec.slurm.version, "files": files}
@@ -357,6 +367,8 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             MachineFile.text("/usr/local/sbin/ndfleet-burnin", 0o755, _render("slurm/ndfleet-burnin.sh.j2", site, ctx)),
             _unit("ndfleet-burnin.service", site, ctx),
             _unit("ndfleet-burnin.timer", site, ctx),
+            _unit("ndfleet-spares.service", site, ctx),
+            _unit("ndfleet-spares.timer", site, ctx),
             *controller_files(spec, NODE_LIBRARY),
         ]
         files.append(controller_library(files))

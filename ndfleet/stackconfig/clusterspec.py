@@ -23,6 +23,13 @@ class IslandSpec(FrozenModel):
     index: int
     nodes: int
     elastic: ElasticSpec | None = None
+    # Of `nodes`, how many the controller holds burned in and out of scheduling (docs/operations.md, "Warm spares").
+    spares: int = 0
+
+    @property
+    def in_service(self) -> int:
+        """Nodes that take jobs when the island is at full strength."""
+        return self.nodes - self.spares
 
 
 class SubnetSpec(FrozenModel):

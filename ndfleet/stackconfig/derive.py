@@ -150,7 +150,7 @@ def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[st
                 problems.append(f"{NAMESPACE}:islands[{i}].name = {island.name!r}: island names must be unique")
             seen.add(island.name)
             size, elastic, elastic_problems = island_size(island, i, config.scheduler)
-            problems += elastic_problems
+            problems += elastic_problems + spare_problems(island, i, config.scheduler)
             if size > limit:
                 key = "elastic.maxNodes" if island.elastic is not None else "nodes"
                 problems.append(
@@ -158,7 +158,8 @@ def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[st
                     f"singlePlacementGroup, at most maxNodesPerIsland = {limit} nodes; split it into several islands"
                     + (" or raise maxNodesPerIsland (up to 300 after an Azure support request)" if limit < 300 else "")
                 )
-            islands.append(IslandSpec(name=island.name, index=i, nodes=max(size, 1), elastic=elastic))
+            islands.append(IslandSpec(name=island.name, index=i, nodes=max(size, 1), elastic=elastic,
+                                      spares=island.spares))
         total = sum(i.nodes for i in islands)
         if total > MAX_NODES:
             problems.append(f"{NAMESPACE}:islands: {total:,} nodes in all; {NODES_BOUND}")
@@ -367,6 +368,25 @@ def _spec(
         smoke=config.smoke,
     )
     return spec
+
+
+def spare_problems(island: IslandConfig, index: int, scheduler: str) -> list[str]:
+    """What is wrong with `islands[i].spares` (docs/operations.md, "Warm spares")."""
+    if island.spares == 0:
+        return []
+    key = f"{NAMESPACE}:islands[{index}].spares = {island.spares}"
+    problems = []
+    if scheduler != "slurm":
+        problems.append(f"{key}: spares are held in a Slurm reservation and swapped in by the Slurm controller, and "
+                        f"{NAMESPACE}:scheduler = {scheduler!r}; set {NAMESPACE}:scheduler to 'slurm' or remove spares")
+    if island.elastic is not None:
+        # An elastic island already grows on demand, and Slurm's power saving would suspend (delete) an idle spare.
+        problems.append(f"{key}: an elastic island gets new nodes on demand and suspends idle ones, so it keeps no "
+                        "spares; remove spares or make the island fixed (nodes)")
+    elif island.nodes is not None and island.spares >= island.nodes:
+        problems.append(f"{key}: spares are part of the island's nodes = {island.nodes}, and at least one node must "
+                        f"take jobs; set spares between 0 and {island.nodes - 1}")
+    return problems
 
 
 def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:

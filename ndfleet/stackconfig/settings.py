@@ -92,6 +92,9 @@ class IslandConfig(SettingsModel):
     # Required unless `elastic` is set: an elastic island's size is elastic.maxNodes.
     nodes: int | None = Field(default=None, ge=1)
     elastic: ElasticConfig | None = None
+    # Burned-in nodes of this island held out of scheduling, to take a failed node's place at once
+    # (docs/operations.md, "Warm spares"). Part of `nodes`: 0 <= spares < nodes.
+    spares: int = Field(default=0, ge=0)
 
 
 class LustreConfig(SettingsModel):

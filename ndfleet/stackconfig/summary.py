@@ -25,7 +25,9 @@ def spec_summary(spec: ClusterSpec) -> dict[str, Any]:
         "location": spec.location,
         "zone": spec.zone,
         "islands": [
-            {"name": i.name, "nodes": i.nodes, "gpus": i.nodes * spec.profile.gpus_per_vm} for i in spec.islands
+            {"name": i.name, "nodes": i.nodes, "gpus": i.nodes * spec.profile.gpus_per_vm,
+             **({"spares": i.spares} if i.spares else {})}
+            for i in spec.islands
         ],
         "islandCount": len(spec.islands),
         "nodes": spec.total_nodes,

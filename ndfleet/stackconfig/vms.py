@@ -31,6 +31,7 @@ class VmGroup:
     count: int
     spot: bool = False
     gpu: bool = False  # an island's GPU nodes (the VM-size profile's size)
+    spares: int = 0  # of `count`, the island's warm spares: running (and billed), held out of scheduling
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ def stack_vms(spec: ClusterSpec) -> list[VmGroup]:
     """The VMs `pulumi up` creates for this stack, GPU nodes first (components/ib_island.py, components/slurm.py)."""
     spot = spec.priority == "Spot"
     groups = [
-        VmGroup(f"GPU nodes, island {island.name}", spec.profile.name, island.nodes, spot, gpu=True)
+        VmGroup(f"GPU nodes, island {island.name}", spec.profile.name, island.nodes, spot, gpu=True,
+                spares=island.spares)
         for island in spec.islands
     ]
     if spec.slurm is not None:

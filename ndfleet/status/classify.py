@@ -43,6 +43,12 @@ class IslandStatus:
     nodes: tuple[NodeStatus, ...]
     actions: tuple[str, ...]  # about the island as a whole (scale set missing, repairs suspended, ...)
     cost_per_hour: float | None
+    spares_wanted: int = 0  # the stack's `islands[].spares` (docs/operations.md, "Warm spares")
+
+    @property
+    def spares(self) -> int:
+        """Burned-in nodes held in the island's spares reservation (the controller's Slurm state "spare")."""
+        return sum(1 for n in self.nodes if n.slurm is not None and n.slurm.state == "spare")
 
     @property
     def running(self) -> int:
@@ -272,4 +278,5 @@ def classify_island(
         nodes=tuple(sorted(nodes, key=lambda n: (n.scale_set, n.instance.name))),
         actions=tuple(island_actions),
         cost_per_hour=None if price is None else round(price.usd_per_hour * running, 2),
+        spares_wanted=next((i.spares for i in spec.islands if i.name == island), 0),
     )

@@ -45,6 +45,8 @@ def island_json(island: IslandStatus, slurm: bool, validation: bool) -> dict[str
         "running": island.running,
         "validated": island.validated if validation else None,
         "inSlurm": island.in_slurm if slurm else None,
+        **({"spares": island.spares if slurm else None, "sparesWanted": island.spares_wanted}
+           if island.spares_wanted else {}),
         "unhealthy": island.unhealthy,
         "repairing": island.repairing,
         "missing": island.missing,
@@ -131,6 +133,10 @@ def render_table(status: StackStatus) -> str:
         ))
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for island in status.islands:
+        if island.spares_wanted:
+            held = str(island.spares) if slurm_read else "?"
+            lines.append(f"  {island.name}: {held} of {island.spares_wanted} warm spares held (not in IN SLURM)")
     people = [(i, n) for i in status.islands for n in i.nodes if n.actions]
     island_actions = [(i, a) for i in status.islands for a in i.actions]
     if people or island_actions:

@@ -27,13 +27,18 @@ BURNIN_CATEGORIES: dict[str, str | None] = {
     "burnin.launch-error": None,  # the test could not start on the host: ssh / MPI, not hardware
 }
 
+# The controller's host ledger (ndfleet_node.host_ledger): a host that failed twice. HpcGenericFailure: the host's
+# faults had different checks (or one with no category of its own); every Unhealthy category takes the host out of
+# production for diagnosis and repair (guest-health-impact-categories), which is what a repeat calls for.
+HOST_CATEGORIES: dict[str, str | None] = {"host.repeat-failure": "HpcGenericFailure"}
+
 
 def check_categories() -> dict[str, str | None]:
     """Every check id -> its category suffix (None: not reported): the validator's checks, then the burn-in's."""
     # Imported here: the controller ships this module for elastic islands without the validator's checks.
     from ndfleet_node.checks import load_all
 
-    return {**{c.id: c.impact for c in load_all().values()}, **BURNIN_CATEGORIES}
+    return {**{c.id: c.impact for c in load_all().values()}, **BURNIN_CATEGORIES, **HOST_CATEGORIES}
 
 
 # Xids with a category of their own (guest-health-impact-categories; NHC2011-NHC2014).
@@ -46,7 +51,8 @@ _TIMED_OUT = re.compile(r"\b(timed out|timeout|hung|no answer)\b", re.IGNORECASE
 
 def category_for(check_id: str, message: str = "") -> str | None:
     """The full category (`Resource.Hpc.Unhealthy.X`) a failed check files under, or None (do not report)."""
-    suffix = BURNIN_CATEGORIES[check_id] if check_id in BURNIN_CATEGORIES else check_categories().get(check_id)
+    own = {**BURNIN_CATEGORIES, **HOST_CATEGORIES}
+    suffix = own[check_id] if check_id in own else check_categories().get(check_id)
     if suffix is None:
         return None
     if check_id.startswith("gpu.") and _TIMED_OUT.search(message):

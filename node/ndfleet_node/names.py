@@ -25,6 +25,12 @@ DRAIN_REASON_PREFIX = "ndfleet:"  # the health check's drains: "ndfleet:" and th
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"  # the burn-in's drains and holds
 AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"  # a node registered, not yet burned in
 RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"  # an elastic node Azure did not deliver
+# Warm spares (docs/operations.md): each island's spares are held in the Slurm reservation of this name + island.
+SPARES_RESERVATION_PREFIX = "ndfleet-spares-"
+# The Slurm node Comment the health check sets with a failure drain: this prefix and Azure's physical host name.
+HOST_COMMENT_PREFIX = "ndfleet-host:"
+# A node on a host that failed twice: drained with this reason and never resumed (the host ledger).
+REPEAT_HOST_REASON = "ndfleet:host:repeat-failure"
 VM_FAILED_REASON = "ndfleet:elastic:vm-failed"  # an elastic node whose new VM Azure reports Failed: given up at once
 
 # Kept present while Slurm has the node drained (slurm_health writes it, metrics reads it).
@@ -32,4 +38,4 @@ DRAIN_MARKER = "/var/lib/ndfleet/drained"
 
 # The Slurm states the controller publishes (slurm_export) and `status` reads back.
 SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
-                "awaiting_burnin", "other")
+                "awaiting_burnin", "spare", "other")

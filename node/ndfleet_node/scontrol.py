@@ -32,6 +32,8 @@ _STAMP = re.compile(r" \[([^\]\s@]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\](?=$|\s+[
 _AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName|TLSCertTokenSet|Topology"
                            r"|Parameters)=")
 
+_COMMENT = re.compile(r"\sComment=(\S*)")
+
 
 class SlurmError(RuntimeError):
     """A Slurm call failed, hung, said too much, or answered something that is not a node."""
@@ -44,6 +46,7 @@ class SlurmNode:
     reason: str  # without its "[user@time]" stamp
     reason_time: str  # the stamp's time ("2026-12-03T08:00:00"); "" without a stamp
     partitions: tuple[str, ...]
+    comment: str = ""  # the Comment= field's first word ("" without one): where ndfleet notes the physical host
 
     @property
     def flags(self) -> set[str]:
@@ -67,8 +70,11 @@ def parse_line(line: str) -> SlurmNode | None:
     for key, value in _FIELD.findall(line[: reason_at.start()] if reason_at else line):
         fields.setdefault(key, value)
     reason = when = ""
+    comment = fields.get("Comment", "")
     if reason_at:
         rest = line[reason_at.end():]
+        if found := _COMMENT.search(rest):
+            comment = found.group(1)
         if stamp := _STAMP.search(rest):
             reason, when = rest[: stamp.start()], stamp.group(2)
         else:
@@ -77,7 +83,29 @@ def parse_line(line: str) -> SlurmNode | None:
     if not fields.get("NodeName") or "State" not in fields:
         return None
     parts = tuple(fields.get("Partitions", "").split(","))
-    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts)
+    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts, comment)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    name: str
+    nodes: str  # Slurm's host list expression as printed ("nd-ib00-[000001-000002]"); "" without nodes
+    flags: frozenset[str]
+
+
+def parse_reservations(text: str) -> dict[str, Reservation]:
+    """`scontrol show reservation --oneliner`: one line per reservation ("No reservations in the system" when none:
+    no line has ReservationName=). Split on "\\n" only, like the node listing."""
+    out: dict[str, Reservation] = {}
+    for line in text.split("\n"):
+        fields: dict[str, str] = {}
+        for key, value in _FIELD.findall(line):
+            fields.setdefault(key, value)
+        if name := fields.get("ReservationName"):
+            nodes = "" if fields.get("Nodes", "(null)") == "(null)" else fields.get("Nodes", "")
+            flags = frozenset(f for f in fields.get("Flags", "").split(",") if f)
+            out.setdefault(name, Reservation(name, nodes, flags))
+    return out
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:
@@ -118,6 +146,9 @@ class Scontrol:
         if (node := parse_nodes(self.call("show", "node", name, "--oneliner")).get(name)) is None:
             raise SlurmError(f"scontrol show node {name}: no NodeName=/State= line for it")
         return node
+
+    def reservations(self) -> dict[str, Reservation]:
+        return parse_reservations(self.call("show", "reservation", "--oneliner", max_bytes=MAX_LIST_BYTES))
 
     def hostnames(self, hostlist: str) -> list[str]:
         return self.call("show", "hostnames", hostlist).split()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ndfleet_node.metrics import escape_label, write_atomically
-from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON, SPARES_RESERVATION_PREFIX
 from ndfleet_node.scontrol import MAX_LIST_BYTES, Scontrol, SlurmError, parse_nodes
 
 DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_slurm.prom"
@@ -33,8 +33,9 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
 
 
-def slurm_state(states: Sequence[str], reason: str) -> str:
-    """One of names.SLURM_STATES for scontrol's State= words (base state plus flags, e.g. IDLE+DRAIN)."""
+def slurm_state(states: Sequence[str], reason: str, spare: bool = False) -> str:
+    """One of names.SLURM_STATES for scontrol's State= words (base state plus flags, e.g. IDLE+DRAIN). `spare`: the
+    node is in its island's spares reservation (ndfleet_node.spares): "spare" while it is idle and fit."""
     words = {s.upper() for s in states}
     drain = bool(words & {"DRAIN", "DRAINED", "DRAINING"})
     if drain and reason.startswith(AWAITING_BURNIN_REASON):
@@ -45,6 +46,8 @@ def slurm_state(states: Sequence[str], reason: str) -> str:
         return "down"
     if drain:
         return "draining" if words & set(_BUSY) else "drained"
+    if spare and "IDLE" in words and not words & set(_BUSY):
+        return "spare"
     for word, state in (("ALLOCATED", "allocated"), ("MIXED", "mixed"), ("COMPLETING", "completing"),
                         ("IDLE", "idle")):
         if word in words:
@@ -56,14 +59,14 @@ def label(text: str) -> str:
     return escape_label(_UNSAFE.sub("", text))
 
 
-def node_states(text: str) -> list[tuple[str, str, str]]:
+def node_states(text: str, spares: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
     """(node, state, reason) for every node of `scontrol show node --oneliner` (ndfleet_node.scontrol.parse_nodes:
     records split on "\n" only); lines without NodeName= or State= are skipped (a blank line, "No nodes in the
     system")."""
     out = []
     for node in parse_nodes(text).values():
         reason = _UNSAFE.sub("", node.reason)[:MAX_REASON_CHARS]
-        out.append((node.name, slurm_state(sorted(node.flags), reason), reason))
+        out.append((node.name, slurm_state(sorted(node.flags), reason, node.name in spares), reason))
     return out
 
 
@@ -87,13 +90,30 @@ def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def spare_nodes(scontrol: Scontrol) -> frozenset[str]:
+    """The nodes held in the islands' spares reservations (`ndfleet-spares-<island>`)."""
+    out: set[str] = set()
+    for name, reservation in scontrol.reservations().items():
+        if name.startswith(SPARES_RESERVATION_PREFIX) and reservation.nodes:
+            out.update(scontrol.hostnames(reservation.nodes))
+    return frozenset(out)
+
+
 def handle(args: argparse.Namespace) -> int:
     states: list[tuple[str, str, str]] | None = None
+    scontrol = Scontrol(args.scontrol, args.timeout)
     try:
-        states = node_states(Scontrol(args.scontrol, args.timeout).call("show", "node", "--oneliner",
-                                                                         max_bytes=MAX_LIST_BYTES))
+        listing = scontrol.call("show", "node", "--oneliner", max_bytes=MAX_LIST_BYTES)
     except SlurmError as error:
         print(f"slurm-export: {error}", file=sys.stderr)
+    else:
+        try:
+            spares = spare_nodes(scontrol)
+        except SlurmError as error:
+            # The node states still count; spares then read as idle until the next run.
+            print(f"slurm-export: spares not read: {error}", file=sys.stderr)
+            spares = frozenset()
+        states = node_states(listing, spares)
     write_atomically(Path(args.out), render(states, time.time()))
     return 0 if states is not None else 1
 

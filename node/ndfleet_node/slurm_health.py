@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_MARKER, DRAIN_REASON_PREFIX
+from ndfleet_node.impact import KVP_POOL_3, ImpactError, physical_host_name
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    BURNIN_REASON_PREFIX,
+    DRAIN_MARKER,
+    DRAIN_REASON_PREFIX,
+    HOST_COMMENT_PREFIX,
+)
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
@@ -125,10 +132,14 @@ class Outcome:
     queued_for_burnin: bool = False  # the node is (now) in the burn-in's hands: write the burn-in marker
 
 
-def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True) -> Outcome:
+def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True, host: str = "") -> Outcome:
     """Drain or resume the node as the verdict says. `burnin_queued` False: this OS disk has never been put in
-    line for burn-in, so a healthy node is drained awaiting it instead of being resumed or left idle."""
+    line for burn-in, so a healthy node is drained awaiting it instead of being resumed or left idle. `host`: the
+    physical host Azure reports, published as the node's Comment for the controller's host ledger (once: only when
+    the Comment differs)."""
     state = scontrol.node(node)
+    if host and state.comment != HOST_COMMENT_PREFIX + host:
+        scontrol.update([node], f"Comment={HOST_COMMENT_PREFIX}{host}")
     if not verdict.healthy:
         if state.drained and state.reason == verdict.reason:
             return Outcome(f"{node}: still failing ({verdict.reason}), already drained", True)
@@ -194,7 +205,11 @@ def handle(args: argparse.Namespace) -> int:
     code = 0 if verdict.healthy else 1
     burnin_marker = Path(args.burnin_marker)
     try:
-        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists())
+        host = physical_host_name(Path(args.kvp_pool))
+    except ImpactError:
+        host = ""  # not on Azure (a test, the twin), or hv_kvp_daemon not running: the ledger does without it
+    try:
+        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists(), host)
     except SlurmError as error:
         # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
@@ -243,5 +258,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--burnin-marker", default=BURNIN_MARKER,
         help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
     )
+    p.add_argument("--kvp-pool", default=str(KVP_POOL_3), help="Hyper-V KVP pool holding PhysicalHostName")
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")
     p.set_defaults(handler=handle)

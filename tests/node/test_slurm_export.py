@@ -80,3 +80,19 @@ def test_failed_run_replaces_earlier_states(tmp_path: Path) -> None:
     _, text = export(tmp_path, fake_scontrol(tmp_path, "exit 1"))
     assert f"{SLURM_METRIC}{{" not in text
     assert not [p for p in os.listdir(tmp_path / "textfile") if p.startswith(".ndfleet-")]  # no temporary left
+
+
+def test_a_node_in_its_islands_spares_reservation_is_published_as_spare(tmp_path: Path) -> None:
+    # The recorded reservation (Slurm 22.05's answer for ndfleet_node.spares' reservation) holds prod-ib00-000003;
+    # the same node idle in the recorded listing is a spare, the others keep their states.
+    listing = (DATA / "scontrol-show-node-oneliner.txt").read_text().split("\n")[0]
+    spare_line = listing.replace("prod-ib00-000000", "prod-ib00-000003")
+    nodes = tmp_path / "nodes.txt"
+    nodes.write_text(listing + "\n" + spare_line + "\n")
+    body = (f'case "$1 $2" in "show node") cat "{nodes}";; '
+            f'"show reservation") cat "{DATA / "scontrol-show-reservation-oneliner.txt"}";; '
+            '"show hostnames") echo "$3";; esac')
+    code, text = export(tmp_path, fake_scontrol(tmp_path, body))
+    assert code == 0
+    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000003",state="spare",reason=""} 1' in text
+    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000000",state="idle",reason=""} 1' in text

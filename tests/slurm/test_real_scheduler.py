@@ -9,6 +9,7 @@ resumed when it passes; a node that is gone is deleted; slurmctld restarts witho
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 from ndfleet_node.burnin.slurm import GONE
 from ndfleet_node.health import health_state
 from ndfleet_node.names import AWAITING_BURNIN_REASON
-from ndfleet_node.scontrol import parse_nodes
+from ndfleet_node.scontrol import parse_nodes, parse_reservations
 
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.stackconfig.config import load_spec
@@ -207,6 +208,53 @@ def test_the_scontrol_words_ndfleet_relies_on(cluster: SlurmSandbox) -> None:
     cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"])
     again = cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"], check=False)
     assert again.returncode != 0 and GONE in again.stdout + again.stderr
+
+
+def _spares(cluster: SlurmSandbox, config: Path) -> str:
+    run = cluster.run(["env", f"PYTHONPATH={REPO / 'node'}", sys.executable, "-m", "ndfleet_node.spares",
+                       "--config", str(config)])
+    return run.stdout + run.stderr
+
+
+def test_a_spare_is_held_in_its_reservation_and_takes_a_failed_nodes_place(cluster: SlurmSandbox) -> None:
+    """ib00 (2 nodes) with 1 spare: the controller program reserves one idle node in ndfleet-spares-ib00; when the
+    other is drained the spare leaves the reservation (deleted: Slurm keeps none without nodes) and takes jobs; when
+    the failed node is back, the spares refill first."""
+    a, b = "t-ib00-000000", "t-ib00-000001"
+    for node in (a, b):
+        # Only a node that answers is healthy to the program (right after the fixture's start they may not, yet).
+        wait_for(f"{node} idle and responding",
+                 lambda n=node: _idle(cluster, n) and "NOT_RESPONDING" not in cluster.node_line(n), timeout_s=120)
+    config = cluster.root / "spares.json"
+    config.write_text(json.dumps({"ledger": str(cluster.root / "ledger.json"),
+                                  "islands": [{"island": "ib00", "partition": "ib00", "nodes": 2, "spares": 1}]}))
+    out = _spares(cluster, config)
+    listing = cluster.run(["scontrol", "show", "reservation", "--oneliner"]).stdout
+    assert "ndfleet-spares-ib00" in parse_reservations(listing), (listing, out)
+    found = parse_reservations(listing)["ndfleet-spares-ib00"]
+    assert found.nodes == a and "MAINT" in found.flags, (listing, out)
+    assert "1/1 in service, 1/1 spares" in out, out
+    # A user's job cannot land on the spare: a 2-node job waits (Reason=Resources/ReqNodeNotAvail), a 1-node job
+    # runs on the other node.
+    job = cluster.sbatch("-N", "1", "-p", "ib00", "--wrap", "hostname").stdout.strip()
+    wait_for(f"job {job} to complete", lambda: cluster.job(job)["JobState"] == "COMPLETED", timeout_s=90)
+    assert (cluster.root / "jobs" / f"{job}.out").read_text().split() == [b]
+    # b fails: the spare is put into service at once.
+    cluster.run(["scontrol", "update", f"NodeName={b}", "State=DRAIN", "Reason=spare-test:failed"])
+    out = _spares(cluster, config)
+    assert f"{a}: spare put into service" in out, out
+    assert "ndfleet-spares-ib00" not in cluster.run(["scontrol", "show", "reservation", "--oneliner"]).stdout
+    job = cluster.sbatch("-N", "1", "-p", "ib00", "--wrap", "hostname").stdout.strip()
+    wait_for(f"job {job} to complete", lambda: cluster.job(job)["JobState"] == "COMPLETED", timeout_s=90)
+    assert (cluster.root / "jobs" / f"{job}.out").read_text().split() == [a]
+    # b is back (repaired and burned in): it refills the spares.
+    cluster.run(["scontrol", "update", f"NodeName={b}", "State=RESUME"])
+    wait_for(f"{b} idle", lambda: _idle(cluster, b) and "NOT_RESPONDING" not in cluster.node_line(b), timeout_s=90)
+    out = _spares(cluster, config)
+    assert parse_reservations(cluster.run(["scontrol", "show", "reservation", "--oneliner"]).stdout)[
+        "ndfleet-spares-ib00"].nodes in (a, b), out
+    assert "1/1 in service, 1/1 spares" in out, out
+    cluster.run(["scontrol", "delete", "ReservationName=ndfleet-spares-ib00"])
 
 
 def test_a_node_that_is_gone_is_deleted(cluster: SlurmSandbox) -> None:

@@ -166,6 +166,9 @@ class FakeScontrol:
     def resume(self, name: str) -> None:
         self.calls.append("resume")
 
+    def update(self, nodes: list[str], *settings: str) -> None:
+        self.calls.append(" ".join(settings))
+
 
 FAIL = Verdict(False, ("gpu.ecc",))
 PASS = Verdict(True, ())
@@ -190,6 +193,19 @@ def test_drain_and_resume_decisions(line: str, verdict: Verdict, calls: list[str
     outcome = act(fake, "n", verdict)  # type: ignore[arg-type]
     assert fake.calls == calls
     assert outcome.drained is drained
+
+
+def test_the_physical_host_is_published_once_for_the_controllers_ledger() -> None:
+    # The Comment as Slurm 25.11 prints it after the reason (tests/data/slurm/scontrol-show-node-oneliner-25.11.txt).
+    fresh = FakeScontrol("NodeName=n State=IDLE+DYNAMIC_NORM")
+    act(fresh, "n", FAIL, host="GGBB90904476")  # type: ignore[arg-type]
+    assert fresh.calls == ["Comment=ndfleet-host:GGBB90904476", "drain ndfleet:gpu.ecc"]
+    known = FakeScontrol("NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc [x@2026-12-03T08:00:00] "
+                         "Comment=ndfleet-host:GGBB90904476 Topology=default:ib00")
+    act(known, "n", FAIL, host="GGBB90904476")  # type: ignore[arg-type]
+    assert known.calls == []
+    act(fresh, "n", PASS)  # type: ignore[arg-type]  # no host read (not on Azure): nothing published
+    assert fresh.calls[2:] == []
 
 
 def test_drain_marker_follows_the_node(tmp_path: Path) -> None:

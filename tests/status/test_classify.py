@@ -112,3 +112,18 @@ def test_node_failed_by_the_burnin_needs_a_person(spec: ClusterSpec) -> None:
     assert n.health == "unhealthy"
     assert n.actions[0].startswith("held by the fabric burn-in (ndfleet:burnin:ib-bandwidth)")
 
+
+
+def test_a_spare_is_healthy_counted_as_held_and_not_in_slurm_service() -> None:
+    raw = {"location": "eastus", "sshPublicKey": KEY, "namePrefix": "prod", "scheduler": "slurm",
+           "islands": [{"name": "ib00", "nodes": 2, "spares": 1}]}
+    spares_spec = prepare_config(raw, "prod", {}).spec
+    metrics = MetricsView({HOST: Validation("passed")}, None, {HOST: SlurmNode("spare")}, None)
+    island = classify_island(spares_spec, "ib00", 1, (SCALE_SET,), metrics)
+    assert (island.spares, island.spares_wanted, island.in_slurm) == (1, 1, 0)
+    assert island.nodes[0].health == "healthy" and island.nodes[0].actions == ()
+    status = StackStatus("prod", None, "eastus", "x", True, True)
+    status.islands.append(island)
+    from ndfleet.status.render import render_table, to_json
+    assert to_json(status)["islands"][0]["spares"] == 1
+    assert "  ib00: 1 of 1 warm spares held (not in IN SLURM)" in render_table(status)

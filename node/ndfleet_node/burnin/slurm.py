@@ -59,7 +59,8 @@ from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.report import summary_lines
 from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
 from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX
+from ndfleet_node.host_ledger import DEFAULT_LEDGER, Failure, LedgerError, read_ledger, refusal
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, REPEAT_HOST_REASON
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 from ndfleet_node.text import clip
 
@@ -145,6 +146,20 @@ def choose_hosts(
     return usable
 
 
+def refuse_held_hosts(slurm: Slurm, chosen: Sequence[SlurmNode], ledger: dict[str, list[Failure]],
+                      log: Callable[[str], None]) -> list[SlurmNode]:
+    """The chosen nodes less those on a physical host the ledger holds (ndfleet_node.host_ledger): each of those is
+    drained `ndfleet:host:repeat-failure`, which nothing in ndfleet lifts, and never resumed."""
+    usable = []
+    for node in chosen:
+        if why := refusal(node, ledger):
+            log(f"{node.name}: not resumed: {why}; drained {REPEAT_HOST_REASON}")
+            slurm.drain(node.name, REPEAT_HOST_REASON)
+        else:
+            usable.append(node)
+    return usable
+
+
 def reservation_minutes(settings: BurninSettings, hosts: Sequence[str], level: str) -> int:
     """Every round at the longest test there is (the island test), plus slack."""
     longest = timeout_for(settings, TestSpec("", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
@@ -182,6 +197,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nodes", metavar="HOSTLIST", help="exactly these nodes")
     p.add_argument("--partition", help="only nodes of this partition")
     p.add_argument("--idle-partners", type=int, default=0, metavar="N", help="add N idle in-service nodes")
+    p.add_argument("--host-ledger", default=DEFAULT_LEDGER,
+                   help=f"the controller's ledger of failed physical hosts (default {DEFAULT_LEDGER}): a node on a "
+                        "host that failed twice is never resumed")
     add_common_args(p)
     p.set_defaults(handler=_run)
 
@@ -217,7 +235,8 @@ def _run_unwinding(args: argparse.Namespace) -> int:
             known = list(slurm.nodes().values())
             explicit = slurm.hostnames(args.nodes) if args.nodes else None
             chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log)
-        except (SettingsError, SlurmError) as exc:
+            chosen = refuse_held_hosts(slurm, chosen, read_ledger(Path(args.host_ledger)), log)
+        except (SettingsError, SlurmError, LedgerError) as exc:
             log(f"{exc}")
             return EXIT_CANNOT_RUN
         if len(chosen) < 2:

@@ -1,0 +1,158 @@
+"""The controller's ledger of hardware failures by physical host: a host that fails twice is not taken back.
+
+Azure's automatic repairs replace a failed VM, and the new VM may land on the same physical host unless that host was
+reported (Guest Health Reporting). A host whose first failure was not reported (a check that maps to no impact
+category), or whose report did not take, can hand the island the same fault again. The ledger remembers each
+hardware failure drain with the physical host Azure reports for the node (Hyper-V KVP `PhysicalHostName`, which the
+node's health check publishes as the Slurm node's Comment `ndfleet-host:<name>`), and:
+
+- a second failure on the same host (another node, or the same node drained again later) is a *repeat*: the node is
+  asked to file its impact report with the category that takes the host out of service for diagnosis
+  (`REPEAT_CATEGORY`), and drained `ndfleet:host:repeat-failure`, which neither the health check nor the burn-in
+  lifts;
+- a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`).
+
+The ledger is one JSON file on the controller's state disk (next to slurmctld's StateSaveLocation, so it survives a
+controller rebuild with that disk), written whole to a temporary file and renamed (atomic on one file system).
+Standard library only: it runs on the controller from the node-program archive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ndfleet_node.impact_categories import BURNIN_CATEGORIES, HOST_CATEGORIES, PREFIX
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    BURNIN_REASON_PREFIX,
+    DRAIN_REASON_PREFIX,
+    HOST_COMMENT_PREFIX,
+    REPEAT_HOST_REASON,
+)
+from ndfleet_node.scontrol import SlurmNode
+
+DEFAULT_LEDGER = "/srv/slurm/ndfleet/host-ledger.json"
+# A ledger larger than this is not ours (a host entry is ~200 bytes: 20,000 failures).
+MAX_LEDGER_BYTES = 4 * 1024 * 1024
+# How many failures make a host one that is not taken back.
+REPEAT_AFTER = 2
+# The check id a repeat is filed under (`ndfleet-node impact report --check host.repeat-failure` on the node): Azure's
+# generic HPC hardware failure, which like every Resource.Hpc.Unhealthy.* category takes the host out of production
+# for diagnosis and repair (Microsoft Learn, "Guest Health Reporting impact categories",
+# https://learn.microsoft.com/azure/azure-impact-reporting/guest-health-impact-categories).
+REPEAT_CHECK = "host.repeat-failure"
+REPEAT_CATEGORY = PREFIX + str(HOST_CATEGORIES[REPEAT_CHECK])
+# The health check's drain reason: "ndfleet:" and check ids (ndfleet_node.slurm_health.OWN_REASON).
+_CHECK_REASON = re.compile(r"ndfleet:([A-Za-z0-9_.+-]+(?:,[A-Za-z0-9_.+-]+)*)")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Drains that say nothing about the hardware: waiting for burn-in, a test that could not start, the fabric at scale.
+_NOT_HARDWARE = frozenset({"awaiting", "unresolved", "island-below-floor", "launch-error"})
+
+
+class LedgerError(RuntimeError):
+    """The ledger file cannot be read or written, or is not a ledger."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    node: str
+    reason: str
+    time: str  # the drain's stamp ("2026-12-05T03:00:00"): with the node, what makes one failure one entry
+
+
+def node_host(node: SlurmNode) -> str:
+    """The physical host the node's health check published ("" when none, or not a host name)."""
+    if not node.comment.startswith(HOST_COMMENT_PREFIX):
+        return ""
+    host = node.comment[len(HOST_COMMENT_PREFIX):]
+    return host if _HOST.fullmatch(host) else ""
+
+
+def hardware_failure(node: SlurmNode) -> bool:
+    """Drained by ndfleet for a fault of the machine: the health check's check ids, or a burn-in verdict against the
+    host. Not: awaiting burn-in, a launch error or an island below its floor, an elastic VM Azure did not deliver, a
+    repeat drain (already counted), an administrator's drain."""
+    if not node.drained or node.reason == AWAITING_BURNIN_REASON or node.reason == REPEAT_HOST_REASON:
+        return False
+    if node.reason.startswith(BURNIN_REASON_PREFIX):
+        verdict = node.reason[len(BURNIN_REASON_PREFIX):]
+        return verdict not in _NOT_HARDWARE and BURNIN_CATEGORIES.get(f"burnin.{verdict}", "") is not None
+    return node.reason.startswith(DRAIN_REASON_PREFIX) and _CHECK_REASON.fullmatch(node.reason) is not None
+
+
+def failures(nodes: Iterable[SlurmNode]) -> list[Failure]:
+    """The hardware failure drains of a node listing whose host is known."""
+    out = []
+    for node in nodes:
+        if hardware_failure(node) and (host := node_host(node)):
+            out.append(Failure(host, node.name, node.reason, node.reason_time))
+    return out
+
+
+def read_ledger(path: Path) -> dict[str, list[Failure]]:
+    """host -> its failures; an absent file is an empty ledger."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_LEDGER_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as error:
+        raise LedgerError(f"host ledger {path}: {error.strerror or error}") from None
+    if len(data) > MAX_LEDGER_BYTES:
+        raise LedgerError(f"host ledger {path}: more than {MAX_LEDGER_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+        hosts = doc["hosts"]
+        return {str(h): [Failure(str(h), str(e["node"]), str(e["reason"]), str(e["time"])) for e in entries]
+                for h, entries in hosts.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise LedgerError(f"host ledger {path}: not a ledger ({type(error).__name__}: {error})") from None
+
+
+def write_ledger(path: Path, ledger: dict[str, list[Failure]]) -> None:
+    doc: dict[str, Any] = {"version": 1, "hosts": {
+        h: [{"node": f.node, "reason": f.reason, "time": f.time} for f in entries]
+        for h, entries in sorted(ledger.items())}}
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        raise LedgerError(f"host ledger {path}: {error.strerror or error}") from None
+
+
+def record(ledger: dict[str, list[Failure]], seen: Iterable[Failure]) -> tuple[dict[str, list[Failure]], list[Failure]]:
+    """The ledger with the failures not in it yet, and those of them that are repeats (the host's second or later
+    failure). One drain is one failure however often it is seen: (node, reason, time) is its key."""
+    out = {h: list(entries) for h, entries in ledger.items()}
+    repeats = []
+    for failure in seen:
+        entries = out.setdefault(failure.host, [])
+        if any((e.node, e.reason, e.time) == (failure.node, failure.reason, failure.time) for e in entries):
+            continue
+        entries.append(failure)
+        if len(entries) >= REPEAT_AFTER:
+            repeats.append(failure)
+    return out, repeats
+
+
+def held_hosts(ledger: dict[str, list[Failure]]) -> set[str]:
+    """Hosts that failed REPEAT_AFTER times or more: never taken back."""
+    return {h for h, entries in ledger.items() if len(entries) >= REPEAT_AFTER}
+
+
+def refusal(node: SlurmNode, ledger: dict[str, list[Failure]]) -> str:
+    """Why `node` must not be resumed ("" when nothing in the ledger stands against it)."""
+    host = node_host(node)
+    if host and host in held_hosts(ledger):
+        seen = ", ".join(f"{f.node} {f.reason} at {f.time or 'unknown time'}" for f in ledger[host])
+        return f"its physical host {host} failed {len(ledger[host])} times ({seen})"
+    return ""

@@ -1,0 +1,225 @@
+"""Warm spares and the host ledger (node/ndfleet_node/spares.py, host_ledger.py) on recorded Slurm output.
+
+Node lines are the recorded Slurm 24.05 line of tests/data/slurm/scontrol-show-node-oneliner.txt (an idle ib00 node)
+with its name, State, Reason and Comment changed; the reservation line is Slurm 22.05's own answer to
+`scontrol show reservation --oneliner` for the reservation ndfleet_node.spares creates (recorded from the real
+slurmctld of tests/slurm/test_real_scheduler.py, names changed to the prod-* nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from ndfleet_node import host_ledger, spares
+from ndfleet_node.burnin.slurm import refuse_held_hosts
+from ndfleet_node.names import REPEAT_HOST_REASON
+from ndfleet_node.scontrol import SlurmNode, parse_nodes, parse_reservations
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+RECORDED = (DATA / "scontrol-show-node-oneliner.txt").read_text().split("\n")[0]
+RESERVATION = (DATA / "scontrol-show-reservation-oneliner.txt").read_text()
+
+
+def line(name: str, state: str = "IDLE+DYNAMIC_NORM", reason: str = "", comment: str = "",
+         partition: str = "ib00") -> str:
+    out = RECORDED.replace("prod-ib00-000000", name).replace("State=IDLE+DYNAMIC_NORM", f"State={state}")
+    out = out.replace("Partitions=ib00", f"Partitions={partition}")
+    if reason:
+        out += f" Reason={reason} [root@2026-12-05T03:00:00]"
+    if comment:
+        out += f" Comment={comment}"
+    return out
+
+
+def nodes(*lines: str) -> list[SlurmNode]:
+    return list(parse_nodes("\n".join(lines)).values())
+
+
+BUSY = "ALLOCATED+DYNAMIC_NORM"
+ISLAND = spares.IslandSpares("ib00", "ib00", nodes=4, spares=1)
+
+
+def test_the_reader_takes_the_recorded_reservation_and_the_host_comment() -> None:
+    found = parse_reservations(RESERVATION)
+    assert set(found) == {"ndfleet-spares-ib00"}
+    assert found["ndfleet-spares-ib00"].nodes == "prod-ib00-000003"
+    assert "MAINT" in found["ndfleet-spares-ib00"].flags
+    assert parse_reservations("No reservations in the system\n") == {}
+    [node] = nodes(line("prod-ib00-000001", "IDLE+DRAIN+DYNAMIC_NORM", "ndfleet:gpu.xid", "ndfleet-host:GGBB90904476"))
+    assert (node.reason, node.comment) == ("ndfleet:gpu.xid", "ndfleet-host:GGBB90904476")
+    assert host_ledger.node_host(node) == "GGBB90904476"
+
+
+def test_an_island_at_full_strength_reserves_one_idle_node() -> None:
+    listing = nodes(*(line(f"prod-ib00-00000{i}") for i in range(4)),
+                    line("prod-ib01-000000", partition="ib01"))
+    decision = spares.decide(ISLAND, listing, [])
+    assert decision.after == ("prod-ib00-000000",) and decision.in_service == 3
+
+
+def test_a_busy_node_is_not_taken_as_a_spare() -> None:
+    listing = nodes(line("prod-ib00-000000", "ALLOCATED+DYNAMIC_NORM"), line("prod-ib00-000001", "MIXED+DYNAMIC_NORM"),
+                    line("prod-ib00-000002"), line("prod-ib00-000003", "IDLE+DYNAMIC_NORM+MAINT+RESERVED"))
+    # 000003 is in another maintenance reservation (a burn-in): neither serving nor free. Two must serve.
+    decision = spares.decide(spares.IslandSpares("ib00", "ib00", nodes=3, spares=1), listing, [])
+    assert decision.after == ("prod-ib00-000002",)
+
+
+def test_a_failure_drain_puts_the_spare_into_service_at_once() -> None:
+    listing = nodes(line("prod-ib00-000000", "ALLOCATED+DRAIN+DYNAMIC_NORM", "ndfleet:gpu.xid"),
+                    line("prod-ib00-000001", BUSY), line("prod-ib00-000002", BUSY),
+                    line("prod-ib00-000003", "IDLE+DYNAMIC_NORM+MAINT+RESERVED"))
+    decision = spares.decide(ISLAND, listing, ["prod-ib00-000003"])
+    assert decision.released == ("prod-ib00-000003",) and decision.after == () and decision.changed
+    assert decision.in_service == 3
+
+
+def test_a_gone_node_counts_as_missing_too() -> None:
+    listing = nodes(line("prod-ib00-000000", "DOWN*+DYNAMIC_NORM+NOT_RESPONDING", "Not responding"),
+                    line("prod-ib00-000001"), line("prod-ib00-000002"), line("prod-ib00-000003", "IDLE+MAINT+RESERVED"))
+    assert spares.decide(ISLAND, listing, ["prod-ib00-000003"]).released == ("prod-ib00-000003",)
+
+
+def test_a_failed_spare_leaves_the_reservation_and_an_idle_node_refills_it() -> None:
+    listing = nodes(line("prod-ib00-000000"), line("prod-ib00-000001"), line("prod-ib00-000002"),
+                    line("prod-ib00-000003", "IDLE+DRAIN+MAINT+RESERVED", "ndfleet:ib.ports"),
+                    line("prod-ib00-000004"))
+    # 000004 is the failed spare's replacement VM, burned in, while the failed VM still waits for the reaper.
+    decision = spares.decide(ISLAND, listing, ["prod-ib00-000003"])
+    assert decision.dropped == ("prod-ib00-000003",)
+    assert decision.after == ("prod-ib00-000000",) and decision.in_service == 3
+
+
+def test_a_repaired_node_refills_the_spares_first() -> None:
+    # After a swap: 3 serving (one of them the old spare), none reserved; the repaired node comes back from burn-in.
+    listing = nodes(line("prod-ib00-000000", BUSY), line("prod-ib00-000001", BUSY), line("prod-ib00-000002", BUSY),
+                    line("prod-ib00-000004"))
+    decision = spares.decide(ISLAND, listing, [])
+    assert decision.added == ("prod-ib00-000004",) and decision.in_service == 3
+
+
+def test_nothing_changes_at_full_strength() -> None:
+    listing = nodes(*(line(f"prod-ib00-00000{i}") for i in range(3)), line("prod-ib00-000003", "IDLE+MAINT+RESERVED"))
+    assert not spares.decide(ISLAND, listing, ["prod-ib00-000003"]).changed
+
+
+class FakeScontrol(spares.SparesSlurm):
+    """Answers as scontrol does (its words: SchedMD src/scontrol/create_res.c, slurm_errno.c); records calls."""
+
+    def __init__(self, listing: str, reservations: str = "No reservations in the system\n") -> None:
+        super().__init__()
+        self.listing, self.reservation_text, self.calls = listing, reservations, []  # type: list[tuple[str, ...]]
+
+    def call(self, *args: str, max_bytes: int = 0) -> str:
+        self.calls.append(args)
+        if args[:3] == ("show", "node", "--oneliner"):
+            return self.listing
+        if args[:2] == ("show", "reservation"):
+            return self.reservation_text
+        if args[:2] == ("show", "hostnames"):
+            return args[2].replace(",", "\n") + "\n"
+        if args[:2] == ("create", "reservation"):
+            name = next(a for a in args if a.startswith("ReservationName=")).split("=", 1)[1]
+            return f"Reservation created: {name}\n"
+        return ""
+
+
+def test_the_runner_creates_updates_and_deletes_the_reservation(capsys: pytest.CaptureFixture[str]) -> None:
+    log: list[str] = []
+    fresh = FakeScontrol("\n".join(line(f"prod-ib00-00000{i}") for i in range(4)))
+    assert spares.keep_spares(fresh, [ISLAND], fresh.nodes(), fresh.reservations(), log.append)
+    assert ("create", "reservation", "ReservationName=ndfleet-spares-ib00", "Nodes=prod-ib00-000000",
+            "StartTime=now", "Duration=UNLIMITED", "Users=root", "Flags=MAINT") in fresh.calls
+    failed = FakeScontrol("\n".join([line("prod-ib00-000000", "IDLE+DRAIN", "ndfleet:gpu.xid"),
+                                     *(line(f"prod-ib00-00000{i}") for i in (1, 2)),
+                                     line("prod-ib00-000003", "IDLE+MAINT+RESERVED")]), RESERVATION)
+    assert spares.keep_spares(failed, [ISLAND], failed.nodes(), failed.reservations(), log.append)
+    assert ("delete", "ReservationName=ndfleet-spares-ib00") in failed.calls
+    assert "ib00: prod-ib00-000003: spare put into service" in log
+    assert "ib00: 3/3 in service, 0/1 spares (1 short)" in log
+
+
+def test_the_controller_config_is_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "spares.json"
+    bad.write_text(json.dumps({"islands": [{"island": "ib00", "partition": "ib00", "nodes": 2, "spares": 2}]}))
+    with pytest.raises(ValueError, match="ib00: spares must be between 0 and nodes - 1"):
+        spares.load_islands(bad)
+    bad.write_text("[]")
+    with pytest.raises(ValueError, match="not a spares configuration"):
+        spares.load_islands(bad)
+
+
+# --- the host ledger ---------------------------------------------------------------------------------------------
+
+def failing(name: str, host: str, reason: str = "ndfleet:gpu.xid", at: str = "2026-12-05T03:00:00") -> str:
+    return line(name, "IDLE+DRAIN+DYNAMIC_NORM", reason, f"ndfleet-host:{host}").replace("2026-12-05T03:00:00", at)
+
+
+def test_only_hardware_drains_with_a_known_host_are_failures() -> None:
+    listing = nodes(failing("prod-ib00-000000", "HOSTA"),
+                    failing("prod-ib00-000001", "HOSTB", "ndfleet:burnin:busbw-below-floor"),
+                    failing("prod-ib00-000002", "HOSTC", "ndfleet:burnin:awaiting"),
+                    failing("prod-ib00-000003", "HOSTD", "ndfleet:burnin:launch-error"),
+                    failing("prod-ib00-000004", "HOSTE", "maintenance by hand"),
+                    line("prod-ib00-000005", "IDLE+DRAIN", "ndfleet:gpu.xid"))  # no host published
+    assert [(f.node, f.host) for f in host_ledger.failures(listing)] == [
+        ("prod-ib00-000000", "HOSTA"), ("prod-ib00-000001", "HOSTB")]
+
+
+def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: Path) -> None:
+    path = tmp_path / "ledger" / "host-ledger.json"
+    first = host_ledger.failures(nodes(failing("prod-ib00-000000", "HOSTA")))
+    ledger, repeats = host_ledger.record(host_ledger.read_ledger(path), first)
+    assert repeats == [] and host_ledger.held_hosts(ledger) == set()
+    host_ledger.write_ledger(path, ledger)
+    # Seen again on the next run: the same drain is the same failure.
+    ledger, repeats = host_ledger.record(host_ledger.read_ledger(path), first)
+    assert repeats == []
+    # The replacement VM landed on the same host and failed too.
+    again = failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports", "2026-12-05T05:00:00")
+    second = host_ledger.failures(nodes(again))
+    ledger, repeats = host_ledger.record(ledger, second)
+    assert [r.node for r in repeats] == ["prod-ib00-000007"] and host_ledger.held_hosts(ledger) == {"HOSTA"}
+    host_ledger.write_ledger(path, ledger)
+    assert host_ledger.held_hosts(host_ledger.read_ledger(path)) == {"HOSTA"}
+
+
+def test_a_repeat_is_drained_and_asked_to_report_with_the_category_that_removes_the_host(tmp_path: Path) -> None:
+    path = tmp_path / "host-ledger.json"
+    host_ledger.write_ledger(path, {"HOSTA": [host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid",
+                                                                  "2026-12-04T01:00:00")]})
+    slurm = FakeScontrol(failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports"))
+    asked: list[Sequence[str]] = []
+    log: list[str] = []
+    ok = spares.keep_ledger(slurm, slurm.nodes(), path, True, "/opt/ndfleet/bin/ndfleet-node", log.append,
+                            lambda argv, _t: asked.append(argv) is None)
+    assert ok
+    assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
+    [ssh] = asked
+    assert ssh[-2] == "prod-ib00-000007" and "--check host.repeat-failure" in ssh[-1]
+    from ndfleet_node.impact_categories import category_for
+    assert category_for(host_ledger.REPEAT_CHECK) == "Resource.Hpc.Unhealthy.HpcGenericFailure"
+
+
+def test_the_burnin_never_resumes_a_node_on_a_held_host() -> None:
+    ledger = {"HOSTA": [host_ledger.Failure("HOSTA", f"prod-ib00-00000{i}", "ndfleet:gpu.xid", f"t{i}")
+                        for i in range(2)]}
+    awaiting = nodes(line("prod-ib00-000008", "IDLE+DRAIN", "ndfleet:burnin:awaiting", "ndfleet-host:HOSTA"),
+                     line("prod-ib00-000009", "IDLE+DRAIN", "ndfleet:burnin:awaiting", "ndfleet-host:HOSTB"))
+    slurm = FakeScontrol("")
+    log: list[str] = []
+    kept = refuse_held_hosts(slurm, awaiting, ledger, log.append)
+    assert [n.name for n in kept] == ["prod-ib00-000009"]
+    assert ("update", "NodeName=prod-ib00-000008", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
+    assert any(re.search(r"prod-ib00-000008: not resumed: its physical host HOSTA failed 2 times", m) for m in log)
+
+
+def test_a_ledger_that_is_not_one_is_a_named_failure(tmp_path: Path) -> None:
+    path = tmp_path / "host-ledger.json"
+    path.write_text('{"hosts": [1]}')
+    with pytest.raises(host_ledger.LedgerError, match="not a ledger"):
+        host_ledger.read_ledger(path)
