@@ -33,6 +33,7 @@ from ndfleet.prepare import PreparedCluster, PreparedIsland
 from ndfleet.slurm.conf import island_partitions
 from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.names import computer_name_prefix
 from ndfleet.stackconfig.summary import spec_summary
 
 
@@ -137,7 +138,7 @@ def island_args(
         scale_set_name=elastic_scale_set_name(spec, p.island) if p.island.elastic is not None else None,
         vm_size=spec.profile.name,
         island_name=p.island.name,
-        computer_name_prefix=f"{spec.name_prefix}-{p.island.name}-",
+        computer_name_prefix=computer_name_prefix(spec.name_prefix, p.island.name),
         admin_username=spec.admin_username,
         zone=spec.zone,
         image=image,

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # `pulumi up` run; every file each machine kind receives, read from what it prepared; stack -> spec for readers
     ("ndfleet.preflight", "ndfleet.status", "ndfleet.components"),  # reading Azure (checks, the fleet's
     # state); the Pulumi components
+    ("ndfleet.goodput",),  # where the node-hours went: range queries through status's workspace reader
     ("ndfleet.program",),  # the Pulumi program
     ("ndfleet.plans",),  # the program under mocks, the plan document, diff and policies
     ("ndfleet.commands", "ndfleet.cli"),  # the `ndfleet` command
@@ -106,8 +107,8 @@ def test_an_upward_import_is_reported() -> None:
         "ndfleet.commands.plan": "from ndfleet.stackconfig.config import load_spec\n",
     }
     assert upward_imports(sources) == [
-        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands (layer 7)",
-        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands.plan (layer 7)",
+        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands (layer 8)",
+        "ndfleet.stackconfig.config (layer 0) imports ndfleet.commands.plan (layer 8)",
     ]
 
 
@@ -165,7 +166,7 @@ def test_a_copied_shared_name_is_reported() -> None:
 # Commands that only read (Azure, the workspace, the price list): they must not import Pulumi's components.
 READ_ONLY_COMMANDS = ("ndfleet.commands.status", "ndfleet.commands.impact", "ndfleet.commands.cost",
                       "ndfleet.commands.preflight", "ndfleet.status", "ndfleet.preflight", "ndfleet.cost",
-                      "ndfleet.azure")
+                      "ndfleet.azure", "ndfleet.commands.goodput", "ndfleet.goodput")
 
 
 def reachable(sources: Mapping[str, str], start: str) -> set[str]:

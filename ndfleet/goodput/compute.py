@@ -70,7 +70,7 @@ def cause(state: str, reason: str) -> str:
 
 
 def island_of(node: str, prefixes: Mapping[str, str]) -> str:
-    """The island whose scale set's computer name prefix (ndfleet.status.arm_read.computer_name_prefix) the host
+    """The island whose scale set's computer name prefix (ndfleet.stackconfig.names.computer_name_prefix) the host
     name starts with, the longest when two do; "" if none."""
     best = ""
     for island, prefix in prefixes.items():

@@ -16,9 +16,10 @@ from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
 from ndfleet.azure.errors import CannotCheck
 from ndfleet.cost.prices import table_price
 from ndfleet.goodput.compute import Report, StateSample, build_report
+from ndfleet.monitoring.series import island_query_selector
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.arm_read import computer_name_prefix, read_stack
-from ndfleet.status.prometheus import SLURM_METRIC, PrometheusReader, QueryFailed, Series, flag, label_value
+from ndfleet.status.prometheus import PrometheusReader, QueryFailed, Series, flag
 
 # Prometheus refuses a range query of more than 11,000 points a series ("exceeded maximum resolution of 11,000
 # points per timeseries", web/api/v1/api.go). ndfleet asks for at most 1,000, one island at a time: an island of
@@ -32,22 +33,8 @@ def step_for(since: float, until: float, scrape_interval_s: int) -> float:
     return float(scrape_interval_s * max(1, math.ceil((until - since) / (MAX_POINTS * scrape_interval_s))))
 
 
-def island_query_selector(spec: ClusterSpec, island: str, extra: str = "") -> str:
-    """The controller's state series of one island's nodes: those whose slurm_node has the island's host prefix
-    (the series' own `island` label is the controller's). The report's query and IslandInServiceLow share it."""
-    prefix = _regex(computer_name_prefix(spec, island))
-    matchers = [f'stack="{label_value(spec.stack)}"', f'slurm_node=~"(?i){label_value(prefix)}.*"']
-    if extra:
-        matchers.append(extra)
-    return f"{SLURM_METRIC}{{{','.join(matchers)}}}"
-
-
 def island_query(spec: ClusterSpec, island: str) -> str:
     return f"{island_query_selector(spec, island)} == 1"
-
-
-def _regex(text: str) -> str:
-    return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
 
 
 def state_samples(series: list[Series]) -> list[StateSample]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from ndfleet.monitoring.series import island_query_selector
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 # Azure Monitor alert severities (0 = Critical ... 4 = Verbose) for our three levels.
@@ -204,7 +205,6 @@ def in_service_alerts(spec: ClusterSpec) -> list[Alert]:
     as the controller publishes them (ndfleet_slurm_node_state, whose `slurm_node` is the host name
     `<namePrefix>-<island>-<n>`), than the island's capacity floor. It counts what IslandCapacityLow does not: a
     healthy node drained by hand, held by the burn-in or down in Slurm."""
-    from ndfleet.goodput.read import island_query_selector
 
     out = []
     m = spec.profile.monitoring

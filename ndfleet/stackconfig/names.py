@@ -28,3 +28,9 @@ def grafana_name(name_prefix: str) -> str:
     could run over, so the stack names it. Here, not in the component: a smoke stack checks that its name differs
     from its base's (ndfleet/stackconfig/smoke.py)."""
     return f"{name_prefix[:14].rstrip('-')}-grafana"
+
+
+def computer_name_prefix(name_prefix: str, island: str) -> str:
+    """An island's VM host names start with this (the scale set's computerNamePrefix: components/cluster.py); the
+    status and goodput readers and the alerts find an island's nodes by it."""
+    return f"{name_prefix}-{island}-"

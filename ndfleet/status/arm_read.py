@@ -31,6 +31,7 @@ from ndfleet.azure.arm import (
 )
 from ndfleet.azure.clouds import CloudSettings
 from ndfleet.azure.errors import CannotCheck
+from ndfleet.stackconfig import names
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.facts import Instance, ScaleSet, instance_from_json, scale_set_from_json
 
@@ -48,7 +49,7 @@ class ArmView:
 
 
 def computer_name_prefix(spec: ClusterSpec, island: str) -> str:
-    return f"{spec.name_prefix}-{island}-"
+    return names.computer_name_prefix(spec.name_prefix, island)
 
 
 def match_island(spec: ClusterSpec, doc: Mapping[str, Any]) -> str | None:

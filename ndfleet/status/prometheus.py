@@ -23,6 +23,7 @@ from ndfleet.azure.arm import RetrySettings, bearer_client
 from ndfleet.azure.clouds import CloudSettings
 from ndfleet.azure.http import MAX_RETRY_AFTER_S
 from ndfleet.azure.text import one_line
+from ndfleet.monitoring.series import SLURM_METRIC, label_value
 
 # The token audience of the workspace query API per cloud (Microsoft Learn, "Query Prometheus metrics using the API
 # and PromQL": a token for https://prometheus.monitor.azure.com; the US Government and China audiences are the ones
@@ -40,7 +41,6 @@ ANSWER_DEADLINE_S = 60.0
 # Metric names (node/ndfleet_node/metrics.py, node/ndfleet_node/slurm_export.py).
 NODE_METRICS = ("ndfleet_node_validated", "ndfleet_node_healthy")
 CHECK_METRIC = "ndfleet_validation_check_status"
-SLURM_METRIC = "ndfleet_slurm_node_state"
 
 
 class QueryFailed(Exception):
@@ -58,11 +58,6 @@ def prometheus_scope(cloud: CloudSettings) -> str:
         if cloud.name == name or cloud.name.endswith(f"({name} sign-in)"):
             return scope
     return PROMETHEUS_SCOPES["AzureCloud"]
-
-
-def label_value(value: str) -> str:
-    """A PromQL string literal's content: backslash and double quote escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def node_metrics_query(stack: str) -> str:
