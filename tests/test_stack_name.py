@@ -90,7 +90,7 @@ def test_stack_name_is_the_plans_stack(edited_copy: Path) -> None:
 # that accepted the option and ignored it would plan or check the wrong stack name without a word).
 STACK_NAME_COMMANDS = {
     "plan": (), "render": ("--out", "unused"), "monitoring": ("--out", "unused"), "cost": (), "preflight": (),
-    "impact list": (), "status": (),
+    "impact list": (), "status": (), "goodput": (),
 }  # fmt: skip
 
 
