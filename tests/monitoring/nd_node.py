@@ -13,7 +13,6 @@ from pathlib import Path
 from ndfleet.nodefiles.nodeconfig import BLOB_MOUNT_ROOT, LUSTRE_MOUNT, NVME_MOUNT
 from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from tests.monitoring.test_node_exporter import COUNTERS
 
 # The accelerated-networking HCA Azure's udev rules name mlx5_an0; node_exporter's infiniband collector reads it too.
 ETHERNET_HCA = "mlx5_an0"
@@ -50,6 +49,16 @@ BASE_MOUNTS = (
     "tmpfs /run/user/1000 tmpfs rw,nosuid,nodev,relatime,size=190000000k,mode=700,uid=1000,gid=1000 0 0",
     "overlay /var/lib/docker/overlay2/0123456789abcdef/merged overlay rw,relatime 0 0",
     "nsfs /run/docker/netns/0123456789ab nsfs rw 0 0",
+)
+
+
+# The port counters a ConnectX HCA shows under <sys>/class/infiniband/<hca>/ports/1/counters.
+COUNTERS = (
+    "port_rcv_data", "port_xmit_data", "link_downed", "symbol_error", "port_rcv_errors", "port_rcv_packets",
+    "port_xmit_packets", "link_error_recovery", "port_xmit_wait", "port_rcv_remote_physical_errors",
+    "port_rcv_discards", "port_xmit_discards", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+    "port_rcv_constraint_errors", "port_xmit_constraint_errors", "port_rcv_switch_relay_errors",
+    "unicast_rcv_packets", "unicast_xmit_packets", "multicast_rcv_packets", "multicast_xmit_packets",
 )
 
 
@@ -110,16 +119,21 @@ def build(root: Path, spec: ClusterSpec) -> tuple[Path, Path, Path]:
     for device in (*spec.profile.ib_devices, ETHERNET_HCA):
         link_layer, rate = ("Ethernet", "200 Gb/sec (4X HDR)") if device == ETHERNET_HCA else (
             "InfiniBand", "400 Gb/sec (4X NDR)")  # fmt: skip
-        base = sys / "class" / "infiniband" / device
-        port = base / "ports" / "1"
-        (port / "counters").mkdir(parents=True)
-        (base / "board_id").write_text("MT_0000000838\n")
-        (base / "fw_ver").write_text("28.39.1002\n")
-        (base / "hca_type").write_text("MT4129\n")
-        (port / "state").write_text("4: ACTIVE\n")
-        (port / "phys_state").write_text("5: LinkUp\n")
-        (port / "rate").write_text(rate + "\n")
-        (port / "link_layer").write_text(link_layer + "\n")
-        for counter in COUNTERS:
-            (port / "counters" / counter).write_text("7\n")
+        write_hca(sys, device, link_layer, rate)
     return proc, sys, rootfs
+
+
+def write_hca(sys: Path, device: str, link_layer: str, rate: str) -> None:
+    """One ConnectX HCA's port 1 under <sys>/class/infiniband, as node_exporter's infiniband collector reads it."""
+    base = sys / "class" / "infiniband" / device
+    port = base / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (base / "board_id").write_text("MT_0000000838\n")
+    (base / "fw_ver").write_text("28.39.1002\n")
+    (base / "hca_type").write_text("MT4129\n")
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    (port / "rate").write_text(rate + "\n")
+    (port / "link_layer").write_text(link_layer + "\n")
+    for counter in COUNTERS:
+        (port / "counters" / counter).write_text("7\n")

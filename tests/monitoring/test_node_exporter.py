@@ -18,37 +18,20 @@ from ndfleet_node import metrics as node_metrics
 
 from ndfleet.monitoring import agent, exporters
 from tests.monitoring.conftest import free_port, http_get, running
+from tests.monitoring.nd_node import write_hca
 from tests.system_tools import require_tool
 from tests.test_health_endpoint import loopback_up
 
 START_TIMEOUT_S = 30
 # node_exporter 1.5 reads interfaces over netlink by default; 1.3.1 (the nodes') reads /proc/net/dev, as this does.
 NETDEV_FROM_PROC = ["--no-collector.netdev.netlink"]
-COUNTERS = (
-    "port_rcv_data", "port_xmit_data", "link_downed", "symbol_error", "port_rcv_errors", "port_rcv_packets",
-    "port_xmit_packets", "link_error_recovery", "port_xmit_wait", "port_rcv_remote_physical_errors",
-    "port_rcv_discards", "port_xmit_discards", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
-    "port_rcv_constraint_errors", "port_xmit_constraint_errors", "port_rcv_switch_relay_errors",
-    "unicast_rcv_packets", "unicast_xmit_packets", "multicast_rcv_packets", "multicast_xmit_packets",
-)
 # (device, link layer, sysfs rate line): what an ND H100 v5 shows for one of its 8 IB HCAs and the Ethernet one.
 HCAS = (("mlx5_ib0", "InfiniBand", "400 Gb/sec (4X NDR)"), ("mlx5_an0", "Ethernet", "100 Gb/sec (2X HDR)"))
 
 
 def fake_sysfs(root: Path) -> Path:
     for device, link_layer, rate in HCAS:
-        base = root / "class" / "infiniband" / device
-        port = base / "ports" / "1"
-        (port / "counters").mkdir(parents=True)
-        (base / "board_id").write_text("MT_0000000838\n")
-        (base / "fw_ver").write_text("28.39.1002\n")
-        (base / "hca_type").write_text("MT4129\n")
-        (port / "state").write_text("4: ACTIVE\n")
-        (port / "phys_state").write_text("5: LinkUp\n")
-        (port / "rate").write_text(rate + "\n")
-        (port / "link_layer").write_text(link_layer + "\n")
-        for counter in COUNTERS:
-            (port / "counters" / counter).write_text("7\n")
+        write_hca(root, device, link_layer, rate)
     return root
 
 
