@@ -67,6 +67,16 @@ class Failure:
     time: str  # the drain's stamp ("2026-12-05T03:00:00"): with the node, what makes one failure one entry
 
 
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """The file's bytes; ValueError naming the file when it holds more than `limit` (a state or settings file on the
+    controller is never that large). OSError, FileNotFoundError included, is the caller's to name."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path}: more than {limit} bytes")
+    return data
+
 def node_host(node: SlurmNode) -> str:
     """The physical host the node's health check published ("" when none, or not a host name)."""
     if not node.comment.startswith(HOST_COMMENT_PREFIX):
@@ -99,14 +109,13 @@ def failures(nodes: Iterable[SlurmNode]) -> list[Failure]:
 def read_ledger(path: Path) -> dict[str, list[Failure]]:
     """host -> its failures; an absent file is an empty ledger."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_LEDGER_BYTES + 1)
+        data = read_capped(path, MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return {}
     except OSError as error:
         raise LedgerError(f"host ledger {path}: {error.strerror or error}") from None
-    if len(data) > MAX_LEDGER_BYTES:
-        raise LedgerError(f"host ledger {path}: more than {MAX_LEDGER_BYTES} bytes")
+    except ValueError as error:
+        raise LedgerError(f"host ledger {error}") from None
     try:
         doc = json.loads(data)
         hosts = doc["hosts"]

@@ -43,6 +43,7 @@ from ndfleet_node.host_ledger import (
     Failure,
     LedgerError,
     failures,
+    read_capped,
     read_ledger,
     record,
     write_ledger,
@@ -133,12 +134,9 @@ def decide(island: IslandSpares, nodes: Sequence[SlurmNode], reserved: Sequence[
 def load_islands(path: Path) -> tuple[list[IslandSpares], str]:
     """The islands with spares, and the ledger path, from the spares JSON; ValueError naming what is wrong."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = read_capped(path, MAX_CONFIG_BYTES)
     except OSError as error:
         raise ValueError(f"{path}: {error.strerror or error}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{path}: more than {MAX_CONFIG_BYTES} bytes")
     try:
         doc: Any = json.loads(data)
         islands = [IslandSpares(str(i["island"]), str(i["partition"]), int(i["nodes"]), int(i["spares"]))
