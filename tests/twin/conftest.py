@@ -73,6 +73,14 @@ def twin(
 
 
 _TIMINGS: dict[str, list[float]] = {}
+# Tests that wait out Slurm's own clocks (an elastic island's idleMinutes, then its SuspendTimeout: about 20 minutes
+# from the scale-out's job end) run last, so that every other module's tests run while those clocks run.
+RUN_LAST_FIXTURES = ("scaled_in",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    waits = [it for it in items if set(RUN_LAST_FIXTURES) & set(getattr(it, "fixturenames", ()))]
+    items[:] = [it for it in items if it not in waits] + waits
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

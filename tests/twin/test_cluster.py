@@ -45,7 +45,8 @@ def systemd_seconds(span: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|min|s|h)", span))
 
 
-@pytest.fixture(scope="module")
+# Session-wide: the elastic module's fixtures (session-wide, so that its scale-in waits can run last) use it.
+@pytest.fixture(scope="session")
 def slurm_up(twin: Twin) -> Twin:
     wait_all(
         [controller(twin), login(twin)], "ndfleet-slurm-setup finished",

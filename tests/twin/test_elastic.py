@@ -119,7 +119,7 @@ def burst_cores(twin: Twin) -> int:
     return p.sockets * p.cores_per_socket
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def elastic_ready(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixture
     ctl = controller(slurm_up)
     wanted = {f"{BURST}-1", f"{BURST}-2", f"{STUCK}-1"}
@@ -127,13 +127,13 @@ def elastic_ready(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixture
     return slurm_up
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stuck_job(elastic_ready: Twin) -> Submitted:
     """Submitted first: its resume timeout runs while the burst island scales out."""
     return submitted(elastic_ready, f"-p {STUCK} -N 1 --wrap true")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stuck_given_up(elastic_ready: Twin, stuck_job: Submitted) -> Twin:
     """The stuck VM's first resume given up. Slurm requeues the job, which asks for the node again (a new VM, given
     up in turn) until it is cancelled: it is cancelled here, so that whatever ran before (the scale-out takes its
@@ -149,7 +149,7 @@ def stuck_given_up(elastic_ready: Twin, stuck_job: Submitted) -> Twin:
     return twin
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     twin = elastic_ready
     # Its second step asks for every core of one node (test_a_step_on_every_core_of_a_new_node_runs): trivial tasks,
@@ -162,18 +162,20 @@ def scaled_out(elastic_ready: Twin, stuck_job: Submitted) -> Submitted:
     wait(twin, job.job, "the job running on new VMs",
          lambda: job_fields(ctl, job.job).get("JobState") == "RUNNING")  # fmt: skip
     twin.record("elastic scale-out: job submitted to job running (2 new VMs)", time.monotonic() - job.at)
+    # Azure refuses the island's deletes for a while, as Resource Manager does when it throttles or is busy: more
+    # refusals than the suspend program's attempts (MAX_DELETE_ATTEMPTS), so that the reconcile timer has to finish
+    # the delete from the elastic state file (docs/elastic.md). Set now, before the idle time can end: the scale-in's
+    # own tests run last (conftest.py), while the idle time runs out under the other modules' tests.
+    assert twin.arm is not None
+    twin.arm.inject(BURST_SCALE_SET, "delete", REFUSED_DELETES)
     return job
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def scaled_in(elastic_ready: Twin, scaled_out: Submitted) -> Twin:
     twin = elastic_ready
     ctl = controller(twin)
     assert twin.arm is not None
-    # Azure refuses the island's deletes for a while, as Resource Manager does when it throttles or is busy: more
-    # refusals than the suspend program's attempts (MAX_DELETE_ATTEMPTS), so that the reconcile timer has to finish
-    # the delete from the elastic state file (docs/elastic.md).
-    twin.arm.inject(BURST_SCALE_SET, "delete", REFUSED_DELETES)
     # The job's end as Slurm's accounting recorded it: slurmctld itself forgets a finished job after MinJobAge
     # (300 s), and the tests between the scale-out and this one (the later deployment, the stuck island) may take
     # longer than that.
@@ -314,7 +316,7 @@ def test_a_refused_delete_is_retried_and_finished_by_the_reconcile_timer(scaled_
     assert sorted(scaled_in.arm.deleted(BURST_SCALE_SET)) == ["0", "1"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stuck_vm_failed(stuck_given_up: Twin) -> tuple[Twin, Submitted]:
     """The stuck island's next VM fails to allocate (the stand-in lists it Failed): the resume program gives its node
     up at once, without waiting for the ResumeTimeout."""
