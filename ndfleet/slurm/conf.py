@@ -65,6 +65,10 @@ ELASTIC_SUSPEND_TIMEOUT_S = 600
 # asks of them (docs/burnin.md). Here rather than in machines.py because the elastic idle-time bound needs them too.
 BURNIN_EVERY_S = 120
 BURNIN_LEVEL = "quick"
+# Idle in-service nodes the burn-in takes as known-good partners (burnin-slurm --idle-partners): a lone new node (a
+# repair's replacement) has no one else awaiting burn-in to be paired with, and a burn-in needs two hosts; one
+# partner is enough for every pair test, and reserves one idle node for the few minutes of a quick burn-in.
+BURNIN_IDLE_PARTNERS = 1
 
 
 def elastic_node_name(island: str, number: int) -> str:

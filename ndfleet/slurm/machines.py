@@ -42,6 +42,7 @@ from ndfleet.nodefiles.nodeapp import library
 from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     BURNIN_EVERY_S,
+    BURNIN_IDLE_PARTNERS,
     BURNIN_LEVEL,
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
@@ -202,6 +203,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         "burnin_config": BURNIN_CONFIG,
         "burnin_every_s": BURNIN_EVERY_S,
         "burnin_level": BURNIN_LEVEL,
+        "burnin_idle_partners": BURNIN_IDLE_PARTNERS,
         "burnin_timeout_s": BURNIN_TIMEOUT_S,
         "spares_config": SPARES_CONFIG,
         "spares_every_s": SPARES_EVERY_S,

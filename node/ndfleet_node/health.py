@@ -81,6 +81,10 @@ def health_state(report: str, failed_marker: str) -> tuple[str, str]:
         if ids is None:
             return "Unhealthy", f"malformed validation report {report}: checks is not a list of objects"
         status = data.get("status")
+        if status == "healthy" and not ids and os.path.lexists(failed_marker):
+            # A failure the report cannot show (the burn-in's, filed by `impact report`) outlives the health
+            # check's next passing report: the marker goes only with a new boot's set-up.
+            return "Unhealthy", _marker_reason(failed_marker)
         if status == "healthy" and not ids:
             skipped = _skipped_ids(data.get("checks", []))
             not_run = f"; not run: {', '.join(skipped)}" if skipped else ""
@@ -89,12 +93,16 @@ def health_state(report: str, failed_marker: str) -> tuple[str, str]:
             return "Unhealthy", "validate-node failed: " + (", ".join(ids) or str(status))
         return "Unhealthy", f"validate-node could not run: {data.get('error', status)}"
     if os.path.lexists(failed_marker):
-        try:
-            why = " ".join(read_regular(failed_marker, 4096)[:4096].decode("utf-8", "replace").split())
-        except OSError:
-            why = ""
-        return "Unhealthy", why or "set-up or validation could not run"
+        return "Unhealthy", _marker_reason(failed_marker)
     return "Initializing", "set-up or validation in progress"
+
+
+def _marker_reason(failed_marker: str) -> str:
+    try:
+        why = " ".join(read_regular(failed_marker, 4096)[:4096].decode("utf-8", "replace").split())
+    except OSError:
+        why = ""
+    return why or "set-up or validation could not run"
 
 
 def response(report: str, failed_marker: str) -> bytes:

@@ -268,6 +268,29 @@ def mark_unhealthy(report: Path, check_id: str, message: str) -> None:
     write_atomic(str(report), json.dumps(doc, indent=2, ensure_ascii=True) + "\n", keep_owner=True)
 
 
+def failed_marker_path(config: Path | None) -> Path | None:
+    """The failure marker the health endpoint reads (node JSON paths.failed_marker); None when the JSON has none."""
+    try:
+        paths = node_config.load(str(config) if config is not None else None).data.get("paths")
+    except node_config.ConfigError:
+        return None
+    marker = paths.get("failed_marker") if isinstance(paths, dict) else None
+    return Path(marker) if isinstance(marker, str) and marker.startswith("/") else None
+
+
+def mark_failed(marker: Path | None, check_id: str, message: str, log: Callable[[str], None]) -> None:
+    """Append the failed check to the failure marker (the endpoint answers Unhealthy while it exists)."""
+    if marker is None:
+        log(f"{check_id}: no failure marker in the node JSON; the next health check may turn the node Healthy")
+        return
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with marker.open("a", encoding="utf-8") as f:
+            f.write(f"impact: {_one_line(check_id, 200)}: {_one_line(message, 1000)}\n")
+    except OSError as exc:
+        log(f"{check_id}: cannot write the failure marker {marker}: {exc.strerror or exc}")
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 
 
@@ -332,6 +355,10 @@ def run_report(
         explicit = [(c, m) for c, m in failed if c in (args.check or [])]
         for check, message in explicit:
             mark_unhealthy(args.health_report, check, message)
+            # The health check's next quick validation rewrites that report, and passes (a bad cable shows only
+            # in the burn-in's tests): the failure marker, which the endpoint also reads and only a new boot's
+            # set-up clears, keeps the node Unhealthy until automatic repairs act (seen in the twin's repair loop).
+            mark_failed(failed_marker_path(args.config), check, message, log)
         if explicit:
             log(f"marked Unhealthy in {args.health_report}: {', '.join(c for c, _ in explicit)}")
     return code

@@ -280,3 +280,24 @@ def test_every_validator_check_has_a_row() -> None:
     assert categories["gpu.count"] == "HpcMissingGpu" and categories["ib.flap"] == "IBPortFlapping"
     assert categories["perf.dcgm"] == "HpcGpuDcgmDiagFailure" and categories["host.mounts"] is None
     assert categories["burnin.launch-error"] is None
+
+
+def test_a_burn_in_failure_stays_unhealthy_after_the_health_check_rewrites_the_report(tmp_path: Path) -> None:
+    """The burn-in's --check goes to the failure marker too: the health check's next quick validation rewrites the
+    report (passing: a bad cable shows only in the burn-in's tests), and the endpoint must still answer Unhealthy
+    so that automatic repairs replace the node (the twin's repair loop found it turning Healthy again)."""
+    from ndfleet_node.health import health_state
+
+    accepted = [Reply(200, "impact-accepted.json")]
+    routes = IMDS_ROUTES | {("PUT", f"/subscriptions/{SUB}/providers/Microsoft.Impact"): accepted}
+    marker = tmp_path / "state" / "failed"
+    with serve(routes) as arm:
+        args = node_files(tmp_path, arm.base)
+        config = json.loads(args.config.read_text())
+        config["paths"]["failed_marker"] = str(marker)
+        args.config.write_text(json.dumps(config))
+        assert run(args, []) == 0
+    assert "burnin.busbw-below-floor" in marker.read_text()
+    passing = {"status": "healthy", "level": "quick", "checks": [{"id": "gpu.count", "status": "pass"}]}
+    args.health_report.write_text(json.dumps(passing))  # the health check's next pass
+    assert health_state(str(args.health_report), str(marker))[0] == "Unhealthy"

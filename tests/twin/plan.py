@@ -88,6 +88,8 @@ class PlanMachines:
     role_scopes: set[str] = field(default_factory=set)
     # scope -> the actions the plan's role assignments grant there (their role definitions' actions)
     grants: dict[str, frozenset[str]] = field(default_factory=dict)
+    # the role definitions (the last segment of their id: a built-in role's GUID) the plan assigns to anyone
+    assigned_roles: set[str] = field(default_factory=set)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -165,6 +167,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                     island=island,
                     identity_client_id=tags.get("ndfleet:identity-client-id", ""),
                     vm_size=inputs["sku"]["name"],
+                    extra={"scale_set": ss["name"], "instance_id": i, **health_policy(inputs)},
                 )
             )
     taken = {m.ip for m in machines if m.ip}
@@ -177,7 +180,21 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
     return PlanMachines(
         machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}), scale_sets, scopes,
         role_grants(plan),
+        {str(r["inputs"].get("roleDefinitionId", "")).rsplit("/", 1)[-1] for r in _resources(plan, ROLE_ASSIGNMENT)},
     )
+
+
+def health_policy(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A scale set's Application Health extension settings and automatic-repairs policy, as the plan sends them
+    (what the repairs stand-in, tests/twin/repairs.py, acts on)."""
+    profile = inputs["virtualMachineProfile"]
+    extensions = (profile.get("extensionProfile") or {}).get("extensions") or []
+    health = next((e.get("settings") or {} for e in extensions if e.get("type") == "ApplicationHealthLinux"), {})
+    return {
+        "computer_name_prefix": profile["osProfile"]["computerNamePrefix"],
+        "app_health": dict(health),
+        "automatic_repairs": dict(inputs.get("automaticRepairsPolicy") or {}),
+    }
 
 
 def role_grants(plan: dict[str, Any]) -> dict[str, frozenset[str]]:

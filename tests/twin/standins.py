@@ -9,7 +9,8 @@
 - Microsoft's package repository (https://packages.microsoft.com: `/keys/microsoft.asc` and `/repos/<name>/`), and
   the distribution archive the image's apt uses (http): static files the twin built (tests/twin/aptrepo.py).
 - A Prometheus remote-write receiver (the Azure Monitor ingestion endpoint): counts accepted POSTs per node.
-- Resource Manager (`https://management.azure.com`): the elastic islands' scale sets, in tests/twin/arm.py.
+- Resource Manager (`https://management.azure.com`): the elastic islands' scale sets, in tests/twin/arm.py; the
+  Impact API (Guest Health Reporting), in tests/twin/repairs.py.
 
 All servers run in the twin's own network namespace; nothing here can reach or be reached from outside it.
 """
@@ -44,6 +45,7 @@ class CloudState:
     repo_dirs: dict[str, Path] = field(default_factory=dict)  # host -> folder served as static files
     remote_writes: Counter = field(default_factory=Counter)
     arm: Any = None  # the Resource Manager stand-in (tests/twin/arm.py), when the plan has elastic islands
+    impact: Any = None  # the Impact API stand-in (tests/twin/repairs.py)
     requests: list[tuple[str, str, str, int]] = field(default_factory=list)  # (client, host, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -159,8 +161,19 @@ class ServicesHandler(_Handler):
         self.state.log(self.client_address[0], host, self.path, status)
         return True
 
+    def _impact(self) -> bool:
+        """Guest Health Reporting's PUTs go to the Impact API stand-in; True when this was one."""
+        host = (self.headers.get("Host") or "").split(":")[0]
+        if self.state.impact is None or host != "management.azure.com" or not self.state.impact.handles(self.path):
+            return False
+        length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
+        body = self.rfile.read(length) if length else b""
+        status, doc = self.state.impact.handle(self.command, self.path, self.headers, body)
+        self._send(status, doc)
+        return True
+
     def do_PATCH(self) -> None:  # noqa: N802
-        if not self._arm():
+        if not self._impact() and not self._arm():
             self._send(405, {"error": "method not allowed"})
 
     do_PUT = do_PATCH

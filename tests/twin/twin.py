@@ -21,12 +21,13 @@ import threading
 import time
 from pathlib import Path
 
-from ndfleet.stackconfig.profiles import PROFILES
+from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID, PROFILES
 from tests.fakes.node import build_sysroot
 from tests.twin import aptrepo, mysql, pki, releases
-from tests.twin.arm import ARM_HOST, Instance, ResourceManager, ScaleSet
+from tests.twin.arm import ARM_HOST, Instance, ResourceManager, ScaleSet, computer_name
 from tests.twin.machine import TwinMachine
 from tests.twin.plan import AZURE_RESERVED_LOW, Machine, PlanMachines, ScaleSetTemplate, load
+from tests.twin.repairs import AutomaticRepairs, ImpactApi, kvp_pool
 from tests.twin.standins import CloudState, ImdsHandler, ServicesHandler, serve
 
 BRIDGE = "twinbr0"
@@ -40,6 +41,7 @@ HW_ROOT = "/opt/twin-hw/root"
 HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
 HERE = Path(__file__).resolve().parent
 HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
+KVP_POOL_3 = "/var/lib/hyperv/.kvp_pool_3"  # where hv_kvp_daemon keeps what the host tells the guest
 
 
 def in_private_namespaces() -> str | None:
@@ -112,6 +114,13 @@ class Twin:
         self.arm: ResourceManager | None = None
         self.removed: list[str] = []  # machines the Resource Manager stand-in deleted and the twin removed
         self.azure_errors: list[str] = []
+        # The physical host each machine runs on (Hyper-V's KVP PhysicalHostName): a new VM, a replacement included,
+        # lands on a host of its own, as Azure moves a repaired node off a host the node reported (Impact API).
+        self.hosts: dict[str, str] = {}
+        self.impact: ImpactApi | None = None
+        self.repairs = AutomaticRepairs(
+            machines=lambda: self.role("compute"), probe=self._probe, replace=self.replace_instance
+        )
         # What Azure does to machines (boot, delete) is done by one thread that lives as long as the twin: a machine
         # dies with the thread that started it (PR_SET_PDEATHSIG), so never from a request's short-lived thread.
         self._azure: queue.Queue = queue.Queue()
@@ -189,6 +198,12 @@ class Twin:
                 never_boots=self.never_boots,
             )
             self.state.arm = self.arm
+        computes = {m.identity_client_id for m in self.plan.machines if m.role == "compute"}
+        self.impact = ImpactApi(
+            tokens=self.state.tokens.get,
+            reporter_client_ids=computes if IMPACT_REPORTER_ROLE_ID in self.plan.assigned_roles else set(),
+        )
+        self.state.impact = self.impact
         self.servers = [
             serve(ImdsHandler, self.state, IMDS_IP, 80),
             serve(ServicesHandler, self.state, self.standin_ip, 80),
@@ -229,6 +244,8 @@ class Twin:
             files["/opt/twin-hw/env"] = (
                 f"NDFLEET_SYSROOT={HW_ROOT}\nNDFLEET_FAKE_FAULTS={faults}\n{hwloc_shape(m.vm_size)}\n".encode(), 0o644)
             files[HARDWARE_LIB] = (self.hardware_lib, 0o755)
+            host = self.hosts.setdefault(m.name, f"TWINHOST{len(self.hosts):04d}")
+            files[KVP_POOL_3] = (kvp_pool({"PhysicalHostName": host, "PhysicalHostNameFullyQualified": host}), 0o644)
             files["/etc/ld.so.preload"] = (f"{HARDWARE_LIB}\n".encode(), 0o644)
             # The HPC image trusts Microsoft's key and has its product repository as a source (docs/images.md,
             # ndfleet/images/ubuntu-hpc-2204.json apt_sources); here the key is the twin's, made for this run.
@@ -296,6 +313,45 @@ class Twin:
             self.machines[m.name] = tm
         for tm in self.machines.values():
             tm.start()
+            if tm.spec.extra.get("scale_set"):
+                self.repairs.created(tm.name, tm.spec.extra["scale_set"])
+        self.repairs.start()
+
+    # --- what Azure does to a broken node (tests/twin/repairs.py) -------------------------------------------
+    def _probe(self, name: str, port: int, path: str) -> str | None:
+        """The Application Health extension's probe, from inside the machine (it runs in the guest)."""
+        tm = self.machines.get(name)
+        if tm is None:
+            return None
+        try:
+            cp = tm.run(f"curl -s --max-time 10 http://127.0.0.1:{port}{path}", check=False, timeout=30)
+        except Exception:  # noqa: BLE001 - a machine that cannot be entered answers nothing
+            return None
+        return cp.stdout if cp.returncode == 0 else None
+
+    def replace_instance(self, name: str) -> str:
+        """Automatic repairs' Replace: the instance is deleted and a new one created from the scale set's model, with
+        the next instance id (so a new computer name) and a new address; both happen on the Azure thread."""
+        old = self.plan.get(name)
+        prefix, scale_set = old.extra["computer_name_prefix"], old.extra["scale_set"]
+        ids = [m.extra.get("instance_id", -1) for m in self.plan.machines if m.extra.get("scale_set") == scale_set]
+        new_id = max(ids) + 1
+        spec = Machine(
+            name=computer_name(prefix, new_id), role=old.role, custom_data=old.custom_data, user_data=old.user_data,
+            tags=old.tags, island=old.island, identity_client_id=old.identity_client_id, vm_size=old.vm_size,
+            extra={**old.extra, "instance_id": new_id},
+        )  # fmt: skip
+        self.plan.machines.append(spec)
+        self._azure.put(lambda: self._remove_instance(name))
+        self._azure.put(lambda: self._boot_machine(spec))
+        return spec.name
+
+    def inject_fault(self, name: str, faults: list[str]) -> None:
+        """The node's hardware breaks now: the fake tools (tests/fakes/bin, through the hardware library, which reads
+        /opt/twin-hw/env in every new process) report these faults from the next call on."""
+        env = self.machine(name).root / "opt/twin-hw/env"
+        lines = [ln for ln in env.read_text().splitlines() if not ln.startswith("NDFLEET_FAKE_FAULTS=")]
+        env.write_text("\n".join([*lines, f"NDFLEET_FAKE_FAULTS={','.join(faults)}"]) + "\n")
 
     # --- elastic islands: what Azure does when the Resource Manager stand-in creates or deletes an instance ---
     def _free_ip(self) -> str:
@@ -325,7 +381,7 @@ class Twin:
 
     def _boot_instance(self, template: ScaleSetTemplate, inst: Instance) -> None:
         """A new scale-set VM: its own address, the scale set's boot data and tags, booted like every machine."""
-        m = Machine(
+        self._boot_machine(Machine(
             name=inst.computer_name, role="compute", custom_data=template.custom_data,
             user_data=template.user_data, tags=template.tags, island=template.island, ip=self._free_ip(),
             identity_client_id=template.tags.get("ndfleet:identity-client-id", ""), vm_size=template.vm_size,
@@ -336,8 +392,14 @@ class Twin:
                 f"{template.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{template.name}"
                 f"/virtualMachines/{inst.instance_id}",
             },
-        )  # fmt: skip
-        self.plan.machines.append(m)
+        ))  # fmt: skip
+        inst.provisioning_state = "Succeeded"
+
+    def _boot_machine(self, m: Machine) -> None:
+        """Boot a machine Azure created while the twin runs (a scale-out's or a repair's)."""
+        m.ip = self._free_ip()
+        if m not in self.plan.machines:
+            self.plan.machines.append(m)
         self.state.machines_by_ip[m.ip] = m
         # Azure DNS resolves a new VM's host name in the virtual network at once.
         for tm in list(self.machines.values()):
@@ -350,7 +412,6 @@ class Twin:
         self._hardware(tm)
         self.machines[m.name] = tm
         tm.start()
-        inst.provisioning_state = "Succeeded"
 
     def _remove_instance(self, name: str) -> None:
         tm = self.machines.pop(name, None)
@@ -380,6 +441,7 @@ class Twin:
 
     # --- tear-down -------------------------------------------------------------------------------------------
     def close(self) -> None:
+        self.repairs.stop.set()
         if self.arm is not None:
             self.arm.boot = lambda template, inst: None  # nothing boots during the tear-down
         for tm in list(self.machines.values()):
