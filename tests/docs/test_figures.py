@@ -291,3 +291,9 @@ def test_configuration_invalid_setting_message() -> None:
     with pytest.raises(SpecError) as refused:
         load_spec(base_config(vnetAddressSpace="172.16.0.0/16"), "figures")
     says("docs/configuration.md", " ".join(f"ndfleet plan: error: {refused.value.render()}".split()))
+
+
+def test_guide_policy_rule_count() -> None:
+    from ndfleet.plans.policy_rules import RULES
+
+    says("docs/guide.md", f"`ndfleet policy` prints `policy: all {len(RULES)} rules pass`")
