@@ -273,3 +273,27 @@ def test_the_pinned_image_the_docs_quote_is_the_examples() -> None:
     spec = prepared("prod").spec
     check = check_image_version(spec, ImageVersions((spec.image.version,)))
     says("docs/preflight.md", f"{check.status.upper()} {check.id} {check.detail}")
+
+
+# --- docs/slurm.md and docs/configuration.md: a line the tool writes, quoted in the text ------------------------
+def test_slurm_slurmd_options_of_the_dev_stack() -> None:
+    """The /etc/default/slurmd line docs/slurm.md shows is the one a compute node of dev's island ib00 receives."""
+    from ndfleet.slurm.conf import slurm_site, slurmd_options
+
+    spec = prepared("dev").spec
+    says("docs/slurm.md", f"SLURMD_OPTIONS={slurmd_options(slurm_site(spec), spec.islands[0].name)}")
+
+
+def test_configuration_invalid_setting_message() -> None:
+    """docs/configuration.md's example of a refused setting is what `ndfleet plan` prints for it."""
+    from ndfleet.stackconfig.problems import SpecError
+
+    with pytest.raises(SpecError) as refused:
+        load_spec(base_config(vnetAddressSpace="172.16.0.0/16"), "figures")
+    says("docs/configuration.md", " ".join(f"ndfleet plan: error: {refused.value.render()}".split()))
+
+
+def test_guide_policy_rule_count() -> None:
+    from ndfleet.plans.policy_rules import RULES
+
+    says("docs/guide.md", f"`ndfleet policy` prints `policy: all {len(RULES)} rules pass`")
