@@ -163,6 +163,9 @@ class FakeScontrol:
     def drain(self, name: str, reason: str) -> None:
         self.calls.append(f"drain {reason}")
 
+    def down(self, name: str, reason: str) -> None:
+        self.calls.append(f"down {reason}")
+
     def resume(self, name: str) -> None:
         self.calls.append("resume")
 
