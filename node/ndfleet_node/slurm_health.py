@@ -166,7 +166,7 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
             # and requeues each batch job that may be requeued (JobRequeue=1, Slurm's default; `--no-requeue` opts
             # out): https://slurm.schedmd.com/scontrol.html (State=DOWN), slurm.conf.html (JobRequeue).
             scontrol.down(node, verdict.reason)
-            return Outcome(f"{node}: down, its jobs requeued: {verdict.reason}", True, took_out=True)
+            return Outcome(f"{node}: down, its jobs killed or requeued: {verdict.reason}", True, took_out=True)
         scontrol.drain(node, verdict.reason)
         return Outcome(f"{node}: drained: {verdict.reason}", True, took_out=True)
     if state.drained and not state.reason:
@@ -270,14 +270,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _command(text: str) -> list[str]:
-    try:
-        argv = shlex.split(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a command line: {error}") from None
-    return argv
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "slurm-health",
@@ -298,8 +290,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
     )
     p.add_argument(
-        "--impact-launch", type=_command, default=[],
-        help="command line that starts the impact report without waiting (the validate unit's); empty: none",
+        "--impact-launch", type=shlex.split, default=[], help="command that starts the impact report, not waiting",
     )
     p.add_argument("--kvp-pool", default=str(KVP_POOL_3), help="Hyper-V KVP pool holding PhysicalHostName")
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")

@@ -149,7 +149,7 @@ def test_a_gpu_fault_under_a_job_downs_the_node_and_files_one_report(tmp_path: P
     assert _pass(tmp_path, FAILING_XID) == 1
     assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"]
     assert _lines(tmp_path / "launches.log") == ["--no-block --unit=ndfleet-impact echo report"]
-    assert "down, its jobs requeued" in (tmp_path / "drained").read_text()
+    assert "down, its jobs killed or requeued" in (tmp_path / "drained").read_text()
     # The next pass finds the node DOWN for the same fault: nothing changes, no second report.
     assert _pass(tmp_path, FAILING_XID) == 1
     assert len(_lines(tmp_path / "updates.log")) == 1
