@@ -155,19 +155,23 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
     if host and state.comment != HOST_COMMENT_PREFIX + host:
         scontrol.update([node], f"Comment={HOST_COMMENT_PREFIX}{host}")
     if not verdict.healthy:
-        if (state.drained or state.down) and state.reason == verdict.reason:
+        # Drained by an earlier pass whose DOWN did not go through: jobs still run on the broken hardware.
+        stuck = verdict.hardware and bool(state.flags & {"ALLOCATED", "MIXED"}) and not state.down
+        if (state.drained or state.down) and state.reason == verdict.reason and not stuck:
             return Outcome(f"{node}: still failing ({verdict.reason}), already out", True)
         if state.drained and not held_by_health_check(state):
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
+        scontrol.drain(node, verdict.reason)
         if state.has_jobs and verdict.hardware:
             # A drain lets the jobs run on, hung or straggling on the broken GPU or link. DOWN: slurmctld kills them
             # and requeues each batch job that may be requeued (JobRequeue=1, Slurm's default; `--no-requeue` opts
-            # out): https://slurm.schedmd.com/scontrol.html (State=DOWN), slurm.conf.html (JobRequeue).
+            # out): https://slurm.schedmd.com/scontrol.html (State=DOWN), slurm.conf.html (JobRequeue). Drained
+            # first: with ReturnToService=2 the node's next answer to slurmctld (within milliseconds: the job kill's)
+            # lifts the DOWN, and only the drain keeps it out (tests/slurm/test_real_scheduler.py).
             scontrol.down(node, verdict.reason)
             return Outcome(f"{node}: down, its jobs killed or requeued: {verdict.reason}", True, took_out=True)
-        scontrol.drain(node, verdict.reason)
         return Outcome(f"{node}: drained: {verdict.reason}", True, took_out=True)
     if state.drained and not state.reason:
         # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the

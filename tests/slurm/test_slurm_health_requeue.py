@@ -35,22 +35,32 @@ def test_only_checks_with_an_impact_category_are_hardware() -> None:
 @pytest.mark.parametrize(
     ("line", "verdict", "calls", "took_out"),
     [
-        # Jobs on the node and a hardware fault: DOWN, so Slurm kills and requeues them now.
-        ("State=MIXED", XID, ["down ndfleet:gpu.xid"], True),
-        ("State=ALLOCATED+DYNAMIC_NORM", IB_DOWN, ["down ndfleet:host.mounts,ib.ports"], True),
-        ("State=IDLE+COMPLETING", XID, ["down ndfleet:gpu.xid"], True),
+        # Jobs on the node and a hardware fault: DOWN, so Slurm kills and requeues them now; drained first, so the
+        # node stays out when ReturnToService=2 lifts the DOWN at its next answer.
+        ("State=MIXED", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
+        ("State=ALLOCATED+DYNAMIC_NORM", IB_DOWN,
+         ["drain ndfleet:host.mounts,ib.ports", "down ndfleet:host.mounts,ib.ports"], True),
+        ("State=IDLE+COMPLETING", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
         # No jobs: a drain, as before.
         ("State=IDLE+DYNAMIC_NORM", XID, ["drain ndfleet:gpu.xid"], True),
         # Jobs, but the fault is not the hardware's: they finish where they are (drain).
         ("State=MIXED", MOUNTS, ["drain ndfleet:host.mounts"], True),
         ("State=ALLOCATED", HUNG, ["drain ndfleet:validate-timeout"], True),
         # Our drain for a software fault with jobs still finishing; now the GPU fails too: DOWN.
-        (f"State=MIXED+DRAIN Reason=ndfleet:host.mounts {STAMP}", XID, ["down ndfleet:gpu.xid"], True),
+        (f"State=MIXED+DRAIN Reason=ndfleet:host.mounts {STAMP}", XID,
+         ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
+        # Drained by an earlier pass whose DOWN failed: the jobs still run, so DOWN now.
+        (f"State=MIXED+DRAIN Reason=ndfleet:gpu.xid {STAMP}", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"],
+         True),
         # An administrator's drain with jobs on it: theirs, left alone.
         (f"State=MIXED+DRAIN Reason=swap DIMM {STAMP}", XID, [], False),
         # DOWN by us, still failing the same way: left alone, and no second report.
         (f"State=DOWN Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
-        (f"State=DOWN+COMPLETING Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        (f"State=DOWN+DRAIN+COMPLETING Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        # Back from DOWN at the node's next answer (ReturnToService=2), still drained: left alone.
+        (f"State=IDLE+DRAIN Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        # A drain by us for a software fault, jobs still finishing, same fault: left to finish.
+        (f"State=MIXED+DRAIN Reason=ndfleet:host.mounts {STAMP}", MOUNTS, [], False),
     ],
 )
 def test_take_out_decisions(line: str, verdict: Verdict, calls: list[str], took_out: bool) -> None:
@@ -87,7 +97,8 @@ FAILING_MOUNTS = ('json.dump({"status": "unhealthy", "checks": [{"id": "host.mou
                   'open(sys.argv[-1], "w")); sys.exit(1)')
 
 # scontrol: `show node` prints the line in state.txt; `update ... State=X Reason=Y` rewrites it as Slurm shows the
-# node afterwards (State=DOWN kills the jobs: DOWN; State=DRAIN keeps them: MIXED+DRAIN) and logs the call.
+# node afterwards (State=DRAIN keeps the jobs: MIXED+DRAIN; State=DOWN kills them and keeps the drain flag:
+# DOWN+DRAIN, as tests/slurm/test_real_scheduler.py sees Slurm do) and logs the call.
 SCONTROL = """
 import sys
 from pathlib import Path
@@ -100,7 +111,9 @@ with open(here / "updates.log", "a") as log:
     log.write(" ".join(sys.argv[2:]) + "\\n")
 settings = dict(a.split("=", 1) for a in sys.argv[3:])
 if "State" in settings:
-    state = {"DOWN": "DOWN", "DRAIN": "MIXED+DRAIN"}[settings["State"]]
+    now = line.split(" State=", 1)[1].split()[0]
+    drain = "+DRAIN" if "DRAIN" in now or settings["State"] == "DRAIN" else ""
+    state = ("DOWN" if settings["State"] == "DOWN" else now.split("+")[0]) + drain
     (here / "state.txt").write_text(f"NodeName=n1 State={state} Reason={settings['Reason']} [root@2026-12-05T06:00:00]")
 """
 
@@ -147,12 +160,14 @@ def test_a_gpu_fault_under_a_job_downs_the_node_and_files_one_report(tmp_path: P
     (tmp_path / "queued").touch()
     (tmp_path / "state.txt").write_text("NodeName=n1 State=MIXED")
     assert _pass(tmp_path, FAILING_XID) == 1
-    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"]
+    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DRAIN Reason=ndfleet:gpu.xid",
+                                                "NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"]
+    assert "State=DOWN+DRAIN " in (tmp_path / "state.txt").read_text()
     assert _lines(tmp_path / "launches.log") == ["--no-block --unit=ndfleet-impact echo report"]
     assert "down, its jobs killed or requeued" in (tmp_path / "drained").read_text()
     # The next pass finds the node DOWN for the same fault: nothing changes, no second report.
     assert _pass(tmp_path, FAILING_XID) == 1
-    assert len(_lines(tmp_path / "updates.log")) == 1
+    assert len(_lines(tmp_path / "updates.log")) == 2
     assert len(_lines(tmp_path / "launches.log")) == 1
 
 
@@ -174,7 +189,7 @@ def test_a_launch_refused_or_hung_does_not_fail_the_health_check(
     (tmp_path / "state.txt").write_text("NodeName=n1 State=ALLOCATED")
     # The same exit as without a report (1: failing), the node out and marked, the launch tried once and logged.
     assert _pass(tmp_path, FAILING_XID) == 1
-    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"]
+    assert _lines(tmp_path / "updates.log")[-1] == "NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"
     assert (tmp_path / "drained").exists()
     assert len(_lines(tmp_path / "launches.log")) == 1
     err = capsys.readouterr().err
