@@ -5,10 +5,11 @@ not the bandwidth tests), then:
 - a failing node is drained: `scontrol update NodeName=<node> State=DRAIN Reason="ndfleet:<check-id>[,...]"`;
   the validator's report stays where the health endpoint reads it, so the endpoint answers Unhealthy and the
   scale set's automatic repairs act;
-- a node with jobs that fails a check with a hardware category (impact_categories.category_for) is set DOWN
-  instead, with the same reason: Slurm kills its jobs and requeues those that may be requeued, where a drain would
-  let them hang on a broken GPU or link; and the impact report is started (`--impact-launch`, a transient unit of its
-  own: slurmd does not wait for it), once, by the pass that takes the node out;
+- a node with jobs that fails a check with a hardware category (impact_categories.category_for) is drained and
+  then set DOWN, with the same reason: Slurm kills its jobs and requeues those that may be requeued, where a drain
+  alone would let them hang on a broken GPU or link (the drain keeps the node out when ReturnToService=2 lifts the
+  DOWN); and the impact report is started (`--impact-launch`, a transient unit of its own: slurmd does not wait for
+  it), once, by the pass that takes the node out (docs/slurm.md, "When a node breaks under a job");
 - a passing node that this program drained or set DOWN (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
   administrator or by the burn-in (any other reason) is left alone;
 - a passing node that has never been put in line for burn-in on this OS disk (no `--burnin-marker` file) is
