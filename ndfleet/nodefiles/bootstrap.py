@@ -124,6 +124,17 @@ NODE_TOOL_DIRS = images.load(COMPUTE_IMAGE).off_path_dirs(STANDARD_PATH)
 NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
+# The impact report runs in a transient unit of its own, so that whoever starts it does not wait (the validate unit's
+# ExecStopPost; the Slurm health check, which slurmd kills at 60 s). systemd-run refuses a unit name that is loaded
+# already: while one report runs (or has failed), a second start files nothing.
+IMPACT_UNIT = "ndfleet-impact"
+
+
+def impact_launch() -> str:
+    """The one command line that starts the impact report from the validator's report (docs/burnin.md)."""
+    return (f"systemd-run --no-block --unit={IMPACT_UNIT} --property=TimeoutStartSec={IMPACT_UNIT_TIMEOUT_S} "
+            f"{NODE_APP_PATH} impact report --validator-report {REPORT_PATH} --config {NODE_CONFIG_PATH}")
+
 # Text files the node bundle carries: (template, path on the node, mode); each is shown under its base name.
 _NODE_FILES = (
     ("node/validate-node.j2", VALIDATE_NODE_PATH, 0o755),
@@ -289,7 +300,7 @@ def build_context(
         "health_port": spec.health.probe_port,
         "health_path": HEALTH_PATH,
         "health_nofile": HEALTH_NOFILE,
-        "impact_timeout_s": IMPACT_UNIT_TIMEOUT_S,
+        "impact_launch": impact_launch(),
         # generic lists other features fill (BootstrapExtensions); empty by default
         "extra_files": list(ext.files),
         "enable_units": list(ext.enable_units),

@@ -36,6 +36,7 @@ from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
     BootstrapTooLarge,
     RenderedBootstrap,
+    impact_launch,
 )
 from ndfleet.nodefiles.machinefile import MachineFile, unique_names
 from ndfleet.nodefiles.nodeapp import library
@@ -246,6 +247,8 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         # slurmd kills a HealthCheckProgram that runs longer than 60 s (slurm.conf, HealthCheckProgram): decide
         # (a hung validation counts as a failure) before that.
         "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
+        # A hardware fault found by the health check files the impact report as a failed boot validation does.
+        "impact_launch": impact_launch(),
     }
 
 

@@ -86,10 +86,10 @@ def node_host(node: SlurmNode) -> str:
 
 
 def hardware_failure(node: SlurmNode) -> bool:
-    """Drained by ndfleet for a fault of the machine: the health check's check ids, or a burn-in verdict against the
-    host. Not: awaiting burn-in, a launch error or an island below its floor, an elastic VM Azure did not deliver, a
-    repeat drain (already counted), an administrator's drain."""
-    if not node.drained or node.reason == AWAITING_BURNIN_REASON or node.reason == REPEAT_HOST_REASON:
+    """Drained (or set DOWN, with jobs on it) by ndfleet for a fault of the machine: the health check's check ids, or
+    a burn-in verdict against the host. Not: awaiting burn-in, a launch error or an island below its floor, an
+    elastic VM Azure did not deliver, a repeat drain (already counted), an administrator's drain."""
+    if not (node.drained or node.down) or node.reason == AWAITING_BURNIN_REASON or node.reason == REPEAT_HOST_REASON:
         return False
     if node.reason.startswith(BURNIN_REASON_PREFIX):
         verdict = node.reason[len(BURNIN_REASON_PREFIX):]

@@ -58,6 +58,15 @@ class SlurmNode:
         return bool(self.flags & {"DRAIN", "DRAINED", "DRAINING"})
 
     @property
+    def down(self) -> bool:
+        return "DOWN" in self.flags  # POWERED_DOWN and POWERING_DOWN are other words
+
+    @property
+    def has_jobs(self) -> bool:
+        """Jobs run (or are ending) on it: ALLOCATED, MIXED or COMPLETING (scontrol's node state words)."""
+        return bool(self.flags & {"ALLOCATED", "MIXED", "COMPLETING"})
+
+    @property
     def not_responding(self) -> bool:
         return "*" in self.state or "NOT_RESPONDING" in self.flags
 
@@ -160,6 +169,10 @@ class Scontrol:
 
     def drain(self, name: str, reason: str) -> None:
         self.update([name], "State=DRAIN", f"Reason={reason}")
+
+    def down(self, name: str, reason: str) -> None:
+        """Out at once: Slurm kills the node's jobs and requeues those that may be requeued (scontrol, "DOWN")."""
+        self.update([name], "State=DOWN", f"Reason={reason}")
 
     def resume(self, name: str) -> None:
         self.update([name], "State=RESUME")

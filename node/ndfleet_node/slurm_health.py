@@ -5,7 +5,12 @@ not the bandwidth tests), then:
 - a failing node is drained: `scontrol update NodeName=<node> State=DRAIN Reason="ndfleet:<check-id>[,...]"`;
   the validator's report stays where the health endpoint reads it, so the endpoint answers Unhealthy and the
   scale set's automatic repairs act;
-- a passing node that this program drained (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
+- a node with jobs that fails a check with a hardware category (impact_categories.category_for) is drained and
+  then set DOWN, with the same reason: Slurm kills its jobs and requeues those that may be requeued, where a drain
+  alone would let them hang on a broken GPU or link (the drain keeps the node out when ReturnToService=2 lifts the
+  DOWN); and the impact report is started (`--impact-launch`, a transient unit of its own: slurmd does not wait for
+  it), once, by the pass that takes the node out (docs/slurm.md, "When a node breaks under a job");
+- a passing node that this program drained or set DOWN (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
   administrator or by the burn-in (any other reason) is left alone;
 - a passing node that has never been put in line for burn-in on this OS disk (no `--burnin-marker` file) is
   drained `ndfleet:burnin:awaiting` (names.AWAITING_BURNIN_REASON), then the marker is written. A new VM
@@ -26,6 +31,7 @@ import json
 import math
 import os
 import re
+import shlex
 import socket
 import sys
 from collections.abc import Sequence
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.impact import KVP_POOL_3, ImpactError, physical_host_name
+from ndfleet_node.impact_categories import category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
@@ -53,6 +60,8 @@ DEFAULT_REPORT = "/run/ndfleet/report.json"
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
+# systemd-run --no-block returns once the transient unit is queued; slurmd kills this program at 60 s.
+IMPACT_LAUNCH_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,11 @@ class Verdict:
         if len(self.failed_checks) > MAX_REASON_CHECKS:
             ids.append(f"+{len(self.failed_checks) - MAX_REASON_CHECKS}")
         return DRAIN_REASON_PREFIX + ",".join(ids)
+
+    @property
+    def hardware(self) -> bool:
+        """A failed check files under a Guest Health Reporting category: the host, not the software, is at fault."""
+        return any(category_for(c) is not None for c in self.failed_checks)
 
 
 def _check_id(value: Any) -> str:
@@ -113,10 +127,10 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} in the report")
 
 
-def drained_by_health_check(node: SlurmNode) -> bool:
-    """Drained by this program: "ndfleet:" and check ids only. The burn-in's drains ("ndfleet:burnin:...", awaiting
-    it or failed by it) and an administrator's are not ours to lift."""
-    return (node.drained and not node.reason.startswith(BURNIN_REASON_PREFIX)
+def held_by_health_check(node: SlurmNode) -> bool:
+    """Drained or set DOWN by this program: "ndfleet:" and check ids only. The burn-in's drains ("ndfleet:burnin:...",
+    awaiting it or failed by it) and an administrator's are not ours to lift."""
+    return ((node.drained or node.down) and not node.reason.startswith(BURNIN_REASON_PREFIX)
             and OWN_REASON.fullmatch(node.reason) is not None)
 
 
@@ -128,8 +142,9 @@ def queued_for_burnin(node: SlurmNode) -> bool:
 @dataclass(frozen=True)
 class Outcome:
     message: str  # what was done, for the log
-    drained: bool  # whether the node is drained afterwards, for whatever reason
+    drained: bool  # whether the node is out of service afterwards (drained, or DOWN by us), for whatever reason
     queued_for_burnin: bool = False  # the node is (now) in the burn-in's hands: write the burn-in marker
+    took_out: bool = False  # this pass drained it or set it DOWN for the verdict's reason: the fault is new
 
 
 def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True, host: str = "") -> Outcome:
@@ -141,14 +156,24 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
     if host and state.comment != HOST_COMMENT_PREFIX + host:
         scontrol.update([node], f"Comment={HOST_COMMENT_PREFIX}{host}")
     if not verdict.healthy:
-        if state.drained and state.reason == verdict.reason:
-            return Outcome(f"{node}: still failing ({verdict.reason}), already drained", True)
-        if state.drained and not drained_by_health_check(state):
+        # Drained by an earlier pass whose DOWN did not go through: jobs still run on the broken hardware.
+        stuck = verdict.hardware and bool(state.flags & {"ALLOCATED", "MIXED"}) and not state.down
+        if (state.drained or state.down) and state.reason == verdict.reason and not stuck:
+            return Outcome(f"{node}: still failing ({verdict.reason}), already out", True)
+        if state.drained and not held_by_health_check(state):
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
         scontrol.drain(node, verdict.reason)
-        return Outcome(f"{node}: drained: {verdict.reason}", True)
+        if state.has_jobs and verdict.hardware:
+            # A drain lets the jobs run on, hung or straggling on the broken GPU or link. DOWN: slurmctld kills them
+            # and requeues each batch job that may be requeued (JobRequeue=1, Slurm's default; `--no-requeue` opts
+            # out): https://slurm.schedmd.com/scontrol.html (State=DOWN), slurm.conf.html (JobRequeue). Drained
+            # first: with ReturnToService=2 the node's next answer to slurmctld (within milliseconds: the job kill's)
+            # lifts the DOWN, and only the drain keeps it out (tests/slurm/test_real_scheduler.py).
+            scontrol.down(node, verdict.reason)
+            return Outcome(f"{node}: down, its jobs killed or requeued: {verdict.reason}", True, took_out=True)
+        return Outcome(f"{node}: drained: {verdict.reason}", True, took_out=True)
     if state.drained and not state.reason:
         # Registered drained (slurmd --conf State=DRAIN) by a Slurm older than 23.02.2, which drops the
         # registration's Reason (SchedMD commit 1696951860): scontrol refuses a drain without a reason, so
@@ -159,14 +184,14 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
     if not burnin_queued:
         if queued_for_burnin(state):
             return Outcome(f"{node}: healthy, held for burn-in ({state.reason})", True, queued_for_burnin=True)
-        if state.drained and not drained_by_health_check(state):
+        if state.drained and not held_by_health_check(state):
             # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
             return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)
         scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
-    if drained_by_health_check(state):
-        scontrol.resume(node)
+    if held_by_health_check(state):
+        scontrol.resume(node)  # DRAIN or DOWN: RESUME returns it to service either way
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained)
 
@@ -192,6 +217,15 @@ def mirror_drain(marker: Path, outcome: Outcome) -> None:
             marker.unlink(missing_ok=True)
     except OSError as error:
         print(f"ndfleet-slurm-health: drain marker {marker}: {error}", file=sys.stderr)
+
+
+def launch_impact(argv: Sequence[str]) -> None:
+    """Start the impact report without waiting for it (`argv`: systemd-run --no-block --unit=ndfleet-impact ..., the
+    validate unit's command line, given by the node's files). Best effort: systemd-run refusing (the unit exists: a
+    report is running or failed already), failing or hanging is logged, never a failure of the health check."""
+    result = run_tool(argv, IMPACT_LAUNCH_TIMEOUT_S, max_output_bytes=4096)
+    print(f"ndfleet-slurm-health: impact report {'started' if result.ok else 'not started: ' + result.error}",
+          file=sys.stderr)
 
 
 def default_node_name() -> str:
@@ -226,6 +260,8 @@ def handle(args: argparse.Namespace) -> int:
     if outcome.queued_for_burnin:
         mark_burnin_queued(burnin_marker)
     print(f"ndfleet-slurm-health: {outcome.message}")
+    if outcome.took_out and verdict.hardware and args.impact_launch:
+        launch_impact(args.impact_launch)
     return code
 
 
@@ -257,6 +293,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--burnin-marker", default=BURNIN_MARKER,
         help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
+    )
+    p.add_argument(
+        "--impact-launch", type=shlex.split, default=[], help="command that starts the impact report, not waiting",
     )
     p.add_argument("--kvp-pool", default=str(KVP_POOL_3), help="Hyper-V KVP pool holding PhysicalHostName")
     p.add_argument("--node-name", default="", help="Slurm node name (default: SLURMD_NODENAME or the short host name)")

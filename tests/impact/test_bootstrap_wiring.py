@@ -29,3 +29,21 @@ def test_failed_validation_starts_the_impact_report() -> None:
     assert line.startswith("ExecStopPost=/bin/sh -c 'if [ \"$$EXIT_STATUS\" = 1 ]; then systemd-run --no-block")
     assert f"--property=TimeoutStartSec={IMPACT_UNIT_TIMEOUT_S}" in line
     assert "/opt/ndfleet/bin/ndfleet-node impact report --validator-report /run/ndfleet/report.json" in line
+
+
+def test_the_slurm_health_check_starts_the_same_impact_report() -> None:
+    # Issue 27: a hardware fault found by the health check is reported too, with the validate unit's command line
+    # (one home: bootstrap.impact_launch), passed to `slurm-health --impact-launch` as one word.
+    import shlex
+
+    from ndfleet.slurm.machines import slurm_node_files
+
+    spec = load_spec(base_config(scheduler="slurm"), "wiring")
+    unit = render_bootstrap(spec, spec.islands[0]).files["ndfleet-validate.service"]
+    stop_post = next(x for x in unit.splitlines() if "impact report" in x)
+    launch = stop_post.split("then ", 1)[1].rsplit("; fi'", 1)[0]
+    script = next(f.content for f in slurm_node_files(spec, spec.islands[0])
+                  if f.path == "/usr/local/sbin/ndfleet-slurm-health")
+    words = shlex.split(script.split("exec ", 1)[1].replace("\\\n", " "))
+    assert words[words.index("--impact-launch") + 1] == launch
+    assert shlex.split(launch)[:3] == ["systemd-run", "--no-block", "--unit=ndfleet-impact"]

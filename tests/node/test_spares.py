@@ -165,9 +165,12 @@ def test_only_hardware_drains_with_a_known_host_are_failures() -> None:
                     failing("prod-ib00-000002", "HOSTC", "ndfleet:burnin:awaiting"),
                     failing("prod-ib00-000003", "HOSTD", "ndfleet:burnin:launch-error"),
                     failing("prod-ib00-000004", "HOSTE", "maintenance by hand"),
-                    line("prod-ib00-000005", "IDLE+DRAIN", "ndfleet:gpu.xid"))  # no host published
+                    line("prod-ib00-000005", "IDLE+DRAIN", "ndfleet:gpu.xid"),  # no host published
+                    # Set DOWN by the health check (jobs on it, issue 27) counts like its drain; Slurm's DOWN not.
+                    line("prod-ib00-000006", "DOWN+DYNAMIC_NORM", "ndfleet:ib.ports", "ndfleet-host:HOSTF"),
+                    line("prod-ib00-000007", "DOWN*+DYNAMIC_NORM", "Not responding", "ndfleet-host:HOSTG"))
     assert [(f.node, f.host) for f in host_ledger.failures(listing)] == [
-        ("prod-ib00-000000", "HOSTA"), ("prod-ib00-000001", "HOSTB")]
+        ("prod-ib00-000000", "HOSTA"), ("prod-ib00-000001", "HOSTB"), ("prod-ib00-000006", "HOSTF")]
 
 
 def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: Path) -> None:

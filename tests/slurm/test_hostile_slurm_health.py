@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ndfleet_node.names import AWAITING_BURNIN_REASON
 from ndfleet_node.scontrol import MAX_CALL_BYTES, Scontrol, SlurmError, SlurmNode, parse_line
-from ndfleet_node.slurm_health import Verdict, act, drained_by_health_check, run_validation
+from ndfleet_node.slurm_health import Verdict, act, held_by_health_check, run_validation
 
 from tests.slurm.test_slurm_health_unit import FakeScontrol
 
@@ -49,12 +49,12 @@ def test_an_admin_drain_mentioning_state_idle_is_neither_overwritten_nor_resumed
 
 def test_a_reason_mimicking_ours_after_a_field_is_not_ours() -> None:
     node = parse(f"NodeName=n State=IDLE+DRAIN Reason=ops Reason=ndfleet:gpu.ecc {STAMP}")
-    assert node.reason == "ops Reason=ndfleet:gpu.ecc" and not drained_by_health_check(node)
+    assert node.reason == "ops Reason=ndfleet:gpu.ecc" and not held_by_health_check(node)
 
 
 def test_fields_after_the_reason_are_not_part_of_it() -> None:
     node = parse(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP} Comment=State=IDLE x Extra=y")
-    assert node.reason == "ndfleet:gpu.ecc" and drained_by_health_check(node)
+    assert node.reason == "ndfleet:gpu.ecc" and held_by_health_check(node)
 
 
 def test_the_awaiting_burnin_drain_is_never_resumed_by_the_health_check() -> None:
@@ -146,7 +146,7 @@ def test_a_huge_report_is_not_read_whole(tmp_path: Path) -> None:
 def test_non_utf8_from_scontrol_is_decoded_not_a_crash(tmp_path: Path) -> None:
     body = ("sys.stdout.buffer.write(b'NodeName=n State=IDLE+DRAIN Reason=caf\\xe9 ops [root@2026-12-03T08:00:00]')")
     node = Scontrol(_script(tmp_path, "scontrol", body), timeout_s=30).node("n")
-    assert node.drained and node.reason.startswith("caf") and not drained_by_health_check(node)
+    assert node.drained and node.reason.startswith("caf") and not held_by_health_check(node)
 
 
 def test_a_flood_from_scontrol_is_refused(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ Islands ib00 (2 nodes) and ib01 (1 node). The test proves, in order (one cluster
 compute nodes register by themselves with their island and GPUs; a job runs; a job needing more nodes than any one
 island has is refused although the cluster has enough nodes in total; a 2-node job waits for its island instead of
 taking the idle node of the other island; a node whose validation fails is drained with the check id as reason and
-resumed when it passes; a node that is gone is deleted; slurmctld restarts without losing the queue.
+resumed when it passes; a hardware fault under running jobs takes the node out (drained, then DOWN): the requeueable
+job goes back to the queue, the other ends NODE_FAIL; a node that is gone is deleted; slurmctld restarts without
+losing the queue.
 """
 
 from __future__ import annotations
@@ -183,6 +185,47 @@ def test_an_admin_drain_is_left_alone(cluster: SlurmSandbox) -> None:
     assert "DRAIN" in _state(cluster.node_line(node))
     cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
     wait_for(f"{node} to return", lambda: _idle(cluster, node))
+
+
+def test_a_hardware_fault_under_jobs_requeues_them(cluster: SlurmSandbox) -> None:
+    # Issue 27: the health check drains a node with jobs on a hardware fault (gpu.xid) and sets it DOWN. Slurm kills
+    # the jobs: a batch job that may be requeued (JobRequeue=1, Slurm's default; `--requeue`) goes back to the queue
+    # with Restarts=1, one submitted with `--no-requeue` ends NODE_FAIL (https://slurm.schedmd.com/scontrol.html,
+    # DOWN). ReturnToService=2 lifts the DOWN at the node's next answer (slurmctld logs "returned to service" within
+    # milliseconds); the drain keeps it out.
+    jobs = {}
+    for node, requeue in (("t-ib00-000000", "--no-requeue"), ("t-ib00-000001", "--requeue")):
+        wait_for(f"{node} idle", lambda n=node: _idle(cluster, n), timeout_s=90)
+        jobs[node] = cluster.sbatch("-p", "ib00", "-w", node, "-N", "1", requeue, "--wrap", "sleep 300").stdout.strip()
+    once, again = jobs.values()
+    for job in (once, again):
+        wait_for(f"job {job} to run", lambda j=job: cluster.job(j)["JobState"] == "RUNNING", timeout_s=90)
+    faults = [cluster.root / "faults" / node for node in jobs]
+    for fault in faults:
+        fault.write_text("gpu.xid")
+    try:
+        wait_for(f"job {once} to end", lambda: cluster.job(once)["JobState"] == "NODE_FAIL", timeout_s=90)
+        wait_for(f"job {again} to be requeued", lambda: cluster.job(again)["Restarts"] == "1", timeout_s=90)
+        assert cluster.job(again)["JobState"] == "PENDING"  # pinned to the broken node: it waits
+        log = (cluster.root / "log" / "slurmctld.log").read_text(errors="replace")
+        assert f"Requeuing JobId={again}" in log and f"Killing JobId={once} on failed node" in log
+        # The next health check finds the node still out (drained, our reason), not back in service: it changes
+        # nothing (slurmd logs a failing check's output). A DOWN alone came back IDLE and was drained a pass later.
+        for node in jobs:
+            said = lambda n=node: (cluster.root / "log" / f"slurmd-{n}.log").read_text(errors="replace")  # noqa: E731
+            wait_for(f"{node}'s next health check", lambda f=said: "still failing (ndfleet:gpu.xid)" in f(),
+                     timeout_s=60)
+            assert said().count("down, its jobs killed or requeued: ndfleet:gpu.xid") == 1
+            assert "drained: ndfleet:gpu.xid" not in said()
+            line = cluster.node_line(node)
+            assert "DRAIN" in _state(line) and "Reason=ndfleet:gpu.xid [" in line, line
+    finally:
+        for fault in faults:
+            fault.unlink()
+        cluster.run(["scancel", again])
+    # Passing again: the health check resumes what it took out.
+    for node in jobs:
+        wait_for(f"{node} to return", lambda n=node: _idle(cluster, n), timeout_s=90)
 
 
 def test_the_controller_restarts_without_losing_the_queue(cluster: SlurmSandbox) -> None:

@@ -13,7 +13,7 @@ from ndfleet_node.scontrol import parse_nodes as parse_listing
 from ndfleet_node.slurm_health import (
     Verdict,
     act,
-    drained_by_health_check,
+    held_by_health_check,
     mirror_drain,
     run_validation,
 )
@@ -45,7 +45,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 def test_parse_node(line: str, states: tuple[str, ...], reason: str, drained: bool, ours: bool) -> None:
     node = parse_line(line)
     assert node is not None
-    assert (node.flags, node.reason, node.drained, drained_by_health_check(node)) == (set(states), reason, drained,
+    assert (node.flags, node.reason, node.drained, held_by_health_check(node)) == (set(states), reason, drained,
                                                                                        ours)
 
 
@@ -162,6 +162,9 @@ class FakeScontrol:
 
     def drain(self, name: str, reason: str) -> None:
         self.calls.append(f"drain {reason}")
+
+    def down(self, name: str, reason: str) -> None:
+        self.calls.append(f"down {reason}")
 
     def resume(self, name: str) -> None:
         self.calls.append("resume")

@@ -1,0 +1,197 @@
+"""Issue 27: a hardware fault on a node with jobs takes the jobs off it (State=DOWN: Slurm kills them and requeues
+those that may be requeued) and files the impact report once, without making slurmd wait for it.
+
+scontrol's node states are SchedMD's (https://slurm.schedmd.com/scontrol.html, NODE STATE: ALLOCATED, MIXED,
+COMPLETING, DOWN, DRAIN); `State=DOWN` on `scontrol update` kills the node's jobs and requeues the requeueable ones
+(same page, "DOWN"; https://slurm.schedmd.com/slurm.conf.html, JobRequeue).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from ndfleet_node import slurm_health
+from ndfleet_node.__main__ import main
+from ndfleet_node.scontrol import parse_line
+from ndfleet_node.slurm_health import Verdict, act, held_by_health_check
+
+from tests.slurm.test_slurm_health_unit import FakeScontrol
+
+XID = Verdict(False, ("gpu.xid",))  # Resource.Hpc.Unhealthy.GpuXIDError / XID79FallenOffBus
+IB_DOWN = Verdict(False, ("host.mounts", "ib.ports"))  # one software, one hardware check: hardware wins
+MOUNTS = Verdict(False, ("host.mounts",))  # category None: configuration, not the host
+HUNG = Verdict(False, ("validate-timeout",))  # the validator itself: not a hardware finding
+PASS = Verdict(True, ())
+STAMP = "[root@2026-12-05T06:00:00]"
+
+
+def test_only_checks_with_an_impact_category_are_hardware() -> None:
+    assert XID.hardware and IB_DOWN.hardware
+    assert not MOUNTS.hardware and not HUNG.hardware and not PASS.hardware
+
+
+@pytest.mark.parametrize(
+    ("line", "verdict", "calls", "took_out"),
+    [
+        # Jobs on the node and a hardware fault: DOWN, so Slurm kills and requeues them now; drained first, so the
+        # node stays out when ReturnToService=2 lifts the DOWN at its next answer.
+        ("State=MIXED", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
+        ("State=ALLOCATED+DYNAMIC_NORM", IB_DOWN,
+         ["drain ndfleet:host.mounts,ib.ports", "down ndfleet:host.mounts,ib.ports"], True),
+        ("State=IDLE+COMPLETING", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
+        # No jobs: a drain, as before.
+        ("State=IDLE+DYNAMIC_NORM", XID, ["drain ndfleet:gpu.xid"], True),
+        # Jobs, but the fault is not the hardware's: they finish where they are (drain).
+        ("State=MIXED", MOUNTS, ["drain ndfleet:host.mounts"], True),
+        ("State=ALLOCATED", HUNG, ["drain ndfleet:validate-timeout"], True),
+        # Our drain for a software fault with jobs still finishing; now the GPU fails too: DOWN.
+        (f"State=MIXED+DRAIN Reason=ndfleet:host.mounts {STAMP}", XID,
+         ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"], True),
+        # Drained by an earlier pass whose DOWN failed: the jobs still run, so DOWN now.
+        (f"State=MIXED+DRAIN Reason=ndfleet:gpu.xid {STAMP}", XID, ["drain ndfleet:gpu.xid", "down ndfleet:gpu.xid"],
+         True),
+        # An administrator's drain with jobs on it: theirs, left alone.
+        (f"State=MIXED+DRAIN Reason=swap DIMM {STAMP}", XID, [], False),
+        # DOWN by us, still failing the same way: left alone, and no second report.
+        (f"State=DOWN Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        (f"State=DOWN+DRAIN+COMPLETING Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        # Back from DOWN at the node's next answer (ReturnToService=2), still drained: left alone.
+        (f"State=IDLE+DRAIN Reason=ndfleet:gpu.xid {STAMP}", XID, [], False),
+        # A drain by us for a software fault, jobs still finishing, same fault: left to finish.
+        (f"State=MIXED+DRAIN Reason=ndfleet:host.mounts {STAMP}", MOUNTS, [], False),
+    ],
+)
+def test_take_out_decisions(line: str, verdict: Verdict, calls: list[str], took_out: bool) -> None:
+    fake = FakeScontrol("NodeName=n " + line)
+    outcome = act(fake, "n", verdict)  # type: ignore[arg-type]
+    assert fake.calls == calls
+    assert outcome.took_out is took_out
+    assert outcome.drained  # out of service afterwards, whoever took it out: the NodeDrained marker follows
+
+
+@pytest.mark.parametrize(
+    ("line", "ours", "calls"),
+    [
+        (f"State=DOWN Reason=ndfleet:gpu.xid {STAMP}", True, ["resume"]),
+        (f"State=DOWN+DRAIN Reason=ndfleet:ib.ports {STAMP}", True, ["resume"]),
+        ("State=DOWN*+DYNAMIC_NORM Reason=Not responding [slurm@2026-12-05T06:00:00]", False, []),
+        (f"State=DOWN Reason=ops: reseat GPU {STAMP}", False, []),
+        (f"State=DOWN Reason=ndfleet:elastic:resume-failed {STAMP}", False, []),
+    ],
+)
+def test_a_node_down_by_us_is_resumed_when_it_passes_and_no_other(line: str, ours: bool, calls: list[str]) -> None:
+    node = parse_line("NodeName=n " + line)
+    assert node is not None and held_by_health_check(node) is ours
+    fake = FakeScontrol("NodeName=n " + line)
+    act(fake, "n", PASS)  # type: ignore[arg-type]
+    assert fake.calls == calls
+
+
+# --- the whole program, as slurmd runs it: a fake scontrol that keeps the node's line, a fake systemd-run ---
+
+FAILING_XID = ('json.dump({"status": "unhealthy", "checks": [{"id": "gpu.xid", "status": "fail", '
+               '"message": "Xid 79 on GPU 3"}]}, open(sys.argv[-1], "w")); sys.exit(1)')
+FAILING_MOUNTS = ('json.dump({"status": "unhealthy", "checks": [{"id": "host.mounts", "status": "fail"}]}, '
+                  'open(sys.argv[-1], "w")); sys.exit(1)')
+
+# scontrol: `show node` prints the line in state.txt; `update ... State=X Reason=Y` rewrites it as Slurm shows the
+# node afterwards (State=DRAIN keeps the jobs: MIXED+DRAIN; State=DOWN kills them and keeps the drain flag:
+# DOWN+DRAIN, as tests/slurm/test_real_scheduler.py sees Slurm do) and logs the call.
+SCONTROL = """
+import sys
+from pathlib import Path
+here = Path(sys.argv[0]).parent
+line = (here / "state.txt").read_text().strip()
+if sys.argv[1] == "show":
+    print(line)
+    sys.exit(0)
+with open(here / "updates.log", "a") as log:
+    log.write(" ".join(sys.argv[2:]) + "\\n")
+settings = dict(a.split("=", 1) for a in sys.argv[3:])
+if "State" in settings:
+    now = line.split(" State=", 1)[1].split()[0]
+    drain = "+DRAIN" if "DRAIN" in now or settings["State"] == "DRAIN" else ""
+    state = ("DOWN" if settings["State"] == "DOWN" else now.split("+")[0]) + drain
+    (here / "state.txt").write_text(f"NodeName=n1 State={state} Reason={settings['Reason']} [root@2026-12-05T06:00:00]")
+"""
+
+# systemd-run (systemd src/run/run.c): with --no-block it queues the transient unit and exits 0; a unit of that name
+# that is still loaded (running, or failed and not yet collected) makes it exit 1 with the manager's error
+# "Unit NAME.service was already loaded or has a fragment file." (systemd src/core/dbus-manager.c, transient units).
+SYSTEMD_RUN = """
+import sys, time
+from pathlib import Path
+here = Path(sys.argv[0]).parent
+mode = (here / "systemd-run.mode").read_text().strip() if (here / "systemd-run.mode").exists() else "ok"
+with open(here / "launches.log", "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if mode == "exists":
+    print("Failed to start transient service unit: Unit ndfleet-impact.service was already loaded or has a "
+          "fragment file.", file=sys.stderr)
+    sys.exit(1)
+if mode == "hang":
+    time.sleep(120)
+"""
+
+
+def _script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(f"#!{sys.executable}\nimport json, sys\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _pass(tmp_path: Path, validator_body: str) -> int:
+    launch = f"{_script(tmp_path, 'systemd-run', SYSTEMD_RUN)} --no-block --unit=ndfleet-impact echo report"
+    return main(["slurm-health", "--validator", _script(tmp_path, "validate", validator_body),
+                 "--report", str(tmp_path / "r.json"), "--scontrol", _script(tmp_path, "scontrol", SCONTROL),
+                 "--node-name", "n1", "--drain-marker", str(tmp_path / "drained"),
+                 "--burnin-marker", str(tmp_path / "queued"), "--kvp-pool", str(tmp_path / "no-kvp"),
+                 "--impact-launch", launch])  # fmt: skip
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_a_gpu_fault_under_a_job_downs_the_node_and_files_one_report(tmp_path: Path) -> None:
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text("NodeName=n1 State=MIXED")
+    assert _pass(tmp_path, FAILING_XID) == 1
+    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DRAIN Reason=ndfleet:gpu.xid",
+                                                "NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"]
+    assert "State=DOWN+DRAIN " in (tmp_path / "state.txt").read_text()
+    assert _lines(tmp_path / "launches.log") == ["--no-block --unit=ndfleet-impact echo report"]
+    assert "down, its jobs killed or requeued" in (tmp_path / "drained").read_text()
+    # The next pass finds the node DOWN for the same fault: nothing changes, no second report.
+    assert _pass(tmp_path, FAILING_XID) == 1
+    assert len(_lines(tmp_path / "updates.log")) == 2
+    assert len(_lines(tmp_path / "launches.log")) == 1
+
+
+def test_a_software_fault_files_no_report(tmp_path: Path) -> None:
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text("NodeName=n1 State=MIXED")
+    assert _pass(tmp_path, FAILING_MOUNTS) == 1
+    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DRAIN Reason=ndfleet:host.mounts"]
+    assert _lines(tmp_path / "launches.log") == []
+
+
+@pytest.mark.parametrize("mode", ["exists", "hang"])
+def test_a_launch_refused_or_hung_does_not_fail_the_health_check(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(slurm_health, "IMPACT_LAUNCH_TIMEOUT_S", 2.0)
+    (tmp_path / "queued").touch()
+    (tmp_path / "systemd-run.mode").write_text(mode)
+    (tmp_path / "state.txt").write_text("NodeName=n1 State=ALLOCATED")
+    # The same exit as without a report (1: failing), the node out and marked, the launch tried once and logged.
+    assert _pass(tmp_path, FAILING_XID) == 1
+    assert _lines(tmp_path / "updates.log")[-1] == "NodeName=n1 State=DOWN Reason=ndfleet:gpu.xid"
+    assert (tmp_path / "drained").exists()
+    assert len(_lines(tmp_path / "launches.log")) == 1
+    err = capsys.readouterr().err
+    assert "impact report not started" in err
+    assert ("already loaded" if mode == "exists" else "timed out") in err
