@@ -58,6 +58,7 @@ DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
+BURNIN_IMPACT_MARKER = "/var/lib/ndfleet/burnin-reported"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
 # systemd-run --no-block returns once the transient unit is queued; slurmd kills this program at 60 s.
@@ -145,6 +146,17 @@ class Outcome:
     drained: bool  # whether the node is out of service afterwards (drained, or DOWN by us), for whatever reason
     queued_for_burnin: bool = False  # the node is (now) in the burn-in's hands: write the burn-in marker
     took_out: bool = False  # this pass drained it or set it DOWN for the verdict's reason: the fault is new
+    burnin_check: str = ""  # the burn-in drained it for a host fault Azure takes reports for: burnin.<reason>
+
+
+def burnin_failure(state: SlurmNode) -> str:
+    """`burnin.<reason>` when the burn-in drained the node for a fault of its host (a bad cable, a slow link): the
+    node reports that itself (it holds the identity and the KVP data), as the controller cannot reach it. Not for
+    `awaiting`, nor for verdicts without a category (`unresolved`, `island-below-floor`: the fabric, not this host)."""
+    if not state.drained or not state.reason.startswith(BURNIN_REASON_PREFIX):
+        return ""
+    check = "burnin." + state.reason.removeprefix(BURNIN_REASON_PREFIX).split()[0]
+    return check if state.reason != AWAITING_BURNIN_REASON and category_for(check) is not None else ""
 
 
 def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True, host: str = "") -> Outcome:
@@ -163,7 +175,8 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
         if state.drained and not held_by_health_check(state):
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy.
-            return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True)
+            return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True,
+                           burnin_check=burnin_failure(state))
         scontrol.drain(node, verdict.reason)
         if state.has_jobs and verdict.hardware:
             # A drain lets the jobs run on, hung or straggling on the broken GPU or link. DOWN: slurmctld kills them
@@ -193,7 +206,7 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
     if held_by_health_check(state):
         scontrol.resume(node)  # DRAIN or DOWN: RESUME returns it to service either way
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
-    return Outcome(f"{node}: healthy", state.drained)
+    return Outcome(f"{node}: healthy", state.drained, burnin_check=burnin_failure(state))
 
 
 def mark_burnin_queued(marker: Path) -> None:
@@ -262,7 +275,28 @@ def handle(args: argparse.Namespace) -> int:
     print(f"ndfleet-slurm-health: {outcome.message}")
     if outcome.took_out and verdict.hardware and args.impact_launch:
         launch_impact(args.impact_launch)
+    marker = Path(args.burnin_impact_marker)
+    if outcome.burnin_check and args.impact_launch and not _has_line(marker, outcome.burnin_check):
+        # Once per verdict on this disk: the report marks the node Unhealthy for good (its failure marker).
+        launch_impact([*args.impact_launch, "--check", outcome.burnin_check, "--detail", "drained by the burn-in"])
+        mark_line(marker, outcome.burnin_check)
     return code
+
+
+def _has_line(path: Path, line: str) -> bool:
+    try:
+        return line in read_regular(str(path), 4096).decode("utf-8", "replace").splitlines()
+    except OSError:
+        return False
+
+
+def mark_line(path: Path, line: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as error:
+        print(f"ndfleet-slurm-health: {path}: {error}", file=sys.stderr)
 
 
 def _seconds(text: str) -> float:
@@ -294,6 +328,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--burnin-marker", default=BURNIN_MARKER,
         help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
     )
+    p.add_argument("--burnin-impact-marker", default=BURNIN_IMPACT_MARKER,
+                   help="the burn-in verdicts already reported from this disk, one per line")
     p.add_argument(
         "--impact-launch", type=shlex.split, default=[], help="command that starts the impact report, not waiting",
     )

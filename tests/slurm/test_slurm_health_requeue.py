@@ -149,7 +149,7 @@ def _pass(tmp_path: Path, validator_body: str) -> int:
                  "--report", str(tmp_path / "r.json"), "--scontrol", _script(tmp_path, "scontrol", SCONTROL),
                  "--node-name", "n1", "--drain-marker", str(tmp_path / "drained"),
                  "--burnin-marker", str(tmp_path / "queued"), "--kvp-pool", str(tmp_path / "no-kvp"),
-                 "--impact-launch", launch])  # fmt: skip
+                 "--burnin-impact-marker", str(tmp_path / "burnin-reported"), "--impact-launch", launch])  # fmt: skip
 
 
 def _lines(path: Path) -> list[str]:
@@ -195,3 +195,32 @@ def test_a_launch_refused_or_hung_does_not_fail_the_health_check(
     err = capsys.readouterr().err
     assert "impact report not started" in err
     assert ("already loaded" if mode == "exists" else "timed out") in err
+
+
+PASSING = 'json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "status": "pass"}]}, open(sys.argv[-1], "w"))'
+
+
+@pytest.mark.parametrize(
+    ("reason", "reported"),
+    [
+        ("ndfleet:burnin:busbw-below-floor", ["--check burnin.busbw-below-floor"]),
+        ("ndfleet:burnin:hang", ["--check burnin.hang"]),
+        ("ndfleet:burnin:awaiting", []),  # not a verdict
+        ("ndfleet:burnin:island-below-floor", []),  # the fabric at scale, not this host
+        ("ndfleet:burnin:unresolved", []),
+        ("ops: reseat cable", []),  # an administrator's drain
+    ],
+)
+def test_a_burn_in_verdict_against_the_host_is_reported_once_by_the_node(
+    tmp_path: Path, reason: str, reported: list[str]
+) -> None:
+    """The burn-in runs on the controller, which has neither the node's identity nor its KVP data (nor ssh to it):
+    the node's own health check files the report for the verdict, once per disk, and the report's failure marker keeps
+    the node Unhealthy so that automatic repairs replace it (the twin's repair loop found such a node left Healthy)."""
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason={reason} {STAMP}")
+    for _ in range(2):
+        assert _pass(tmp_path, PASSING) == 0
+    launches = _lines(tmp_path / "launches.log")
+    assert [" ".join(ln.split()[4:6]) for ln in launches] == reported
+    assert _lines(tmp_path / "updates.log") == []  # the burn-in's drain is the burn-in's: left as it is

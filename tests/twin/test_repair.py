@@ -6,14 +6,15 @@ burn-in, is burned in with an idle partner and enters service; the job runs agai
 strength.
 
 The twin starts with automatic repairs suspended on every scale set (an operator's `set-orchestration-service-state`);
-this module resumes them on `ib00`. The first repair is the node the burn-in found a bad cable on (test_cluster.py):
-the burn-in reported its host and left it Unhealthy. Then each fault kind goes round the loop on a node that has run
-longer than the repair grace period (PT10M), under a job on every node of the island (no spare). The fault kinds, from Meta's Llama 3 report (The Llama
-3 Herd of Models, arXiv:2407.21783, table 5: of 419 unexpected interruptions in 54 days, faulty GPUs 30.1 % and GPU
-HBM3 memory 17.2 %, network switch and cable 8.4 %): an uncorrectable ECC error on a GPU (nvidia-smi's volatile
-uncorrectable count, check `gpu.ecc`) and an InfiniBand port going down (ibstat, check `ib.ports`). Like a GPU that
-fell off the bus, the stand-in's fault leaves the job's processes where they are (stuck in a collective): the
-health check, not the job's own exit, takes the node out.
+this module resumes them on `ib00`. The first repair is the node the burn-in found a bad cable on
+(test_cluster.py): the node filed the burn-in's verdict for its host and answers Unhealthy. Then each fault kind goes
+round the loop on a node that has run longer than the repair grace period (PT10M), under a job on every node of the
+island (no spare). The fault kinds, from Meta's Llama 3 report (The Llama 3 Herd of Models, arXiv:2407.21783, table
+5: of 419 unexpected interruptions in 54 days, faulty GPUs 30.1 % and GPU HBM3 memory 17.2 %, network switch and
+cable 8.4 %): an uncorrectable ECC error on a GPU (nvidia-smi's volatile uncorrectable count, check `gpu.ecc`) and
+an InfiniBand port going down (ibstat, check `ib.ports`). Like a GPU that fell off the bus, the stand-in's fault
+leaves the job's processes where they are (stuck in a collective): the health check, not the job's own exit, takes
+the node out.
 
 One poll loop watches every stage at once and records when each was first seen; each stage is its own test.
 """
