@@ -75,11 +75,17 @@ def twin(
 _TIMINGS: dict[str, list[float]] = {}
 # Tests that wait out Slurm's own clocks (an elastic island's idleMinutes, then its SuspendTimeout: about 20 minutes
 # from the scale-out's job end) run last, so that every other module's tests run while those clocks run.
+# The same for the stuck island's nodes, each back in the pool only after its SuspendTimeout (600 s).
 RUN_LAST_FIXTURES = ("scaled_in",)
+RUN_LAST_TESTS = (
+    "test_a_node_whose_resume_failed_returns_to_the_pool",
+    "test_a_node_whose_vm_failed_to_allocate_returns_to_the_pool",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    waits = [it for it in items if set(RUN_LAST_FIXTURES) & set(getattr(it, "fixturenames", ()))]
+    waits = [it for it in items if set(RUN_LAST_FIXTURES) & set(getattr(it, "fixturenames", ()))
+             or getattr(it, "originalname", it.name) in RUN_LAST_TESTS]  # fmt: skip
     items[:] = [it for it in items if it not in waits] + waits
 
 
