@@ -36,7 +36,7 @@ import pytest
 
 from ndfleet import preflight
 from ndfleet.cli import build_parser
-from tests.docs.test_samples import PAGES, REPO, TIMEOUT_S, unmatched
+from tests.docs.test_samples import PAGES, REPO, TIMEOUT_S, marked_blocks, unmatched
 from tests.test_preflight import SUB, TINY_RETRY, FakeCredential, arm, ok
 from tests.test_preflight import no_network as no_network  # the autouse guard: recordings only, no socket
 
@@ -59,21 +59,13 @@ class Excerpt:
 
 
 def excerpts_in(page: Path) -> list[Excerpt]:
-    lines = page.read_text(encoding="utf-8").splitlines()
     found = []
-    for i, line in enumerate(lines):
-        m = MARKER.match(line.strip())
-        if not m:
-            continue
-        start = i + 1
-        if start >= len(lines) or not lines[start].startswith("```"):
-            raise AssertionError(f"{page.name}:{i + 1}: an excerpt marker must be followed by a fenced block")
-        end = next(j for j in range(start + 1, len(lines)) if lines[j].startswith("```"))
+    for n, m, block in marked_blocks(page, MARKER):
         pairs = [pair.partition("=") for pair in (m.group(4) or "").split()]
-        assert all(route and eq and file for route, eq, file in pairs), f"{page.name}:{i + 1}: ROUTE=FILE"
+        assert all(route and eq and file for route, eq, file in pairs), f"{page.name}:{n}: ROUTE=FILE"
         recordings = tuple((route, file) for route, _, file in pairs)
-        found.append(Excerpt(page.relative_to(REPO).as_posix(), i + 1, m.group(1), m.group(3), int(m.group(2)),
-                             recordings, tuple(lines[start + 1 : end])))  # fmt: skip
+        found.append(Excerpt(page.relative_to(REPO).as_posix(), n, m.group(1), m.group(3), int(m.group(2)),
+                             recordings, block))  # fmt: skip
     return found
 
 

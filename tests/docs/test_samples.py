@@ -46,20 +46,25 @@ class Sample:
         return f"{self.page}:{self.line}: {self.command}"
 
 
-def samples_in(page: Path) -> list[Sample]:
+def marked_blocks(page: Path, marker: re.Pattern[str]) -> list[tuple[int, re.Match[str], tuple[str, ...]]]:
+    """(line number, the marker's match, the fenced block's lines) for each marker line on the page."""
     lines = page.read_text(encoding="utf-8").splitlines()
     found = []
     for i, line in enumerate(lines):
-        m = MARKER.match(line.strip())
+        m = marker.match(line.strip())
         if not m:
             continue
         start = i + 1
         if start >= len(lines) or not lines[start].startswith("```"):
             raise AssertionError(f"{page.name}:{i + 1}: a sample marker must be followed by a fenced block")
         end = next(j for j in range(start + 1, len(lines)) if lines[j].startswith("```"))
-        found.append(Sample(page.relative_to(REPO).as_posix(), i + 1, m.group(2), int(m.group(1)),
-                            tuple(lines[start + 1 : end])))  # fmt: skip
+        found.append((i + 1, m, tuple(lines[start + 1 : end])))
     return found
+
+
+def samples_in(page: Path) -> list[Sample]:
+    return [Sample(page.relative_to(REPO).as_posix(), n, m.group(2), int(m.group(1)), block)
+            for n, m, block in marked_blocks(page, MARKER)]  # fmt: skip
 
 
 def unmatched(
