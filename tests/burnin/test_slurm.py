@@ -291,17 +291,19 @@ def test_nodes_of_two_islands_are_refused_not_paired_across(
     assert [sf.node(n)["state"] for n in names] == [AWAITING, AWAITING, "IDLE", "IDLE"]
 
 
+@pytest.mark.parametrize("idle", ["IDLE", "IDLE+DYNAMIC_NORM"])  # a dynamic node's idle state (scontrol(1))
 def test_idle_partners_join_the_reservation_but_are_not_resumed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, idle: str
 ) -> None:
     names = host_names(6)
-    nodes = awaiting(names[:3]) + [{"name": n, "state": "IDLE", "reason": "", "partition": "gpu"} for n in names[3:]]
+    nodes = awaiting(names[:3]) + [{"name": n, "state": idle, "reason": "", "partition": "gpu"} for n in names[3:]]
     sf = slurm_fleet(tmp_path, nodes, bad_hca=[names[0]])
     assert run(sf, monkeypatch, "--idle-partners", "2") == 1
     report = json.loads(sf.fleet.report.read_text())
     assert sorted(h["host"] for h in report["hosts"]) == sorted(names[:5])
     assert sf.node(names[0])["reason"] == "ndfleet:burnin:busbw-below-floor"
-    assert [sf.node(n)["state"] for n in names[1:]] == ["IDLE"] * 5
+    assert [sf.node(n)["state"] for n in names[1:3]] == ["IDLE"] * 2
+    assert [sf.node(n)["state"] for n in names[3:]] == [idle] * 3
     resumed = [c[1] for c in sf.state["calls"] if c[:1] == ["update"] and c[-1] == "State=RESUME"]
     assert resumed == [f"NodeName={n}" for n in names[:3]]
 
@@ -357,3 +359,18 @@ def test_the_shared_reason_is_the_one_registration_sets() -> None:
 )
 def test_which_drains_only_the_burn_in_lifts(reason: str, held: bool) -> None:
     assert held_by_burnin(reason) is held
+
+
+@pytest.mark.parametrize("state", ["IDLE+MAINT+RESERVED", "IDLE+DRAIN+DYNAMIC_NORM", "IDLE+CLOUD+POWERED_DOWN",
+                                   "MIXED+DYNAMIC_NORM", "IDLE+COMPLETING"])
+def test_a_node_out_of_service_or_busy_is_no_idle_partner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], state: str
+) -> None:
+    """A spare (its MAINT reservation), a drained node, a powered-down elastic node, a busy one: none is an idle
+    in-service partner, so a lone awaiting node is not burned in with it."""
+    names = host_names(2)
+    nodes = awaiting(names[:1]) + [{"name": names[1], "state": state, "reason": "", "partition": "gpu"}]
+    sf = slurm_fleet(tmp_path, nodes)
+    assert run(sf, monkeypatch, "--idle-partners", "1") == 1  # one node to burn in: nothing run, not healthy yet
+    assert "1 node(s) to burn in; need at least 2" in capsys.readouterr().err
+    assert reservation_calls(sf) == []

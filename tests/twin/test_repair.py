@@ -85,6 +85,13 @@ class Loop:
             self.log[-12:])
 
 
+def validated(tm) -> bool:  # noqa: ANN001
+    try:
+        return tm.unit_state("ndfleet-validated.target") == "active"
+    except Exception:  # noqa: BLE001 - a VM still starting cannot be entered yet
+        return False
+
+
 def observe(twin: Twin, loop: Loop, check: str) -> None:
     ctl = controller(twin)
     nodes = nodes_by_name(ctl)
@@ -111,7 +118,7 @@ def observe(twin: Twin, loop: Loop, check: str) -> None:
         loop.repair = repair
         loop.seen.setdefault("replaced", now)
         new = twin.machines.get(repair.new)
-        if new is not None and new.unit_state("ndfleet-validated.target") == "active":
+        if new is not None and validated(new):
             loop.seen.setdefault("validated", now)
         fields = nodes.get(repair.new, {})
         if fields.get("Reason", "").startswith((AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX)):

@@ -81,6 +81,15 @@ def held_by_burnin(reason: str) -> bool:
 
 # Power-saving states of a CLOUD node (slurm.conf power saving): no slurmd to test yet, or none any more.
 NOT_UP_YET = frozenset({"POWERING_UP", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+# What an idle in-service node's state may carry besides IDLE: a dynamic node is "IDLE+DYNAMIC_NORM", a powered-up
+# elastic one "IDLE+CLOUD" (scontrol(1), NODE STATE). Anything else (DRAIN, DOWN, MAINT/RESERVED: a spare, power
+# saving, COMPLETING) keeps it out. The twin found `== {"IDLE"}` leaving every dynamic node out, so a repair's lone
+# replacement was never burned in.
+IDLE_PARTNER_FLAGS = frozenset({"IDLE", "DYNAMIC_NORM", "CLOUD"})
+
+
+def idle_in_service(node: SlurmNode) -> bool:
+    return "IDLE" in node.flags and node.flags <= IDLE_PARTNER_FLAGS and not node.not_responding
 # What a deleted or never-made reservation's delete says (ESLURM_RESERVATION_INVALID, SchedMD src/common/slurm_errno.c).
 GONE = "Requested reservation is invalid"
 
@@ -127,7 +136,7 @@ def choose_hosts(
         chosen = [n for n in pool if awaiting_burnin(n)]
         if chosen:
             # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
-            chosen += [n for n in pool if n.flags == {"IDLE"} and not n.not_responding][:idle_partners]
+            chosen += [n for n in pool if idle_in_service(n)][:idle_partners]
     usable = []
     for node in chosen:
         if node.flags & NOT_UP_YET:
