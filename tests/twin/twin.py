@@ -381,9 +381,9 @@ class Twin:
 
     def _boot_instance(self, template: ScaleSetTemplate, inst: Instance) -> None:
         """A new scale-set VM: its own address, the scale set's boot data and tags, booted like every machine."""
-        m = Machine(
+        self._boot_machine(Machine(
             name=inst.computer_name, role="compute", custom_data=template.custom_data,
-            user_data=template.user_data, tags=template.tags, island=template.island,
+            user_data=template.user_data, tags=template.tags, island=template.island, ip=self._free_ip(),
             identity_client_id=template.tags.get("ndfleet:identity-client-id", ""), vm_size=template.vm_size,
             extra={
                 "resource_group": template.resource_group,
@@ -392,15 +392,14 @@ class Twin:
                 f"{template.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{template.name}"
                 f"/virtualMachines/{inst.instance_id}",
             },
-        )  # fmt: skip
-        self.plan.machines.append(m)
-        self._boot_machine(m)
+        ))  # fmt: skip
         inst.provisioning_state = "Succeeded"
 
     def _boot_machine(self, m: Machine) -> None:
-        """Boot a machine Azure created while the twin runs (a scale-out's or a repair's; already in the plan's list,
-        where the next instance id and the free addresses are read)."""
+        """Boot a machine Azure created while the twin runs (a scale-out's or a repair's)."""
         m.ip = self._free_ip()
+        if m not in self.plan.machines:
+            self.plan.machines.append(m)
         self.state.machines_by_ip[m.ip] = m
         # Azure DNS resolves a new VM's host name in the virtual network at once.
         for tm in list(self.machines.values()):
