@@ -121,7 +121,12 @@ def observe(twin: Twin, loop: Loop, check: str) -> None:
         if new is not None and validated(new):
             loop.seen.setdefault("validated", now)
         fields = nodes.get(repair.new, {})
-        if fields.get("Reason", "").startswith((AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX)):
+        # Held for burn-in: seen drained so, or (when the timer burned it in between two polls) named in the
+        # controller's burn-in report, which holds only nodes that were awaiting burn-in.
+        report = ctl.run(f"cat /var/lib/ndfleet/burnin-{ISLAND}.json", check=False).stdout
+        if fields.get("Reason", "").startswith((AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX)) or (
+            f'"{repair.new}"' in report
+        ):
             loop.seen.setdefault("awaiting", now)
         if fields and in_service(fields):
             loop.seen.setdefault("in_service", now)
