@@ -45,6 +45,7 @@ class TwinMachine:
         self.console = self.dir / "console.log"
         self.proc: subprocess.Popen | None = None
         self.boots = 0
+        self.frozen = False
 
     # --- before the first boot -------------------------------------------------------------------------------
     def prepare(self, files: dict[str, tuple[bytes, int]]) -> None:
@@ -103,6 +104,9 @@ class TwinMachine:
     def poweroff(self, timeout: float = 120) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
+        if self.frozen:  # a hung guest takes no power-off request: Azure stops the VM from outside
+            self.kill()
+            return
         os.kill(self.proc.pid, signal.SIGTERM)  # nspawn asks the container's systemd to power off
         try:
             self.proc.wait(timeout)
@@ -118,6 +122,17 @@ class TwinMachine:
         if code != NSPAWN_REBOOT_EXIT:
             raise BootError(f"{self.name}: reboot ended nspawn with {code}\n{self.tail()}")
         self.start()
+
+    def freeze(self) -> None:
+        """The guest stops answering, as a VM whose kernel hangs does: every process of the machine, its systemd
+        included, is stopped (SIGSTOP from the host). Connections to its ports are still accepted by the kernel (the
+        listen backlog) and never answered, so slurmctld's pings and the health probe run into their timeouts, as on
+        a hung VM; nothing inside can report anything."""
+        assert self.proc is not None
+        for pid in _descendants(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        self.frozen = True
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -353,6 +353,10 @@ class Twin:
         lines = [ln for ln in env.read_text().splitlines() if not ln.startswith("NDFLEET_FAKE_FAULTS=")]
         env.write_text("\n".join([*lines, f"NDFLEET_FAKE_FAULTS={','.join(faults)}"]) + "\n")
 
+    def stop_answering(self, name: str) -> None:
+        """The node hangs now (TwinMachine.freeze): no process of it runs again; a repair's Replace removes it."""
+        self.machine(name).freeze()
+
     # --- elastic islands: what Azure does when the Resource Manager stand-in creates or deletes an instance ---
     def _free_ip(self) -> str:
         taken = {m.ip for m in self.plan.machines}
