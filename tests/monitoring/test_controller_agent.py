@@ -134,7 +134,7 @@ def _imports(module: str) -> set[str]:
 
 
 def test_controller_ships_every_module_the_exporter_imports(spec_on: ClusterSpec, tmp_path: Path) -> None:
-    shipped = library_modules(machines.machine_bootstrap(spec_on, "controller"), tmp_path)
+    shipped = library_modules(spec_on, tmp_path)
     needed, todo = set(), ["slurm_export"]
     while todo:
         module = todo.pop()
@@ -180,7 +180,7 @@ def test_without_the_metrics_tags_the_controller_stops_its_agent_and_installs_no
 def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
     """`python3 -m ndfleet_node.slurm_export` from the shipped files alone (no node program installed)."""
     spec = slurm_spec(monitoring=True)
-    lib = written_library(machines.machine_bootstrap(spec, "controller"), tmp_path)
+    lib = written_library(spec, tmp_path)
     scontrol = tmp_path / "scontrol"
     line = "NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count"
     scontrol.write_text(f"#!/bin/sh\necho '{line}'\n")

@@ -26,7 +26,7 @@ def test_every_module_the_controller_runs_starts_from_the_archive_alone(monitori
     on = {"enabled": monitoring, "emails": ["a@example.com"]}
     spec = load_spec(base_config(scheduler="slurm", monitoring=on), "t")
     rendered = machine_bootstrap(spec, "controller")
-    lib = written_library(rendered, tmp_path)
+    lib = written_library(spec, tmp_path)
     runs = sorted({m for text in rendered.files.values() for m in re.findall(r"python3 -m (ndfleet_node[\w.]+)", text)})
     assert {"ndfleet_node.slurm_reap", "ndfleet_node.burnin.slurm", "ndfleet_node.elastic.programs"} <= set(runs)
     assert all(f"PYTHONPATH={NODE_LIBRARY}" in t for t in rendered.files.values() if "python3 -m ndfleet_node" in t)
@@ -40,7 +40,7 @@ def test_every_module_the_controller_runs_starts_from_the_archive_alone(monitori
 
 
 def test_the_archive_holds_the_import_closure_and_no_node_only_module(tmp_path: Path) -> None:
-    names = library_modules(machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller"), tmp_path)
+    names = library_modules(load_spec(base_config(scheduler="slurm"), "t"), tmp_path)
     assert "ndfleet_node/elastic/arm.py" in names  # what elastic.programs imports
     assert "ndfleet_node/checks/__init__.py" not in names and "__main__.py" not in names  # validation is node-only
 

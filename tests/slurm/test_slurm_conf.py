@@ -462,7 +462,7 @@ def test_a_burn_in_hands_over_at_once_to_the_elastic_reconcile(burn_in_run: Path
 def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec, tmp_path: Path) -> None:
     # Bug 5: nothing ran the burn-in, so nodes drained awaiting it would stay drained for ever.
     boot = machine_bootstrap(prod, "controller")
-    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in library_modules(boot, tmp_path)
+    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in library_modules(prod, tmp_path)
     assert "systemctl enable --now ndfleet-burnin.timer" in boot.files["ndfleet-slurm-setup"]
     script = boot.files["ndfleet-burnin"]
     assert "python3 -m ndfleet_node.burnin.slurm" in script and "--partition" in script
