@@ -5,8 +5,6 @@ state (`ndfleet_node.slurm_export`, every minute) instead of validation results.
 from __future__ import annotations
 
 import ast
-import base64
-import json
 import os
 import re
 import subprocess
@@ -19,6 +17,7 @@ import yaml
 
 from ndfleet.monitoring import agent, exporters
 from ndfleet.slurm import machines
+from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
@@ -47,7 +46,7 @@ def controller(spec_on: ClusterSpec) -> dict[str, str]:
 
 
 def user_data_files(spec: ClusterSpec) -> dict[str, str]:
-    doc = json.loads(base64.b64decode(machines.machine_user_data(spec, "controller")))
+    doc = decompose(machines.machine_user_data(spec, "controller"))[1]
     files: dict[str, str] = doc["files"]
     return files
 
