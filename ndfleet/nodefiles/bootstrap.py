@@ -425,19 +425,14 @@ def _unpack_source() -> str:
 
 
 def boot_step(manifest: dict[str, Any], commands: Sequence[Sequence[str]]) -> list[MachineFile]:
-    """The boot step a customData carries, the compute nodes' and the Slurm controller's alike: `ndfleet-unpack`,
-    its `manifest` (nodebundle.manifest), ndfleet-bundle.service (its time limit from the bundle's activation
-    `commands`) and, where a health probe watches the machine (the manifest names its port), the unit that answers
-    it Unhealthy when the bundle could not be unpacked."""
-    health_port = manifest.get("health_port")
-    ctx = {
-        "unpack_path": nodebundle.UNPACK_PATH,
-        "manifest_path": nodebundle.MANIFEST_PATH,
-        "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
-        "health_port": health_port,
-        "on_failure": render_name(_BOOT_UNITS[1][1]) if health_port is not None else "",
-    }
-    units = _BOOT_UNITS if health_port is not None else _BOOT_UNITS[:1]
+    """The boot step in customData (compute nodes and the Slurm controller): `ndfleet-unpack`, its `manifest`
+    (nodebundle.manifest), ndfleet-bundle.service (time limit from the activation `commands`) and, where the manifest
+    names a health port (a probe watches the machine), the unit answering it Unhealthy when unpacking failed."""
+    port = manifest.get("health_port")
+    units = _BOOT_UNITS if port is not None else _BOOT_UNITS[:1]
+    ctx = {"unpack_path": nodebundle.UNPACK_PATH, "manifest_path": nodebundle.MANIFEST_PATH, "health_port": port,
+           "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+           "on_failure": render_name(_BOOT_UNITS[1][1]) if port is not None else ""}  # fmt: skip
     return [
         MachineFile.text(nodebundle.UNPACK_PATH, 0o755, _unpack_source(), UNPACK_NAME),
         MachineFile.text(nodebundle.MANIFEST_PATH, 0o644, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
