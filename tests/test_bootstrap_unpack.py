@@ -373,3 +373,32 @@ def test_the_controller_boot_step_refuses_another_library(tmp_path):
         done = n.run()
     assert done.returncode == 1 and "different deployments" in done.stderr and "Traceback" not in done.stderr
     assert not (n.root / "usr/local/lib/ndfleet").exists() and "different deployments" in n.marker()
+
+
+def test_a_manifest_naming_no_island_refuses_a_bundle_with_island_files(tmp_path, dev):
+    # The controller's manifest names no island: a compute bundle (island files) under it is not written half-named.
+    manifest = json.loads(dev.files["bundle.json"])
+    del manifest["island"]
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        n.manifest.write_text(json.dumps({**manifest, "url": service.url, "backoff_max_s": 1}))
+        done = n.run()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "names no island" in n.marker() and not (n.root / "etc").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("more_follows", "yes"), ("health_port", "8080"), ("island", 7)])
+def test_a_manifest_with_an_optional_key_of_the_wrong_kind_is_refused(key, value, tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url, **{key: value})
+        done = n.run()
+    assert done.returncode == 1 and repr(key) in done.stderr and "Traceback" not in done.stderr
+    assert service.headers == []
+
+
+def test_answering_unhealthy_needs_a_health_port(tmp_path):
+    boot, _ = _controller("prod")  # no health probe watches the controller: its manifest names no port
+    n = node(tmp_path, boot, "http://127.0.0.1:9/unused")
+    done = n.run("--serve-unhealthy")
+    assert done.returncode == 1 and "names no health_port" in done.stderr and "Traceback" not in done.stderr
+    assert "ndfleet-bundle-failed.service" not in boot.files and "OnFailure" not in boot.files["ndfleet-bundle.service"]
