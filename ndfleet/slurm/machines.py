@@ -352,7 +352,7 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
     return user_data
 
 
-def _machine_files(spec: ClusterSpec, site: SlurmSite, role: str, ctx: dict[str, Any]) -> list[MachineFile]:
+def _programs_and_units(spec: ClusterSpec, site: SlurmSite, role: str, ctx: dict[str, Any]) -> list[MachineFile]:
     """The programs and units the controller's or a login node's customData carries (the controller's library
     aside): they depend only on the stack's fixed choices."""
     files = [
@@ -387,7 +387,8 @@ def controller_bundle(spec: ClusterSpec) -> bytes:
     set-up unit requires the boot step's unit, so it starts once the library is on disk). Deterministic; packed once
     per process (nodebundle.pack caches by content)."""
     site = slurm_site(spec)
-    return _library_bundle(_machine_files(spec, site, "controller", _setup_context(spec, site, "controller", None)))[1]
+    ctx = _setup_context(spec, site, "controller", None)
+    return _library_bundle(_programs_and_units(spec, site, "controller", ctx))[1]
 
 
 def _library_bundle(files: list[MachineFile]) -> tuple[MachineFile, bytes]:
@@ -408,7 +409,7 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         raise ValueError(f"unknown Slurm machine role {role!r}")
     site = slurm_site(spec)
     ctx = _setup_context(spec, site, role, None)
-    files = _machine_files(spec, site, role, ctx)
+    files = _programs_and_units(spec, site, role, ctx)
     carried = list(files)
     if role == "controller":
         library_file, bundle = _library_bundle(files)
