@@ -11,19 +11,19 @@ Each folder holds `user-data` (the cloud-config customData decodes to), `custom-
 receives it), `vm-user-data.b64` (the VM or scale-set userData, when the machine has one) and every file the machine
 receives from either, under its name: the base name, a systemd drop-in as `<unit>.d-<name>`, and the controller's
 node-program modules in `ndfleet-node.zip`. A compute node's userData is the node bundle
-(ndfleet/nodefiles/nodebundle.py);
-a Slurm machine's is the Slurm release and configuration (ndfleet/slurm/machines.py, `machine_user_data`).
+(ndfleet/nodefiles/nodebundle.py); a Slurm machine's is the Slurm release and configuration, on the controller after
+its library bundle, which holds `ndfleet-node.zip` (ndfleet/slurm/userdata.py).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import posixpath
 from dataclasses import dataclass
 
 from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
 from ndfleet.prepare import PreparedCluster
+from ndfleet.slurm.userdata import decompose
 
 COMPUTE = "compute"
 SLURM_ROLES = {"controller": "slurm-controller", "login": "slurm-login"}
@@ -78,7 +78,7 @@ def _slurm(prepared: PreparedCluster) -> list[MachineFiles]:
         user_data = machine_user_data(spec, role)
         decoded = base64.b64decode(user_data)
         files["vm-user-data.b64"] = ((user_data + "\n").encode(), 0o644)
-        for path, content in json.loads(decoded)["files"].items():
+        for path, content in decompose(user_data)[1]["files"].items():
             name = posixpath.basename(path)
             if name in files:  # a name both customData and userData use: one would hide the other
                 raise ValueError(f"Slurm {role}: userData file {path!r} has the name {name!r} of another file")

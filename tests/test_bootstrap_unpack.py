@@ -331,3 +331,74 @@ def test_a_bundle_naming_an_island_file_it_does_not_hold_is_refused(tmp_path, de
         done = n.run()
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "island part is not valid" in n.marker()
+
+
+# ------------------------------------------------------------------------------------------ the Slurm controller
+# Its userData is its library bundle followed by its Slurm configuration (ndfleet/slurm/userdata.py); the manifest
+# says so (more_follows) and names no island and no health port. `pulumi up` rewrites the configuration in place.
+
+
+def _controller(stack: str) -> tuple[bootstrap.RenderedBootstrap, str]:
+    from ndfleet.slurm.machines import machine_bootstrap, machine_user_data
+
+    spec = load_spec(load_stack(stack).ndfleet_config, stack)
+    return machine_bootstrap(spec, "controller"), machine_user_data(spec, "controller")
+
+
+def test_the_controller_boot_step_unpacks_its_library_and_leaves_the_configuration_after_it(tmp_path):
+    from ndfleet.slurm.machines import NODE_LIBRARY
+    from ndfleet.slurm.userdata import compose, decompose
+
+    boot, user_data = _controller("prod")
+    library, config = decompose(user_data)
+    config["files"]["/etc/slurm/slurm.conf"] += "# changed in place by a later pulumi up\n"
+    changed = compose(config, library)  # what IMDS serves after a configuration change: the bundle is the same
+    with imds([(200, changed.encode())]) as service:
+        n = node(tmp_path, boot, service.url)
+        done = n.run()
+    assert done.returncode == 0, done.stderr
+    assert (n.root / NODE_LIBRARY.lstrip("/")).read_bytes() == boot.binary_files["ndfleet-node.zip"]
+    assert not (n.root / "etc/slurm").exists()  # the configuration is ndfleet-slurm-config's, not the boot step's
+    assert n.activated() == []  # the set-up unit requires the boot step's unit: nothing to start from here
+
+
+def test_the_controller_boot_step_refuses_another_library(tmp_path):
+    from ndfleet.slurm.userdata import compose, decompose
+
+    boot, user_data = _controller("prod")
+    _, config = decompose(user_data)
+    other = nodebundle.pack([MachineFile("/usr/local/lib/ndfleet/ndfleet-node.zip", 0o644, b"PK other")], [])
+    with imds([(200, compose(config, other).encode())]) as service:
+        n = node(tmp_path, boot, service.url)
+        done = n.run()
+    assert done.returncode == 1 and "different deployments" in done.stderr and "Traceback" not in done.stderr
+    assert not (n.root / "usr/local/lib/ndfleet").exists() and "different deployments" in n.marker()
+
+
+def test_a_manifest_naming_no_island_refuses_a_bundle_with_island_files(tmp_path, dev):
+    # The controller's manifest names no island: a compute bundle (island files) under it is not written half-named.
+    manifest = json.loads(dev.files["bundle.json"])
+    del manifest["island"]
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url)
+        n.manifest.write_text(json.dumps({**manifest, "url": service.url, "backoff_max_s": 1}))
+        done = n.run()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "names no island" in n.marker() and not (n.root / "etc").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("more_follows", "yes"), ("health_port", "8080"), ("island", 7)])
+def test_a_manifest_with_an_optional_key_of_the_wrong_kind_is_refused(key, value, tmp_path, dev):
+    with imds([(200, dev.vm_user_data.encode())]) as service:
+        n = node(tmp_path, dev, service.url, **{key: value})
+        done = n.run()
+    assert done.returncode == 1 and repr(key) in done.stderr and "Traceback" not in done.stderr
+    assert service.headers == []
+
+
+def test_answering_unhealthy_needs_a_health_port(tmp_path):
+    boot, _ = _controller("prod")  # no health probe watches the controller: its manifest names no port
+    n = node(tmp_path, boot, "http://127.0.0.1:9/unused")
+    done = n.run("--serve-unhealthy")
+    assert done.returncode == 1 and "names no health_port" in done.stderr and "Traceback" not in done.stderr
+    assert "ndfleet-bundle-failed.service" not in boot.files and "OnFailure" not in boot.files["ndfleet-bundle.service"]

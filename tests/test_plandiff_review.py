@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from ndfleet.nodefiles.nodebundle import pack
 from ndfleet.plans import plandiff
 from ndfleet.plans.plandiff import bundle
 from ndfleet.slurm.machines import machine_user_data
+from ndfleet.slurm.userdata import compose, decompose
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
 from tests.test_plandiff import load, resource, vmss_inputs
@@ -151,10 +151,10 @@ def test_a_node_bundle_change_is_a_line_diff(base: dict[str, Any], head: dict[st
 
 
 def test_a_slurm_machine_user_data_change_is_a_line_diff(controller_user_data: str) -> None:
-    doc = json.loads(base64.b64decode(controller_user_data))
+    library, doc = decompose(controller_user_data)  # the controller's library bundle, then its configuration
     old = doc["files"][SLURM_CONF]
     doc["files"][SLURM_CONF] = old.replace("MaxNodeCount=", "MaxNodeCount=1")
-    edited = base64.b64encode(json.dumps(doc).encode()).decode()
+    edited = compose(doc, library)
     lines = bundle.bundle_diff(controller_user_data, edited)
     assert lines[:2] == [f"--- base{SLURM_CONF}", f"+++ head{SLURM_CONF}"]
     assert [line[:14] for line in lines[3:]] == ["-MaxNodeCount=", "+MaxNodeCount="]

@@ -23,6 +23,7 @@ from ndfleet.cli import main
 from ndfleet.machine_files import RAW_FILES
 from ndfleet.nodefiles import nodebundle
 from ndfleet.plans.build import run_plan
+from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.stackfile import load_stack
 from tests.conftest import EXAMPLE_STACKS
 
@@ -65,8 +66,10 @@ def received(custom_data: str, user_data: str, compute: bool) -> list[bytes]:
         manifest = next(f for f in cloud_config["write_files"] if f["path"] == nodebundle.MANIFEST_PATH)
         bundle_files, _ = nodebundle.unpack(user_data, json.loads(written_content(manifest))["island"])
         files += [f.data for f in bundle_files]
-    elif user_data:
-        files += [c.encode() for c in json.loads(base64.b64decode(user_data))["files"].values()]
+    elif user_data:  # a Slurm machine: the controller's library bundle (its boot step unpacks it), the configuration
+        library, doc = decompose(user_data)
+        files += [f.data for f in nodebundle.unpack(library)[0]] if library else []
+        files += [c.encode() for c in doc["files"].values()]
     return files
 
 

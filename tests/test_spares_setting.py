@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -14,6 +13,7 @@ from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
 from ndfleet.cost.prices import ListPrice
 from ndfleet.slurm.conf import HOST_LEDGER, spares_config
 from ndfleet.slurm.machines import SPARES_CONFIG, machine_bootstrap, machine_user_data
+from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.summary import spec_summary
@@ -54,7 +54,7 @@ def test_the_controller_gets_each_islands_spares_in_its_user_data() -> None:
     doc = json.loads(spares_config(spec))
     assert doc == {"ledger": HOST_LEDGER, "islands": [{"island": "ib00", "partition": "ib00", "nodes": 10,
                                                         "spares": 2}]}
-    files = json.loads(base64.b64decode(machine_user_data(spec, "controller")))["files"]
+    files = decompose(machine_user_data(spec, "controller"))[1]["files"]
     assert json.loads(files[SPARES_CONFIG]) == doc
     custom = machine_bootstrap(spec, "controller").files
     assert f"ndfleet_node.spares --config {SPARES_CONFIG}" in custom["ndfleet-spares.service"]

@@ -10,11 +10,11 @@ One folder per machine kind (ndfleet/machine_files.py):
   DIR/slurm-login/          ... and the login node(s)
 
 Each holds the cloud-init user data (`user-data`), its gzip+base64 form as Azure receives it (`custom-data.b64`),
-the VM or scale-set userData (`vm-user-data.b64`: a compute node's bundle, a Slurm machine's configuration) and every
-file the machine receives from either, under their names (`ndfleet-unpack`, `bundle.json`, `validate-node`, the
-`ndfleet-node` zipapp, `node.json`, `nccl.conf`, `slurm.conf`, `*.service`, `*.target`, a drop-in as
-`<unit>.d-<name>`, the controller's node-program modules in `ndfleet-node.zip`). Exit 2 with the configuration's
-message when the stack is invalid (docs/cli.md).
+the VM or scale-set userData (`vm-user-data.b64`: a compute node's bundle, a Slurm machine's configuration, on
+the controller after its library bundle) and every file the machine receives from either, under their names
+(`ndfleet-unpack`, `bundle.json`, `validate-node`, the `ndfleet-node` zipapp, `node.json`, `nccl.conf`, `slurm.conf`,
+`*.service`, `*.target`, a drop-in as `<unit>.d-<name>`, the controller's node-program modules in
+`ndfleet-node.zip`). Exit 2 with the configuration's message when the stack is invalid (docs/cli.md).
 
 Files are written only inside DIR: symbolic links inside it are never followed (a link at a file's name is
 replaced by the file; a link at a folder's name is refused), and every file is first written under a

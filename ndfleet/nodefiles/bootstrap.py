@@ -97,6 +97,7 @@ __all__ = [
     "HEALTH_PATH",
     "RenderedBootstrap",
     "NodeBundle",
+    "boot_step",
     "build_context",
     "bundle_shape",
     "fill_island",
@@ -423,24 +424,28 @@ def _unpack_source() -> str:
     return UNPACK_SOURCE.read_text(encoding="utf-8")
 
 
+def boot_step(manifest: dict[str, Any], commands: Sequence[Sequence[str]]) -> list[MachineFile]:
+    """The boot step in customData (compute nodes and the Slurm controller): `ndfleet-unpack`, its `manifest`
+    (nodebundle.manifest), ndfleet-bundle.service (time limit from the activation `commands`) and, where the manifest
+    names a health port (a probe watches the machine), the unit answering it Unhealthy when unpacking failed."""
+    port = manifest.get("health_port")
+    units = _BOOT_UNITS if port is not None else _BOOT_UNITS[:1]
+    ctx = {"unpack_path": nodebundle.UNPACK_PATH, "manifest_path": nodebundle.MANIFEST_PATH, "health_port": port,
+           "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+           "on_failure": render_name(_BOOT_UNITS[1][1]) if port is not None else ""}  # fmt: skip
+    return [
+        MachineFile.text(nodebundle.UNPACK_PATH, 0o755, _unpack_source(), UNPACK_NAME),
+        MachineFile.text(nodebundle.MANIFEST_PATH, 0o644, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
+        *(MachineFile.text(path, mode, _template(tpl).render(ctx)) for tpl, path, mode in units),
+    ]
+
+
 def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) -> RenderedBootstrap:
     """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData), and every
     file a node of the island writes; raises BootstrapTooLarge over either limit."""
     node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
-    manifest = nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name)
-    boot_ctx = {
-        **bundle.ctx,
-        "island": island.name,
-        "unpack_path": nodebundle.UNPACK_PATH,
-        "manifest_path": nodebundle.MANIFEST_PATH,
-        "bundle_timeout_s": nodebundle.unit_timeout_s(bundle.commands),
-        "bundle_unit": BUNDLE_UNIT,
-    }
-    boot = [
-        MachineFile.text(nodebundle.UNPACK_PATH, 0o755, _unpack_source(), UNPACK_NAME),
-        MachineFile.text(nodebundle.MANIFEST_PATH, 0o644, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
-        *(MachineFile.text(path, mode, _template(tpl).render(boot_ctx)) for tpl, path, mode in _BOOT_UNITS),
-    ]
+    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name), bundle.commands)
+    boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
     user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
     if nodebundle.ISLAND_PLACEHOLDER in user_data:
         raise AssertionError("customData holds the island placeholder: only the bundle's files may")

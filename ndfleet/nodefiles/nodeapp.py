@@ -2,7 +2,7 @@
 
 Every `*.py` under node/ndfleet_node/ goes in, sorted, without its comments and docstrings (`strip`: customData
 has a 64 KB limit and the readable source is in the repository), with a fixed timestamp (1980-01-01) and fixed
-permissions, stored uncompressed (cloud-init receives it gzip-compressed as a whole, `encoding: gz+b64`,
+permissions, stored uncompressed (the node bundle carries it xz-compressed as a whole, nodebundle.py,
 which compresses across files: about a third smaller than deflating each file), behind a
 `#!/usr/bin/env python3` line: the same source gives the same bytes, so customData does not change between
 runs. `python3 ndfleet-node COMMAND ...` runs it.

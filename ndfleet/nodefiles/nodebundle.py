@@ -47,6 +47,7 @@ ISLAND_PLACEHOLDER = "ndfleet-island-name-placeholder-4f1c"
 # the API answers "UserData must be in Base64 encoding and with a maximum length of 87384 characters"
 # (Azure/azure-powershell#16597), i.e. 65,538 bytes decoded. Counted like customData: decoded bytes, at most 65,535.
 USER_DATA_MAX_BYTES = 65_535
+USER_DATA_MAX_CHARS = 87_384  # the same limit as the API counts it: base64 characters
 # IMDS serves the VM's userData (the base64 text as given to Azure) at this address (Microsoft Learn, "User data for
 # Azure Virtual Machine": api-version 2021-01-01, format=text; the Metadata: true header is required).
 IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"
@@ -115,11 +116,20 @@ def _compress(text: bytes) -> bytes:
     return lzma.compress(text, format=lzma.FORMAT_XZ, filters=XZ_FILTERS)
 
 
-def manifest(bundle: bytes, health_port: int, island: str) -> dict[str, Any]:
+def manifest(
+    bundle: bytes, health_port: int | None, island: str | None, *, more_follows: bool = False
+) -> dict[str, Any]:
     """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept, where, and the island
-    whose name replaces ISLAND_PLACEHOLDER in the bundle's files."""
+    whose name replaces ISLAND_PLACEHOLDER in the bundle's files.
+
+    The Slurm controller's manifest names no island (its bundle holds no island file) and no health port (no health
+    probe watches it), and says `more_follows`: its userData is the bundle followed by the Slurm configuration
+    (ndfleet/slurm/userdata.py), so only the first `size` bytes are checked against the sha256."""
+    optional: dict[str, Any] = {"island": island, "health_port": health_port}
+    if more_follows:
+        optional["more_follows"] = True
     return {
-        "island": island,
+        **{key: value for key, value in optional.items() if value is not None},
         "sha256": hashlib.sha256(bundle).hexdigest(),
         "size": len(bundle),
         "url": IMDS_USER_DATA_URL,
@@ -130,9 +140,23 @@ def manifest(bundle: bytes, health_port: int, island: str) -> dict[str, Any]:
         "backoff_max_s": FETCH_BACKOFF_MAX_S,
         "command_timeout_s": COMMAND_TIMEOUT_S,
         "max_unpacked_bytes": MAX_UNPACKED_BYTES,
-        "health_port": health_port,
         "health_path": HEALTH_PATH,
     }
+
+
+def split(raw: bytes) -> tuple[bytes, bytes]:
+    """A userData's bytes -> (the bundle: its first xz stream, what follows it); BundleError when it does not begin
+    with a whole xz stream of at most MAX_UNPACKED_BYTES. Only the Slurm controller's userData has something after
+    its bundle (the Slurm configuration, ndfleet/slurm/userdata.py)."""
+    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    try:
+        text = decompressor.decompress(raw, MAX_UNPACKED_BYTES + 1)
+    except lzma.LZMAError as e:
+        raise BundleError(f"userData is not an xz stream: {e}") from None
+    if len(text) > MAX_UNPACKED_BYTES or not decompressor.eof:
+        raise BundleError(f"userData decompresses to more than {MAX_UNPACKED_BYTES:,} bytes or is truncated")
+    rest = decompressor.unused_data
+    return raw[: len(raw) - len(rest)], rest
 
 
 def _bundle_file(entry: dict[str, Any]) -> MachineFile:
@@ -154,15 +178,11 @@ def unpack(user_data: str | bytes, island: str | None = None) -> tuple[list[Mach
         except ValueError:
             raise BundleError("userData is not base64") from None
     assert isinstance(raw, bytes)
-    decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    bundle, rest = split(raw)
+    if rest:
+        raise BundleError(f"userData holds {len(rest):,} bytes after the bundle: not a node bundle alone")
     try:
-        text = decompressor.decompress(raw, MAX_UNPACKED_BYTES + 1)
-    except lzma.LZMAError as e:
-        raise BundleError(f"userData is not an xz stream: {e}") from None
-    if len(text) > MAX_UNPACKED_BYTES or not decompressor.eof:
-        raise BundleError(f"userData decompresses to more than {MAX_UNPACKED_BYTES:,} bytes or is truncated")
-    try:
-        doc = json.loads(text)
+        doc = json.loads(lzma.decompress(bundle, format=lzma.FORMAT_XZ))
         files = [_bundle_file(f) for f in doc["files"]]
         activate = [[str(a) for a in argv] for argv in doc["activate"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -190,10 +210,12 @@ __all__ = [
     "STAMP_PATH",
     "UNPACK_PATH",
     "USER_DATA_MAX_BYTES",
+    "USER_DATA_MAX_CHARS",
     "fetch_budget_s",
     "island_paths",
     "manifest",
     "pack",
+    "split",
     "unit_timeout_s",
     "unpack",
 ]

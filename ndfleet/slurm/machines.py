@@ -8,9 +8,6 @@ deployment (vault name, NFS account, database host) come from the machine's tags
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 import posixpath
 import re
 from typing import Any
@@ -25,17 +22,21 @@ from ndfleet_node.names import (
 from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.monitoring.agent import controller_config, controller_files
+from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
+    BUNDLE_UNIT,
     CONFIG_DIR,
     CUSTOM_DATA_MAX_BYTES,
     IMDS_TAGS_URL,
     NODE_APP_PATH,
     NODE_PATH,
     REPORT_PATH,
+    USER_DATA_MAX_BYTES,
     VALIDATE_NODE_PATH,
     BootstrapExtensions,
     BootstrapTooLarge,
     RenderedBootstrap,
+    boot_step,
     impact_launch,
 )
 from ndfleet.nodefiles.machinefile import MachineFile, unique_names
@@ -61,6 +62,7 @@ from ndfleet.slurm.conf import (
     spares_config,
 )
 from ndfleet.slurm.elastic import ELASTIC_CONFIG, ELASTIC_STATE_DIR, RECONCILE_EVERY_S, elastic_config
+from ndfleet.slurm.userdata import compose
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
 # The named package source: Microsoft's Slurm builds (slurm-smd*) for Ubuntu, e.g. .../slurm-ubuntu-jammy/
@@ -124,6 +126,8 @@ HTTP_TIMEOUT_S = 20
 # (ndfleet/nodefiles/nodeapp.py `library`), on their PYTHONPATH. Which modules: every `python3 -m ndfleet_node.X`
 # the controller's own files run, and what those import (`controller_library`), so no list is kept by hand. Shipped
 # to every controller, so that making an island elastic changes only userData (slurm.conf, elastic.json).
+# The archive (150 KB, 41 KB gzipped: four fifths of what the controller's customData held) travels as the
+# controller's bundle at the head of its userData, not in customData (`controller_bundle`, docs/slurm.md).
 LIB_DIR = "/usr/local/lib/ndfleet"
 NODE_LIBRARY = f"{LIB_DIR}/ndfleet-node.zip"
 _RUNS_MODULE = re.compile(r"python3 -m (ndfleet_node(?:\.\w+)+)")
@@ -237,6 +241,9 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         "elastic_every_s": RECONCILE_EVERY_S,
         "reconcile_program": RECONCILE_PROGRAM,
         "setup_timeout_s": SETUP_TIMEOUT_S,
+        # The controller's set-up needs its node-program library, which its boot step unpacks from userData.
+        "bundle_unit": BUNDLE_UNIT if role == "controller" else "",
+        "bundle_manifest": nodebundle.MANIFEST_PATH if role == "controller" else "",
         "reap_after_s": spec.slurm.remove_gone_nodes_after_minutes * 60,
         "slurmdbd_port": SLURMDBD_PORT,
         "database_user": DATABASE_USER,
@@ -310,15 +317,19 @@ def burnin_config(spec: ClusterSpec) -> str:
 
 
 def machine_user_data(spec: ClusterSpec, role: str) -> str:
-    """The controller's or a login node's VM userData (base64 JSON): the Slurm release and configuration files.
+    """The controller's or a login node's VM userData (ndfleet/slurm/userdata.py): on the controller its
+    node-program library bundle (`controller_bundle`), then, on both, the Slurm release and configuration files.
 
-    Unlike customData, `pulumi up` updates a VM's userData in place, and the machine picks the change up
-    (ndfleet-slurm-config): scaling or adding an island, or any other change of slurm.conf, never rebuilds the
-    controller. It holds no secret (slurmdbd.conf's password is filled in on the controller from Key Vault).
+    Unlike customData, `pulumi up` updates a VM's userData in place, and the machine picks the configuration's change
+    up (ndfleet-slurm-config): scaling or adding an island, or any other change of slurm.conf, never rebuilds the
+    controller. The bundle is read once, at first boot, and only if its sha256 is the one customData names: a new
+    library changes customData too, and reaches the controller by a rebuild, never under its running programs. It
+    holds no secret (slurmdbd.conf's password is filled in on the controller from Key Vault).
     """
     site = slurm_site(spec)
     assert spec.slurm is not None
     files = {f"/etc/slurm/{name}": content for name, content in config_files(site).items()}
+    bundle = b""
     if role == "controller":
         ctx = _setup_context(spec, site, role, None)
         files[f"{CONFIG_DIR}/slurmdbd.conf.in"] = _render("slurm/slurmdbd.conf.j2", site, ctx)
@@ -330,28 +341,20 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         files[SPARES_CONFIG] = spares_config(spec)
         # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
         files.update(controller_config(spec, NODE_LIBRARY))
-    doc = {"version": spec.slurm.version, "files": files}
-    return base64.b64encode(json.dumps(doc, sort_keys=True).encode()).decode()
+        bundle = controller_bundle(spec)
+    user_data = compose({"version": spec.slurm.version, "files": files}, bundle)
+    size = len(user_data) * 3 // 4 - user_data[-2:].count("=")
+    if size > USER_DATA_MAX_BYTES:
+        raise BootstrapTooLarge(
+            f"the Slurm {role}'s userData is {size:,} bytes (library bundle {len(bundle):,}), over Azure's limit of "
+            f"{USER_DATA_MAX_BYTES:,} bytes"
+        )
+    return user_data
 
 
-def _gz_b64(data: bytes) -> str:
-    """A binary file as cloud-init's write_files takes it (`encoding: gz+b64`, cloudinit.readthedocs.io/en/latest/
-    reference/modules.html#write-files): gzip (mtime 0: the same bytes each run) then base64. The stored archive
-    gzips to about what its modules did as text, so customData stays the size it was."""
-    return base64.b64encode(gzip.compress(data, compresslevel=9, mtime=0)).decode()
-
-
-def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
-    """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit.
-
-    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts, the GPU
-    nodes' VM size or the Slurm release, which travel in userData (`machine_user_data`): customData can only change
-    by rebuilding the VM.
-    """
-    if role not in ("controller", "login"):
-        raise ValueError(f"unknown Slurm machine role {role!r}")
-    site = slurm_site(spec)
-    ctx = _setup_context(spec, site, role, None)
+def _programs_and_units(spec: ClusterSpec, site: SlurmSite, role: str, ctx: dict[str, Any]) -> list[MachineFile]:
+    """The programs and units the controller's or a login node's customData carries (the controller's library
+    aside): they depend only on the stack's fixed choices."""
     files = [
         *_setup_files(site, ctx),
         MachineFile.text(
@@ -376,12 +379,43 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
             _unit("ndfleet-spares.timer", site, ctx),
             *controller_files(spec, NODE_LIBRARY),
         ]
-        files.append(controller_library(files))
-    user_data = _render(
-        "slurm/machine-cloud-config.yaml.j2",
-        site,
-        {**ctx, "files": files, "gz_b64": {f.path: _gz_b64(f.data) for f in files if f.path == NODE_LIBRARY}},
-    )
+    return files
+
+
+def controller_bundle(spec: ClusterSpec) -> bytes:
+    """The controller's bundle (nodebundle format, xz): its node-program library alone, no activation command (the
+    set-up unit requires the boot step's unit, so it starts once the library is on disk). Deterministic; packed once
+    per process (nodebundle.pack caches by content)."""
+    site = slurm_site(spec)
+    ctx = _setup_context(spec, site, "controller", None)
+    return _library_bundle(_programs_and_units(spec, site, "controller", ctx))[1]
+
+
+def _library_bundle(files: list[MachineFile]) -> tuple[MachineFile, bytes]:
+    library_file = controller_library(files)
+    return library_file, nodebundle.pack([library_file], [])
+
+
+def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
+    """The controller's or a login node's cloud-config; raises BootstrapTooLarge over Azure's limit.
+
+    It depends only on the stack's fixed choices (paths, role, tag names), not on islands, node counts, the GPU
+    nodes' VM size or the Slurm release, which travel in userData (`machine_user_data`): customData can only change
+    by rebuilding the VM. The controller's carries the boot step (ndfleet-unpack, the manifest naming its library
+    bundle's size and sha256, ndfleet-bundle.service) beside its programs and units; the library itself travels in
+    userData. `binary_files` still lists the library, as the machine writes it, for `ndfleet render`.
+    """
+    if role not in ("controller", "login"):
+        raise ValueError(f"unknown Slurm machine role {role!r}")
+    site = slurm_site(spec)
+    ctx = _setup_context(spec, site, role, None)
+    files = _programs_and_units(spec, site, role, ctx)
+    carried = list(files)
+    if role == "controller":
+        library_file, bundle = _library_bundle(files)
+        carried = [*boot_step(nodebundle.manifest(bundle, None, None, more_follows=True), []), *files]
+        files = [*carried, library_file]
+    user_data = _render("slurm/machine-cloud-config.yaml.j2", site, {**ctx, "files": carried})
     unique_names(files, f"the Slurm {role}")
     rendered = RenderedBootstrap(
         user_data=user_data,
@@ -389,10 +423,11 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         binary_files={f.name: f.data for f in files if f.path == NODE_LIBRARY},
         node_paths={f.name: f.path for f in files},
         modes={f.name: f.octal for f in files},
+        custom_data_names=tuple(f.name for f in carried),
     )
     if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
         raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
     return rendered
 
 
-__all__ = ["bootstrap_extensions", "machine_bootstrap", "machine_user_data", "slurm_node_files"]
+__all__ = ["bootstrap_extensions", "controller_bundle", "machine_bootstrap", "machine_user_data", "slurm_node_files"]

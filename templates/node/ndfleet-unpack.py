@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """ndfleet boot step: fetch the node bundle from this VM's userData, check it, unpack it, activate it.
 
-Shipped verbatim in customData (ndfleet/nodefiles/bootstrap.py) as /usr/local/sbin/ndfleet-unpack; Python 3.10 standard
-library only. Run by ndfleet-bundle.service:
+Shipped verbatim in customData (ndfleet/nodefiles/bootstrap.py) as /usr/local/sbin/ndfleet-unpack, on the compute
+nodes and on the Slurm controller (whose bundle is its node-program library, followed in userData by its Slurm
+configuration: manifest `more_follows`); Python 3.10 standard library only. Run by ndfleet-bundle.service:
 
   ndfleet-unpack --manifest /etc/ndfleet/bundle.json                    fetch, check, unpack, activate (once)
   ndfleet-unpack --manifest /etc/ndfleet/bundle.json --serve-unhealthy  answer the health probe "Unhealthy"
@@ -85,15 +86,22 @@ def load_manifest(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise BundleError(f"cannot read the manifest {path}: {e}") from None
     need = {"sha256": str, "size": int, "url": str, "stamp": str, "failed_marker": str, "attempts": int,
-            "timeout_s": int, "backoff_max_s": int, "command_timeout_s": int, "max_unpacked_bytes": int,
-            "health_port": int, "island": str}  # fmt: skip
+            "timeout_s": int, "backoff_max_s": int, "command_timeout_s": int, "max_unpacked_bytes": int}  # fmt: skip
+    # A compute node's manifest names its island and health port; the Slurm controller's names neither (its bundle
+    # holds no island file, no probe watches it) and says its userData has more after the bundle (more_follows).
+    optional = {"health_port": int, "island": str, "more_follows": bool}
     if not isinstance(m, dict):
         raise BundleError(f"the manifest {path} is not a JSON object")
     for key, kind in need.items():
         if not isinstance(m.get(key), kind):
             raise BundleError(f"the manifest {path} has no {kind.__name__} {key!r}")
-    if not 0 < len(m["island"]) <= ISLAND_MAX or not set(m["island"]) <= ISLAND_CHARS:
-        raise BundleError(f"the manifest {path} names an invalid island {m['island'][:ISLAND_MAX]!r}")
+    for key, kind in optional.items():
+        if key in m and not isinstance(m[key], kind):
+            raise BundleError(f"the manifest {path} has a {key!r} that is no {kind.__name__}")
+    island = m.setdefault("island", None)
+    if island is not None and (not 0 < len(island) <= ISLAND_MAX or not set(island) <= ISLAND_CHARS):
+        raise BundleError(f"the manifest {path} names an invalid island {island[:ISLAND_MAX]!r}")
+    m.setdefault("more_follows", False)
     return m
 
 
@@ -137,6 +145,8 @@ def check(text: bytes, m: dict[str, Any]) -> bytes:
         raw = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
         raise BundleError("userData is not base64") from None
+    if m["more_follows"]:  # the Slurm controller: its bundle, then its Slurm configuration (not this step's)
+        raw = raw[: m["size"]]
     digest = hashlib.sha256(raw).hexdigest()
     if len(raw) != m["size"] or digest != m["sha256"]:
         raise BundleError(
@@ -146,7 +156,7 @@ def check(text: bytes, m: dict[str, Any]) -> bytes:
     return raw
 
 
-def parse(raw: bytes, limit: int, island: str) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
+def parse(raw: bytes, limit: int, island: str | None) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
     """The bundle's files as this island's node writes them (the placeholder in its island files replaced by
     `island`) and its activation commands."""
     decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
@@ -168,7 +178,9 @@ def parse(raw: bytes, limit: int, island: str) -> tuple[list[tuple[str, int, byt
         raise BundleError(f"the bundle is not valid: {e!r}") from None
     if not placeholder or island_paths - {path for path, _, _ in files}:
         raise BundleError(f"the bundle's island part is not valid: {sorted(island_paths)[:8]}")
-    name = island.encode()
+    if island_paths and island is None:
+        raise BundleError(f"the bundle holds island files but the manifest names no island: {sorted(island_paths)[:8]}")
+    name = (island or "").encode()
     files = [(path, mode, data.replace(placeholder, name) if path in island_paths else data)
              for path, mode, data in files]  # fmt: skip
     for path, mode, _ in files:
@@ -291,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         log(str(e))
         return 1
     if args.serve_unhealthy:
+        if not isinstance(m.get("health_port"), int):
+            log(f"the manifest {args.manifest} names no health_port to answer on")
+            return 1
         return serve_unhealthy(m, args.root, args.host)
     try:
         return unpack(m, args.root)

@@ -217,6 +217,17 @@ def test_bootstrap_table_sizes_for_prod() -> None:
     says("docs/bootstrap.md", f"| {kb(user)} KB of 64 KB |")
 
 
+@pytest.mark.parametrize("stack", ["dev", "prod", "elastic"])
+def test_bootstrap_controller_table_now_columns(stack: str) -> None:
+    # "The Slurm controller's library travels in its userData too": | stack | customData before | now | userData
+    # before | now |; the "before" columns are history (main before the move), the "now" ones the code's.
+    (controller,) = [m for m in machine_files(prepared(stack)) if m.kind == "slurm-controller"]
+    row = re.search(rf"^\| `{stack}` \|(.*)\|$", (REPO / "docs/bootstrap.md").read_text(encoding="utf-8"), re.M)
+    assert row, f"docs/bootstrap.md has no controller row for {stack}"
+    cells = [c.strip() for c in row.group(1).split("|")]
+    assert (cells[1], cells[3]) == (f"{controller.custom_data_bytes:,}", f"{controller.user_data_bytes:,}"), stack
+
+
 def test_bootstrap_xz_against_gzip_for_the_prod_bundle() -> None:
     bundle = prepared("prod").islands[0].bootstrap.bundle
     gz = gzip.compress(lzma.decompress(bundle), compresslevel=9, mtime=0)

@@ -5,8 +5,6 @@ state (`ndfleet_node.slurm_export`, every minute) instead of validation results.
 from __future__ import annotations
 
 import ast
-import base64
-import json
 import os
 import re
 import subprocess
@@ -19,6 +17,7 @@ import yaml
 
 from ndfleet.monitoring import agent, exporters
 from ndfleet.slurm import machines
+from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
@@ -47,7 +46,7 @@ def controller(spec_on: ClusterSpec) -> dict[str, str]:
 
 
 def user_data_files(spec: ClusterSpec) -> dict[str, str]:
-    doc = json.loads(base64.b64decode(machines.machine_user_data(spec, "controller")))
+    doc = decompose(machines.machine_user_data(spec, "controller"))[1]
     files: dict[str, str] = doc["files"]
     return files
 
@@ -134,7 +133,7 @@ def _imports(module: str) -> set[str]:
 
 
 def test_controller_ships_every_module_the_exporter_imports(spec_on: ClusterSpec, tmp_path: Path) -> None:
-    shipped = library_modules(machines.machine_bootstrap(spec_on, "controller"), tmp_path)
+    shipped = library_modules(spec_on, tmp_path)
     needed, todo = set(), ["slurm_export"]
     while todo:
         module = todo.pop()
@@ -180,7 +179,7 @@ def test_without_the_metrics_tags_the_controller_stops_its_agent_and_installs_no
 def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
     """`python3 -m ndfleet_node.slurm_export` from the shipped files alone (no node program installed)."""
     spec = slurm_spec(monitoring=True)
-    lib = written_library(machines.machine_bootstrap(spec, "controller"), tmp_path)
+    lib = written_library(spec, tmp_path)
     scontrol = tmp_path / "scontrol"
     line = "NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count"
     scontrol.write_text(f"#!/bin/sh\necho '{line}'\n")

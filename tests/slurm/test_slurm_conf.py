@@ -38,6 +38,7 @@ from ndfleet.slurm.machines import (
 from ndfleet.slurm.machines import (
     bootstrap_extensions as slurm_bootstrap_extensions,
 )
+from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.problems import SpecError
@@ -334,10 +335,10 @@ def test_machines_fetch_secrets_at_boot_and_carry_none(prod: ClusterSpec) -> Non
         text = gzip.decompress(base64.b64decode(boot.custom_data)).decode()
         assert "vault.azure.net/secrets/" in text and "metadata/identity/oauth2/token" in text
         assert "StoragePass=" not in text  # the slurmdbd template travels in userData, with a placeholder
-        doc = json.loads(base64.b64decode(machine_user_data(prod, role)))
+        doc = decompose(machine_user_data(prod, role))[1]
         assert doc["version"] == prod.slurm.version if prod.slurm else False
         assert "/etc/slurm/slurm.conf" in doc["files"]
-    controller_files = json.loads(base64.b64decode(machine_user_data(prod, "controller")))["files"]
+    controller_files = decompose(machine_user_data(prod, "controller"))[1]["files"]
     assert "StoragePass=@SLURMDBD_PASSWORD@" in controller_files["/etc/ndfleet/slurmdbd.conf.in"]
 
 
@@ -350,7 +351,7 @@ def test_scaling_changes_the_controllers_user_data_not_its_custom_data() -> None
 def test_a_gpu_size_change_changes_the_controllers_user_data_not_its_custom_data() -> None:
     h100, h200 = spec_of(vmSize="Standard_ND96isr_H100_v5"), spec_of(vmSize="Standard_ND96isr_H200_v5")
     assert machine_bootstrap(h100, "controller").custom_data == machine_bootstrap(h200, "controller").custom_data
-    burnin = json.loads(base64.b64decode(machine_user_data(h200, "controller")))["files"][BURNIN_CONFIG]
+    burnin = decompose(machine_user_data(h200, "controller"))[1]["files"][BURNIN_CONFIG]
     assert json.loads(burnin)["vm_size"] == "Standard_ND96isr_H200_v5"
 
 
@@ -462,7 +463,7 @@ def test_a_burn_in_hands_over_at_once_to_the_elastic_reconcile(burn_in_run: Path
 def test_the_controller_burns_in_every_island_with_nodes_awaiting_it(prod: ClusterSpec, tmp_path: Path) -> None:
     # Bug 5: nothing ran the burn-in, so nodes drained awaiting it would stay drained for ever.
     boot = machine_bootstrap(prod, "controller")
-    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in library_modules(boot, tmp_path)
+    assert "ndfleet-burnin.timer" in boot.files and "ndfleet_node/burnin/slurm.py" in library_modules(prod, tmp_path)
     assert "systemctl enable --now ndfleet-burnin.timer" in boot.files["ndfleet-slurm-setup"]
     script = boot.files["ndfleet-burnin"]
     assert "python3 -m ndfleet_node.burnin.slurm" in script and "--partition" in script
@@ -575,10 +576,9 @@ def test_an_elastic_node_learns_its_slurm_name_before_slurmd_starts(elastic: Clu
 
 
 def test_the_controller_gets_the_elastic_settings_in_its_user_data(elastic: ClusterSpec) -> None:
-    import base64
     import json
 
-    files = json.loads(base64.b64decode(machine_user_data(elastic, "controller")))["files"]
+    files = decompose(machine_user_data(elastic, "controller"))[1]["files"]
     doc = json.loads(files["/etc/ndfleet/elastic.json"])
     assert doc["islands"] == {"gpu": {"scaleSet": f"{elastic.name_prefix}-gpu-vmss", "minNodes": 1, "maxNodes": 4}}
 

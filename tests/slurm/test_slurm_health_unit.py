@@ -135,12 +135,11 @@ def test_the_reaper_deletes_a_gone_node_whose_line_goes_on_after_the_reason(tmp_
 def test_each_controller_program_runs_from_the_files_the_controller_gets(tmp_path: Path, module: str) -> None:
     # On the controller (no node program there) each runs as `python3 -m ndfleet_node.<module>` from the archive
     # of node-program modules machines.py ships, alone on PYTHONPATH.
-    from ndfleet.slurm.machines import machine_bootstrap
     from ndfleet.stackconfig.config import load_spec
     from tests.conftest import base_config
     from tests.slurm.controller_library import written_library
 
-    lib = written_library(machine_bootstrap(load_spec(base_config(scheduler="slurm"), "t"), "controller"), tmp_path)
+    lib = written_library(load_spec(base_config(scheduler="slurm"), "t"), tmp_path)
     proc = subprocess.run([sys.executable, "-S", "-m", f"ndfleet_node.{module}", "--help"], capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, env={"PYTHONPATH": str(lib)}, check=False)
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr

@@ -10,12 +10,17 @@ import time
 
 import pytest
 
+from ndfleet.nodefiles import nodebundle
+from ndfleet.slurm.machines import NODE_LIBRARY
+from ndfleet.slurm.userdata import decompose
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
 from tests.twin.machine import TwinMachine
 from tests.twin.test_boot import BOOT_TIMEOUT_S, healthy_nodes
 from tests.twin.twin import Twin, wait_all
 
-SETUP_UNITS = ("cloud-final.service", "ndfleet-slurm-setup.service", "slurmctld.service", "slurmdbd.service")
+# ndfleet-bundle.service: the controller's boot step, which unpacks its library from userData before the set-up.
+SETUP_UNITS = ("cloud-final.service", "ndfleet-bundle.service", "ndfleet-slurm-setup.service", "slurmctld.service",
+               "slurmdbd.service")  # fmt: skip
 AWAITING = "ndfleet:burnin:awaiting"
 
 
@@ -50,11 +55,14 @@ def systemd_seconds(span: str) -> float:
 def slurm_up(twin: Twin) -> Twin:
     wait_all(
         [controller(twin), login(twin)], "ndfleet-slurm-setup finished",
-        lambda tm: tm.unit_state("ndfleet-slurm-setup.service") in ("active", "failed"), BOOT_TIMEOUT_S, SETUP_UNITS,
+        # A failed boot step leaves the set-up inactive (its Requires= failed), not failed: stop waiting then too.
+        lambda tm: tm.unit_state("ndfleet-slurm-setup.service") in ("active", "failed")
+        or tm.unit_state("ndfleet-bundle.service") == "failed", BOOT_TIMEOUT_S, SETUP_UNITS,
     )  # fmt: skip
     for tm in (controller(twin), login(twin)):
         assert tm.unit_state("ndfleet-slurm-setup.service") == "active", "\n".join(
-            [tm.journal("ndfleet-slurm-setup.service"), tm.journal("slurmctld.service"), tm.journal("slurmdbd.service"),
+            [tm.journal("ndfleet-bundle.service"), tm.journal("ndfleet-slurm-setup.service"),
+             tm.journal("slurmctld.service"), tm.journal("slurmdbd.service"),
              tm.run("tail -n 30 /var/log/slurm/slurmctld.log /var/log/slurm/slurmdbd.log", check=False).stdout]
         )  # fmt: skip
     return twin
@@ -64,6 +72,19 @@ def test_the_controller_set_up_finishes_from_its_own_boot_data(slurm_up: Twin) -
     ctl = controller(slurm_up)
     for unit in ("munge.service", "slurmdbd.service", "slurmctld.service"):
         assert ctl.unit_state(unit) == "active", ctl.journal(unit)
+
+
+def test_the_controller_library_is_the_head_of_its_userdata_unpacked_once(slurm_up: Twin) -> None:
+    # Its customData carries the boot step and the manifest; the library travels in userData (docs/bootstrap.md).
+    ctl = controller(slurm_up)
+    assert ctl.unit_state("ndfleet-bundle.service") == "active", ctl.journal("ndfleet-bundle.service")
+    manifest = json.loads(ctl.run(f"cat {nodebundle.MANIFEST_PATH}").stdout)
+    assert manifest["more_follows"] is True
+    assert ctl.run(f"cat {nodebundle.STAMP_PATH}").stdout.strip() == manifest["sha256"]
+    assert ctl.spec.user_data is not None
+    library, _ = decompose(ctl.spec.user_data)
+    (archive,) = [f.data for f in nodebundle.unpack(library)[0] if f.path == NODE_LIBRARY]
+    assert ctl.run(f"sha256sum {NODE_LIBRARY}").stdout.split()[0] == hashlib.sha256(archive).hexdigest()
 
 
 def test_the_munge_key_comes_from_the_vault(slurm_up: Twin) -> None:

@@ -1,7 +1,8 @@
 """The files in a plan's `userData`, decoded so that a diff shows the lines that change in the files a machine
 receives (slurm.conf's `MaxNodeCount=10` -> `MaxNodeCount=12`), not two hashes. Two forms: a compute node's bundle
 (ndfleet/nodefiles/nodebundle.py packs it: base64 of xz of a JSON list of files) and a Slurm machine's
-configuration (ndfleet/slurm/machines.py: base64 of JSON {"version", "files"}).
+configuration, after the controller's library bundle (ndfleet/slurm/userdata.py: base64 of [bundle] gzip JSON
+{"version", "files"}).
 
 A plan from disk is untrusted: `nodebundle.unpack` stops decompressing at its bound (4 MiB; a bundle is about
 200 KB), every line shown is made terminal-safe (ndfleet/azure/text.py) and cut at `MAX_LINE_CHARS`, and a bundle
@@ -10,25 +11,20 @@ diff is cut at `MAX_DIFF_LINES` lines, saying how many more there were.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
 import functools
 import hashlib
-import json
 from typing import Any
 
 from ndfleet.azure.text import terminal_safe
 from ndfleet.nodefiles.nodebundle import BundleError, unpack
+from ndfleet.slurm.userdata import UserDataError, decompose
 
 USER_DATA_KEY = "userData"
 # The activation commands are part of the bundle; shown as a file of this name, one command a line.
 ACTIVATE_ENTRY = "(activate)"
 # A Slurm machine's userData names the Slurm release it installs; shown as a file of this name.
 RELEASE_ENTRY = "(slurm release)"
-# Azure takes at most 64 KB of userData, 87,384 characters of base64 (nodebundle.USER_DATA_MAX_BYTES): a longer
-# value is not one ndfleet wrote and is not decoded.
-MAX_USER_DATA_CHARS = 87_384
 MAX_DIFF_LINES = 400
 MAX_LINE_CHARS = 300
 
@@ -58,18 +54,15 @@ def _decode(value: str) -> dict[str, bytes] | None:
 
 
 def _machine_files(value: str) -> dict[str, bytes] | None:
-    """A Slurm controller's or login node's userData: base64 of JSON {"version": release, "files": {path: text}}
-    (ndfleet/slurm/machines.py, `machine_user_data`, writes it; tests/test_plandiff_bundle.py reads its output)."""
-    if len(value) > MAX_USER_DATA_CHARS:
-        return None
+    """A Slurm controller's or login node's userData (ndfleet/slurm/userdata.py `decompose` reads it, bounded): the
+    controller's library bundle, if any, then the Slurm release and configuration files."""
     try:
-        doc = json.loads(base64.b64decode(value, validate=True))
-    except (binascii.Error, ValueError, RecursionError):
+        bundle, doc = decompose(value)
+        files = unpack(bundle)[0] if bundle else []
+    except (UserDataError, BundleError):
         return None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        return None
-    out = {path: text.encode() for path, text in files.items()}
+    out = {f.path: f.data for f in files}
+    out.update({path: text.encode() for path, text in doc["files"].items()})
     out[RELEASE_ENTRY] = str(doc.get("version", "")).encode()
     return out
 
