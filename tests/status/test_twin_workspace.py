@@ -265,3 +265,30 @@ def test_resource_manager_reads_need_a_management_token(stand: Stand) -> None:
     assert stand.get(ARM_HOST, path, None)[0] == 401
     token = stand.credential().get_token("https://prometheus.monitor.azure.com/.default").token
     assert stand.get(ARM_HOST, path, token)[0] == 401
+
+
+def test_goodput_reads_the_twins_workspace(stand: Stand) -> None:
+    """`ndfleet goodput` finds the workspace as status does and reads the controller's states with range queries
+    through the endpoint. The series are seconds old, so the period runs a minute past now: Prometheus fills the
+    later steps from the last sample (its 5-minute lookback); what is checked is who was in which state."""
+    from datetime import datetime, timezone
+
+    from ndfleet.commands import goodput as goodput_cmd
+
+    def iso(at: float) -> str:
+        return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    now = time.time()
+    args = build_parser().parse_args(["goodput", "--stack-file", str(stand.stack_file), "--since", iso(now - 60),
+                                      "--until", iso(now + 120), "--format", "json"])  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = goodput_cmd.run_cli(args, env={}, credential=stand.credential(), transport=stand.transport(),
+                                   retry=TINY_RETRY)  # fmt: skip
+    assert code == 0, err.getvalue()
+    islands = json.loads(out.getvalue())["islands"]
+    ib00, ib01 = islands["ib00"]["hours"], islands["ib01"]["hours"]
+    assert ib00["idle"] > 0 and ib00["drained"] == 0, ib00
+    # ib01: one node idle, and the one ndfleet's health check drained counted in repair, for the same steps.
+    assert ib01["repair"] > 0 and ib01["repair"] == ib01["idle"] and ib01["drained"] == 0, ib01
+    assert any(path == "/api/v1/query_range" and status == 200 for path, status in stand.workspace.queries)

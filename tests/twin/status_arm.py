@@ -35,8 +35,8 @@ ARM_AUDIENCE = "https://management.azure.com"
 _VMSS = r"/providers/microsoft\.compute/virtualmachinescalesets"
 LIST_ALL = re.compile(rf"^/subscriptions/([^/]+){_VMSS}$", re.I)
 LIST_GROUP = re.compile(rf"^/subscriptions/([^/]+)/resourcegroups/([^/]+){_VMSS}$", re.I)
-SCALE_SET = re.compile(rf"^/subscriptions/([^/]+)/resourcegroups/([^/]+){_VMSS}/([^/]+)/(instanceview|virtualmachines)$",
-                       re.I)  # fmt: skip
+_GROUP = r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)"
+SCALE_SET = re.compile(rf"{_GROUP}{_VMSS}/([^/]+)/(instanceview|virtualmachines)$", re.I)
 ACCOUNTS = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/providers/microsoft\.monitor/accounts$", re.I)
 
 
@@ -184,7 +184,8 @@ class StatusReads:
         group, name, endpoint = self.workspace
         return {
             "name": name,
-            "id": f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/Microsoft.Monitor/accounts/{name}",
+            "id": f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/Microsoft.Monitor/accounts/"
+            f"{name}",
             "type": "Microsoft.Monitor/accounts",
             "location": "eastus",
             "properties": {"metrics": {"prometheusQueryEndpoint": endpoint}, "provisioningState": "Succeeded"},

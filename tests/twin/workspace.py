@@ -225,16 +225,16 @@ class Workspace:
         return result
 
     def close(self) -> None:
-        """Stop everything, bounded: TERM, then KILL after STOP_TIMEOUT_S."""
+        """Stop everything, bounded: TERM, then KILL after STOP_TIMEOUT_S each."""
         self._stop.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        for proc in self._procs:
+        # The agent first: stopped after its receiver, it would keep retrying its queue until killed.
+        for proc in reversed(self._procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self._procs:
             try:
                 proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
