@@ -137,7 +137,7 @@ def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     configs["controller"] = agent.controller_config(spec, "")[agent.PROMETHEUS_CONFIG_TEMPLATE]
     expositions = {n: node_exposition(n) for nodes in NODES.values() for n in nodes}
     expositions[CONTROLLER] = controller_exposition()
-    relay = MetricsRelay(expositions.get)
+    relay = MetricsRelay(expositions.get, lambda: list(expositions), refresh_s=1)
     targets = [Target(island, relay.address, n, f"HOST-{n}", f"/metrics/{n}")
                for island, nodes in NODES.items() for n in nodes]  # fmt: skip
     targets.append(Target("controller", relay.address, CONTROLLER, "unknown", f"/metrics/{CONTROLLER}"))

@@ -60,6 +60,9 @@ class StatusScaleSet:
     repairs_policy: dict[str, Any]  # the plan's automaticRepairsPolicy
     repairs_running: bool  # the AutomaticRepairs service state (the twin starts it Suspended)
     vms: tuple[StatusVm, ...]
+    # An elastic island's scale set is the Resource Manager stand-in's (tests/twin/arm.py): only the calls the
+    # controller never makes (instance view, instances with $expand=instanceView) are answered here.
+    fixed: bool = True
 
 
 @dataclass
@@ -79,7 +82,9 @@ class StatusReads:
         url = urllib.parse.urlsplit(path)
         match = SCALE_SET.match(url.path)
         if match:
-            return any(s.name == match.group(3) for s in self.scale_sets())
+            found = next((s for s in self.scale_sets() if s.name == match.group(3)), None)
+            expand = dict(urllib.parse.parse_qsl(url.query)).get("$expand", "").lower() == "instanceview"
+            return found is not None and (found.fixed or match.group(4).lower() == "instanceview" or expand)
         return bool(LIST_ALL.match(url.path) or LIST_GROUP.match(url.path) or ACCOUNTS.match(url.path))
 
     def handle(self, method: str, path: str, headers: Any) -> tuple[int, Any]:

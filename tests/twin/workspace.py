@@ -335,11 +335,18 @@ class OperatorCredential:
 
 class MetricsRelay:
     """node_exporter listens on the node's loopback only (ndfleet.monitoring.exporters.NODE_EXPORTER_ADDRESS), so
-    the agent outside the nodes reaches it through this relay: `GET /metrics/<machine>` answers what `fetch(machine)`
-    read inside the machine (bounded), 502 when it read nothing."""
+    the agent outside the nodes reaches it through this relay. A loop reads every machine of `names()` with
+    `fetch(machine)` (inside the machine, bounded by the caller) every `refresh_s`; `GET /metrics/<machine>` answers
+    the last body read, at once, as node_exporter answers on the node (entering a machine takes seconds on a loaded
+    2-core host, longer than a scrape may). 502 when nothing was read within `max_age_s`: the scrape fails, as it
+    would for a node that stopped answering."""
 
-    def __init__(self, fetch: Callable[[str], bytes | None], host: str = "127.0.0.1"):
+    def __init__(self, fetch: Callable[[str], bytes | None], names: Callable[[], Sequence[str]],
+                 host: str = "127.0.0.1", refresh_s: float = 10.0, max_age_s: float = 180.0):  # fmt: skip
         relay = self
+        self.fetch, self.names, self.refresh_s, self.max_age_s = fetch, names, refresh_s, max_age_s
+        self.cache: dict[str, tuple[float, bytes]] = {}
+        self._stop = threading.Event()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -349,22 +356,37 @@ class MetricsRelay:
 
             def do_GET(self) -> None:  # noqa: N802
                 name = urllib.parse.unquote(self.path.split("?")[0].removeprefix("/metrics/"))
-                body = relay.fetch(name) if "/" not in name else None
-                status = 200 if body is not None and len(body) <= MAX_EXPOSITION_BYTES else 502
-                data = body if status == 200 and body is not None else b"no answer from the node\n"
-                self.send_response(status)
+                at, body = relay.cache.get(name, (0.0, b""))
+                fresh = time.monotonic() - at <= relay.max_age_s
+                data = body if fresh else b"no answer from the node\n"
+                self.send_response(200 if fresh else 502)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.fetch = fetch
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self.address = f"{host}:{self.server.server_address[1]}"
+        self.refresh()
         threading.Thread(target=self.server.serve_forever, name="twin-metrics-relay", daemon=True).start()
+        threading.Thread(target=self._loop, name="twin-metrics-relay-reads", daemon=True).start()
+
+    def refresh(self) -> None:
+        for name in list(self.names()):
+            try:
+                body = self.fetch(name)
+            except Exception:  # noqa: BLE001 - a machine that cannot be entered answers nothing
+                body = None
+            if body is not None and len(body) <= MAX_EXPOSITION_BYTES:
+                self.cache[name] = (time.monotonic(), body)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            self.refresh()
 
     def close(self) -> None:
+        self._stop.set()
         self.server.shutdown()
         self.server.server_close()
 
