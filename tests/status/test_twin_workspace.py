@@ -292,3 +292,90 @@ def test_goodput_reads_the_twins_workspace(stand: Stand) -> None:
     # ib01: one node idle, and the one ndfleet's health check drained counted in repair, for the same steps.
     assert ib01["repair"] > 0 and ib01["repair"] == ib01["idle"] and ib01["drained"] == 0, ib01
     assert any(path == "/api/v1/query_range" and status == 200 for path, status in stand.workspace.queries)
+
+
+class _FakeMachine:
+    """A twin machine as the twin's status wiring uses it: its plan entry, and `run` answering the node_exporter
+    read with what the node programs would have written (every node healthy, each in Slurm idle)."""
+
+    def __init__(self, spec: Any, computes: list[str]):
+        self.spec, self.name, self.computes = spec, spec.name, computes
+
+    def run(self, command: str, check: bool = True, timeout: float = 120) -> Any:
+        import subprocess
+
+        assert "127.0.0.1:9100/metrics" in command, command
+        if self.spec.role == "controller":
+            body = slurm_export.render([(n, "idle", "") for n in self.computes], time.time())
+        else:
+            body = node_metrics.render({"status": "healthy", "checks": [{"id": "gpu_count", "status": "pass"}]},
+                                       time.time(), drained=False)  # fmt: skip
+        return subprocess.CompletedProcess(command, 0, body, "")
+
+
+def test_the_twins_status_wiring_reads_its_own_stand_ins(tmp_path: Path) -> None:
+    """tests/twin/twin.py's part, offline: the twin's plan and stack, its Resource Manager reads for the fixed
+    islands from the machines and the Application Health stand-in's states, the workspace with the stack's rendered
+    rules for each island and the controller, the relay reading each machine, and `Twin.status` /
+    `status_now` (the twin's stand-in address moved to loopback; machines are fakes that answer the exporter read)."""
+    import subprocess
+    import sys
+
+    from tests.twin.arm import SUBSCRIPTION
+    from tests.twin.conftest import STACK_FILE
+    from tests.twin.test_status import status_now
+    from tests.twin.twin import Twin
+
+    require_tool("prometheus")
+    loopback_up()
+    plan = tmp_path / "plan.json"
+    cp = subprocess.run([sys.executable, "-m", "ndfleet.cli", "plan", "--stack-file", str(STACK_FILE), "--format",
+                         "json"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    plan.write_text(cp.stdout)
+    twin = Twin(plan, tmp_path / "twin", tmp_path, tmp_path, tmp_path, stack_file=STACK_FILE)
+    twin.standin_ip = "127.0.0.1"
+    twin.workspace_scrape_interval_s = 1
+    ca, cert, key = pki.make_ca_and_server(tmp_path / "pki", twin._service_hosts(), ["127.0.0.1"])
+    twin.ca_pem = ca.read_bytes()
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    fixed = [m for m in twin.plan.machines if m.role == "compute" and m.extra.get("scale_set")]
+    for m in [*fixed, *twin.plan.by_role("controller")]:
+        twin.machines[m.name] = _FakeMachine(m, [c.name for c in fixed])  # type: ignore[assignment]
+    for m in fixed:
+        twin.repairs.created(m.name, m.extra["scale_set"])
+    twin.repairs.instances[fixed[0].name].state = "Unhealthy"
+    assert twin.workspace_account is not None and twin.workspace_host
+    twin.state.status_reads = StatusReads(
+        SUBSCRIPTION, twin.status_scale_sets, twin.state.tokens.get,
+        (twin.workspace_account[1], twin.workspace_account[0], f"https://{twin.workspace_host}"),
+    )  # fmt: skip
+    arm = serve(ServicesHandler, twin.state, "127.0.0.1", 443, server_tls)
+    try:
+        twin._workspace(server_tls)
+        assert twin.workspace is not None
+        deadline = time.monotonic() + ARRIVAL_TIMEOUT_S
+        while len(twin.workspace.query_local('ndfleet_node_validated{stack="twin"}')) < len(fixed) or not (
+                twin.workspace.query_local("ndfleet_slurm_node_state")):  # fmt: skip
+            assert time.monotonic() < deadline, "nothing arrived"
+            time.sleep(0.5)
+        code, table, doc = status_now(twin)
+    finally:
+        if twin.workspace is not None:
+            twin.workspace.close()
+        if twin.relay is not None:
+            twin.relay.close()
+        arm.shutdown()
+        arm.server_close()
+    assert code == 1 and doc["stack"] == "twin", table
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert set(nodes) == {m.name for m in fixed}
+    assert nodes[fixed[0].name]["vmHealth"] == "unhealthy" and nodes[fixed[0].name]["health"] == "unhealthy"
+    for m in fixed[1:]:
+        assert nodes[m.name]["vmHealth"] == "initializing", nodes[m.name]
+    for node in nodes.values():
+        assert node["validation"]["state"] == "passed" and node["slurm"]["state"] == "idle", node
+        assert node["resourceGroup"] == twin.workspace_account[1]
+    assert "ib00" in table and fixed[0].name in table
+

@@ -115,6 +115,8 @@ class Twin:
         )  # fmt: skip
         self.workspace: Workspace | None = None
         self.relay: MetricsRelay | None = None
+        # None: the stack's own scrape interval (ndfleet:monitoring.scrapeIntervalSeconds), as on Azure.
+        self.workspace_scrape_interval_s: float | None = None
         self.workdir = workdir
         self.root = root  # the plain image (controller, login)
         self.hpc = hpc  # the HPC image's layer over it (compute nodes): tests/twin/image.py
@@ -262,6 +264,7 @@ class Twin:
         self.workspace = Workspace(
             self.workdir / "workspace", configs, lambda: self._metric_targets(relay), self.state.tokens.get, tls,
             listen=(self.standin_ip, 0), binary=shutil.which("prometheus") or "prometheus",
+            scrape_interval_s=self.workspace_scrape_interval_s,
         )  # fmt: skip
         self.workspace.start()
 
