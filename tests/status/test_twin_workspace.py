@@ -379,3 +379,25 @@ def test_the_twins_status_wiring_reads_its_own_stand_ins(tmp_path: Path) -> None
         assert node["resourceGroup"] == twin.workspace_account[1]
     assert "ib00" in table and fixed[0].name in table
 
+
+
+def test_an_elastic_scale_sets_own_calls_stay_with_the_elastic_stand_in() -> None:
+    """The controller's elastic programs list instances without $expand and read or write the scale set: those go
+    to tests/twin/arm.py (which judges the controller's role); status's reads of the same scale set come here."""
+    elastic = StatusScaleSet("twin-burst-vmss", "twin-net-rg", "burst", "twin-burst-", "Standard_ND96isr_H100_v5",
+                             {}, {}, False, (), fixed=False)  # fmt: skip
+    fixed = StatusScaleSet("twin-ib00-vmss", "twin-net-rg", "ib00", "twin-ib00-", "Standard_ND96isr_H100_v5",
+                           {}, {}, False, ())  # fmt: skip
+    reads = StatusReads(SUB, lambda: [elastic, fixed], lambda token: None)
+    base = f"/subscriptions/{SUB}/resourceGroups/twin-net-rg/providers/Microsoft.Compute/virtualMachineScaleSets"
+    api = "api-version=2024-07-01"
+    assert not reads.handles("GET", f"{base}/twin-burst-vmss/virtualMachines?{api}")
+    assert not reads.handles("GET", f"{base}/twin-burst-vmss?{api}")
+    assert not reads.handles("PATCH", f"{base}/twin-burst-vmss?{api}")
+    assert reads.handles("GET", f"{base}/twin-burst-vmss/virtualMachines?{api}&$expand=instanceView")
+    assert reads.handles("GET", f"{base}/twin-burst-vmss/instanceView?{api}")
+    assert reads.handles("GET", f"{base}/twin-ib00-vmss/virtualMachines?{api}")
+    assert reads.handles("GET", f"/subscriptions/{SUB}/providers/Microsoft.Compute/virtualMachineScaleSets?{api}")
+    # Without a token for Resource Manager, nothing is read.
+    status, doc = reads.handle("GET", f"{base}/twin-ib00-vmss/virtualMachines?{api}", {})
+    assert status == 401 and doc["error"]["code"] == "InvalidAuthenticationToken"
