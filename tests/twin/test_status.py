@@ -1,4 +1,4 @@
-"""`ndfleet status` against the booted twin (docs/twin.md, "`ndfleet status` on the twin"): the real command, in
+"""`ndfleet status` against the booted twin (docs/twin.md, "What is real and what is stood in"): the real command, in
 process, reads the Resource Manager stand-in's scale sets and instance views (vmHealth from the Application Health
 stand-in, tests/twin/status_arm.py) and the workspace stand-in's real Prometheus (tests/twin/workspace.py), fed by
 an agent that runs the stack's own rendered agent rules against every machine's node_exporter.
