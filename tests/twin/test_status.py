@@ -28,7 +28,12 @@ from tests.twin.twin import Twin
 # controller's Slurm export (60 s), the relay's read (10 s), the agent's scrape (the stack's 30 s) and remote write.
 ARRIVAL_TIMEOUT_S = 600
 SERVING = ("idle", "allocated", "mixed", "completing")
-FIXED_ISLANDS = {"ib00": 3, "ib01": 1}
+
+
+def fixed_islands(twin: Twin) -> dict[str, tuple[int, int]]:
+    """island -> (nodes, spares) of the stack's fixed islands (ib00: 3; ib01: 3 with a warm spare)."""
+    assert twin.spec is not None
+    return {i.name: (i.nodes, i.spares) for i in twin.spec.islands if i.elastic is None}
 
 
 def status_now(twin: Twin) -> tuple[int, str, dict[str, Any]]:
@@ -92,6 +97,7 @@ def test_status_says_what_the_twin_is(twin: Twin) -> None:
     Status lags the twin by up to about two minutes (ARRIVAL_TIMEOUT_S): it is read until it agrees."""
     seen: dict[str, Any] = {}
     ctl = controller(twin)
+    fixed = fixed_islands(twin)
 
     def agrees() -> bool:
         slurm_now = {n.lower(): state for n, state, _ in
@@ -101,7 +107,7 @@ def test_status_says_what_the_twin_is(twin: Twin) -> None:
         seen.update(code=code, table=table, doc=doc, states=states, slurm=slurm_now)
         if not doc or doc.get("error"):
             return False
-        nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in FIXED_ISLANDS}
+        nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in fixed}
         if set(nodes) != set(states):
             return False  # a replacement came or went between the reads: read again
         for name, node in nodes.items():
@@ -122,21 +128,26 @@ def test_status_says_what_the_twin_is(twin: Twin) -> None:
 
     wait_for("status agreeing with the twin", agrees)
     doc, table = seen["doc"], seen["table"]
-    nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in FIXED_ISLANDS}
+    nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in fixed}
     for name, node in nodes.items():
         assert node["vmHealth"] == (seen["states"][name].lower() or "none"), node
         assert node["powerState"] == "running" and node["provisioningState"] == "Succeeded", node
         assert node["slurm"]["state"] == seen["slurm"].get(name, "absent") and node["slurm"]["state"] in SLURM_STATES
     islands = {i["name"]: i for i in doc["islands"]}
-    for island, wanted in FIXED_ISLANDS.items():
-        assert islands[island]["wanted"] == wanted and islands[island]["running"] == len(
-            [n for n in nodes.values() if n["island"] == island]), islands[island]  # fmt: skip
-        assert islands[island]["scaleSets"][0]["repairs"]["enabled"] is True, islands[island]
+    for island, (wanted, spares) in fixed.items():
+        shown = islands[island]
+        assert shown["wanted"] == wanted and shown["running"] == len(
+            [n for n in nodes.values() if n["island"] == island]), shown  # fmt: skip
+        assert shown["scaleSets"][0]["repairs"]["enabled"] is True, shown
+        if spares:
+            # The spares the controller holds now: its nodes in the "spare" Slurm state (scontrol, read above).
+            held = sum(1 for n in nodes.values() if n["island"] == island and seen["slurm"].get(n["name"]) == "spare")
+            assert shown["sparesWanted"] == spares and shown["spares"] == held, shown
     assert twin.workspace is not None
     if FAULTY_NODE in nodes and twin.workspace.query_local(f'ndfleet_node_validated{{node="{FAULTY_NODE}"}}'):
         faulty = nodes[FAULTY_NODE]
         assert faulty["validation"]["state"] == "failed" and faulty["validation"]["failedChecks"], faulty
         assert FAULTY_NODE in table, table
-    for island in FIXED_ISLANDS:
+    for island in fixed:
         assert any(line.split()[:1] == [island] for line in table.splitlines()), table
     print(table)
