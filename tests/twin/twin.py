@@ -283,7 +283,7 @@ class Twin:
         from ndfleet.monitoring.exporters import NODE_EXPORTER_ADDRESS
 
         tm = self.machines.get(name)
-        if tm is None:
+        if tm is None or getattr(tm, "frozen", False):  # a hung node answers nothing (TwinMachine.freeze)
             return None
         cp = tm.run(f"curl -sf --max-time 10 http://{NODE_EXPORTER_ADDRESS}/metrics", check=False, timeout=30)
         return cp.stdout.encode() if cp.returncode == 0 else None

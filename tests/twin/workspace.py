@@ -338,11 +338,13 @@ class MetricsRelay:
     the agent outside the nodes reaches it through this relay. A loop reads every machine of `names()` with
     `fetch(machine)` (inside the machine, bounded by the caller) every `refresh_s`; `GET /metrics/<machine>` answers
     the last body read, at once, as node_exporter answers on the node (entering a machine takes seconds on a loaded
-    2-core host, longer than a scrape may). 502 when nothing was read within `max_age_s`: the scrape fails, as it
-    would for a node that stopped answering."""
+    2-core host, longer than a scrape may). 502 when nothing was read within `max_age_s`: the scrape fails and the
+    node's series end. 300 s because on Azure a node that stops answering (hung) stops sending its own series, which
+    then drop out of instant queries after Prometheus's 5-minute lookback (https://prometheus.io/docs/prometheus/
+    latest/querying/basics/#staleness)."""
 
     def __init__(self, fetch: Callable[[str], bytes | None], names: Callable[[], Sequence[str]],
-                 host: str = "127.0.0.1", refresh_s: float = 10.0, max_age_s: float = 180.0):  # fmt: skip
+                 host: str = "127.0.0.1", refresh_s: float = 10.0, max_age_s: float = 300.0):  # fmt: skip
         relay = self
         self.fetch, self.names, self.refresh_s, self.max_age_s = fetch, names, refresh_s, max_age_s
         self.cache: dict[str, tuple[float, bytes]] = {}
