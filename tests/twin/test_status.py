@@ -57,7 +57,7 @@ def wait_for(what: str, predicate: Any, timeout: float = ARRIVAL_TIMEOUT_S) -> N
 
 
 def test_the_workspace_receives_each_machines_metrics_with_the_labels_its_agent_gives(twin: Twin) -> None:
-    assert twin.workspace is not None, "the twin's stack has monitoring on: the workspace stand-in must run"
+    assert twin.workspace is not None, f"the workspace stand-in did not start: {twin.workspace_error}"
     names = {tm.name for tm in healthy_nodes(twin)}
 
     def arrived() -> bool:
@@ -77,7 +77,7 @@ def test_the_workspace_receives_each_machines_metrics_with_the_labels_its_agent_
 
 
 def test_the_workspace_query_endpoint_wants_a_token_for_azure_monitor(twin: Twin) -> None:
-    assert twin.workspace is not None
+    assert twin.workspace is not None, f"the workspace stand-in did not start: {twin.workspace_error}"
     ip, port = twin.workspace.endpoint_address
     context = ssl.create_default_context(cadata=twin.ca_pem.decode())
     connection = http.client.HTTPSConnection(ip, port, context=context, timeout=30)

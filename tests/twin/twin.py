@@ -114,6 +114,7 @@ class Twin:
             if self.workspace_account and self.spec is not None and self.spec.monitoring.enabled else None
         )  # fmt: skip
         self.workspace: Workspace | None = None
+        self.workspace_error = ""  # why the workspace stand-in did not start
         self.relay: MetricsRelay | None = None
         # None: the stack's own scrape interval (ndfleet:monitoring.scrapeIntervalSeconds), as on Azure.
         self.workspace_scrape_interval_s: float | None = None
@@ -241,7 +242,10 @@ class Twin:
             serve(ServicesHandler, self.state, self.standin_ip, 443, tls),
         ]
         if self.workspace_host:
-            self._workspace(tls)
+            try:
+                self._workspace(tls)
+            except Exception as exc:  # noqa: BLE001 - only `ndfleet status`'s tests need it: they say why it is missing
+                self.workspace, self.workspace_error = None, repr(exc)
         db_host = next(
             (m.tags.get("ndfleet:slurm-db-host") for m in self.plan.machines if m.role == "controller"), None
         )
