@@ -63,7 +63,7 @@ def twin(
     # A TERM (CI's time limit, a person's kill) unwinds through the tear-down below instead of skipping it.
     signal.signal(signal.SIGTERM, _interrupt)
     t = Twin(twin_plan, tmp_path_factory.mktemp("twin"), root, hpc, pool, faults={FAULTY_NODE: "gpu_missing"},
-             never_boots={STUCK_SCALE_SET}, bad_hosts=[BAD_CABLE_NODE])  # fmt: skip
+             never_boots={STUCK_SCALE_SET}, bad_hosts=[BAD_CABLE_NODE], stack_file=STACK_FILE)  # fmt: skip
     try:
         t.start()
         yield t

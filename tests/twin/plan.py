@@ -90,6 +90,7 @@ class PlanMachines:
     grants: dict[str, frozenset[str]] = field(default_factory=dict)
     # the role definitions (the last segment of their id: a built-in role's GUID) the plan assigns to anyone
     assigned_roles: set[str] = field(default_factory=set)
+    doc: dict[str, Any] = field(default_factory=dict)  # the plan JSON itself (the status stand-in's scale sets)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -181,6 +182,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         machines, compute, storage, vaults[0] if vaults else None, plan.get("outputs", {}), scale_sets, scopes,
         role_grants(plan),
         {str(r["inputs"].get("roleDefinitionId", "")).rsplit("/", 1)[-1] for r in _resources(plan, ROLE_ASSIGNMENT)},
+        plan,
     )
 
 

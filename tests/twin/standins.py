@@ -10,7 +10,9 @@
   the distribution archive the image's apt uses (http): static files the twin built (tests/twin/aptrepo.py).
 - A Prometheus remote-write receiver (the Azure Monitor ingestion endpoint): counts accepted POSTs per node.
 - Resource Manager (`https://management.azure.com`): the elastic islands' scale sets, in tests/twin/arm.py; the
-  Impact API (Guest Health Reporting), in tests/twin/repairs.py.
+  Impact API (Guest Health Reporting), in tests/twin/repairs.py; the reads of `ndfleet status` (scale sets, instance
+  views with `vmHealth`, the monitoring workspace), in tests/twin/status_arm.py.
+- The Azure Monitor workspace's query endpoint, a real Prometheus behind a token check: tests/twin/workspace.py.
 
 All servers run in the twin's own network namespace; nothing here can reach or be reached from outside it.
 """
@@ -46,6 +48,7 @@ class CloudState:
     remote_writes: Counter = field(default_factory=Counter)
     arm: Any = None  # the Resource Manager stand-in (tests/twin/arm.py), when the plan has elastic islands
     impact: Any = None  # the Impact API stand-in (tests/twin/repairs.py)
+    status_reads: Any = None  # the reads of `ndfleet status` (tests/twin/status_arm.py)
     requests: list[tuple[str, str, str, int]] = field(default_factory=list)  # (client, host, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,7 +150,14 @@ class ServicesHandler(_Handler):
     def _arm(self) -> bool:
         """Resource Manager's requests go to its stand-in; True when this was one."""
         host = (self.headers.get("Host") or "").split(":")[0]
-        if self.state.arm is None or host != "management.azure.com":
+        if host != "management.azure.com":
+            return False
+        reads = self.state.status_reads
+        if reads is not None and reads.handles(self.command, self.path):
+            status_code, answer = reads.handle(self.command, self.path, self.headers)
+            self._send(status_code, answer)
+            return True
+        if self.state.arm is None:
             return False
         length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
         body = self.rfile.read(length) if length else b""

@@ -24,11 +24,13 @@ from pathlib import Path
 from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID, PROFILES
 from tests.fakes.node import build_sysroot
 from tests.twin import aptrepo, mysql, pki, releases
-from tests.twin.arm import ARM_HOST, Instance, ResourceManager, ScaleSet, computer_name
+from tests.twin.arm import ARM_HOST, SUBSCRIPTION, Instance, ResourceManager, ScaleSet, computer_name
 from tests.twin.machine import TwinMachine
-from tests.twin.plan import AZURE_RESERVED_LOW, Machine, PlanMachines, ScaleSetTemplate, load
+from tests.twin.plan import AZURE_RESERVED_LOW, VMSS, Machine, PlanMachines, ScaleSetTemplate, load
 from tests.twin.repairs import AutomaticRepairs, ImpactApi, kvp_pool
 from tests.twin.standins import CloudState, ImdsHandler, ServicesHandler, serve
+from tests.twin.status_arm import StatusReads, StatusScaleSet, StatusVm
+from tests.twin.workspace import MetricsRelay, OperatorCredential, Target, Workspace
 
 BRIDGE = "twinbr0"
 BRIDGE_MAC = "02:00:00:74:77:6e"  # locally administered
@@ -42,6 +44,9 @@ HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
 HERE = Path(__file__).resolve().parent
 HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
 KVP_POOL_3 = "/var/lib/hyperv/.kvp_pool_3"  # where hv_kvp_daemon keeps what the host tells the guest
+AZURE_MONITOR_WORKSPACE = "azure-native:monitor:AzureMonitorWorkspace"
+# Azure gives a workspace's query endpoint a suffix of its own after the name (recorded answers, tests/data/status).
+WORKSPACE_ENDPOINT_SUFFIX = "t1w2"
 
 
 def in_private_namespaces() -> str | None:
@@ -90,8 +95,29 @@ class Twin:
         nodes_per_island: dict[str, int] | None = None,
         never_boots: set[str] | None = None,
         bad_hosts: list[str] | None = None,
+        stack_file: Path | None = None,
     ):
         self.plan: PlanMachines = load(plan_json, nodes_per_island)
+        # The stack the plan came from: `ndfleet status` reads it, and the workspace runs its rendered agent rules.
+        self.stack_file = stack_file
+        self.spec = None
+        if stack_file is not None:
+            from ndfleet.stackload import load_stack_spec
+
+            self.spec = load_stack_spec(None, str(stack_file), None)[0]
+        self.workspace_account = next(
+            ((r["name"], r["inputs"].get("resourceGroupName", "")) for r in self.plan.doc.get("resources", ())
+             if r["type"] == AZURE_MONITOR_WORKSPACE), None,
+        )  # fmt: skip
+        self.workspace_host = (
+            f"{self.workspace_account[0]}-{WORKSPACE_ENDPOINT_SUFFIX}.eastus.prometheus.monitor.azure.com"
+            if self.workspace_account and self.spec is not None and self.spec.monitoring.enabled else None
+        )  # fmt: skip
+        self.workspace: Workspace | None = None
+        self.workspace_error = ""  # why the workspace stand-in did not start
+        self.relay: MetricsRelay | None = None
+        # None: the stack's own scrape interval (ndfleet:monitoring.scrapeIntervalSeconds), as on Azure.
+        self.workspace_scrape_interval_s: float | None = None
         self.workdir = workdir
         self.root = root  # the plain image (controller, login)
         self.hpc = hpc  # the HPC image's layer over it (compute nodes): tests/twin/image.py
@@ -148,8 +174,9 @@ class Twin:
         tags = {k: v for m in self.plan.machines for k, v in m.tags.items()}
         if self.plan.vault_name:
             hosts.append(f"{self.plan.vault_name}.vault.azure.net")
-        if self.plan.scale_sets:
-            hosts.append(ARM_HOST)
+        hosts.append(ARM_HOST)  # the elastic scaler's, the Impact API's and `ndfleet status`'s
+        if self.workspace_host:
+            hosts.append(self.workspace_host)
         if tags.get("ndfleet:slurm-nfs"):
             hosts.append(f"{tags['ndfleet:slurm-nfs']}.file.core.windows.net")
         if tags.get("ndfleet:slurm-db-host"):
@@ -204,17 +231,135 @@ class Twin:
             reporter_client_ids=computes if IMPACT_REPORTER_ROLE_ID in self.plan.assigned_roles else set(),
         )
         self.state.impact = self.impact
+        self.state.status_reads = StatusReads(
+            SUBSCRIPTION, self.status_scale_sets, self.state.tokens.get,
+            (self.workspace_account[1], self.workspace_account[0], f"https://{self.workspace_host}")
+            if self.workspace_account and self.workspace_host else None,
+        )  # fmt: skip
         self.servers = [
             serve(ImdsHandler, self.state, IMDS_IP, 80),
             serve(ServicesHandler, self.state, self.standin_ip, 80),
             serve(ServicesHandler, self.state, self.standin_ip, 443, tls),
         ]
+        if self.workspace_host:
+            try:
+                self._workspace(tls)
+            except Exception as exc:  # noqa: BLE001 - only `ndfleet status`'s tests need it: they say why it is missing
+                self.workspace, self.workspace_error = None, repr(exc)
         db_host = next(
             (m.tags.get("ndfleet:slurm-db-host") for m in self.plan.machines if m.role == "controller"), None
         )
         if db_host:
             self.database = mysql.Database(self.workdir / "mysql", self.standin_ip, cert, key)
             self.database.start(user="slurmdbd", password=self.state.secrets["slurmdbd-password"])
+
+    # --- `ndfleet status` against the twin (tests/twin/status_arm.py, tests/twin/workspace.py) ------------------
+    def _workspace(self, tls: ssl.SSLContext) -> None:
+        """The monitoring workspace: a real Prometheus fed by one agent running the stack's rendered agent rules
+        for each island's nodes and the controller, through a relay to each machine's loopback node_exporter."""
+        from ndfleet.monitoring import agent
+
+        assert self.spec is not None
+        configs = {i.name: next(f.content for f in agent.node_files(self.spec, i) if f.name == "prometheus.yml.in")
+                   for i in self.spec.islands}  # fmt: skip
+        configs["controller"] = agent.controller_config(self.spec, "")[agent.PROMETHEUS_CONFIG_TEMPLATE]
+        self.relay = MetricsRelay(self._node_exporter, lambda: [t.node for t in self._metric_targets("")])
+        relay = self.relay.address
+        self.workspace = Workspace(
+            self.workdir / "workspace", configs, lambda: self._metric_targets(relay), self.state.tokens.get, tls,
+            listen=(self.standin_ip, 0), binary=shutil.which("prometheus") or "prometheus",
+            scrape_interval_s=self.workspace_scrape_interval_s,
+        )  # fmt: skip
+        self.workspace.start()
+
+    def _metric_targets(self, relay: str) -> list[Target]:
+        """Every machine whose agent sends metrics: the compute nodes (their island's rules) and the controller."""
+        out = []
+        for tm in list(self.machines.values()):
+            role = tm.spec.role
+            kind = "controller" if role == "controller" else tm.spec.island if role == "compute" else None
+            if kind:
+                out.append(Target(kind, relay, tm.name, self.hosts.get(tm.name, "unknown"), f"/metrics/{tm.name}"))
+        return out
+
+    def _node_exporter(self, name: str) -> bytes | None:
+        """What node_exporter serves inside the machine (it listens on the machine's loopback only)."""
+        from ndfleet.monitoring.exporters import NODE_EXPORTER_ADDRESS
+
+        tm = self.machines.get(name)
+        if tm is None or getattr(tm, "frozen", False):  # a hung node answers nothing (TwinMachine.freeze)
+            return None
+        cp = tm.run(f"curl -sf --max-time 10 http://{NODE_EXPORTER_ADDRESS}/metrics", check=False, timeout=30)
+        return cp.stdout.encode() if cp.returncode == 0 else None
+
+    def status_scale_sets(self) -> list[StatusScaleSet]:
+        """The plan's scale sets as Resource Manager would show them now: a fixed island's instances are the machines
+        running with the Application Health stand-in's state; an elastic island's are the Resource Manager
+        stand-in's (no Application Health stand-in watches them: no vmHealth)."""
+        out = []
+        for r in self.plan.doc.get("resources", ()):
+            if r["type"] != VMSS:
+                continue
+            inputs = r["inputs"]
+            tags = dict(inputs.get("tags") or {})
+            elastic = self.arm.scale_sets.get(inputs["vmScaleSetName"]) if (
+                self.arm is not None and inputs.get("vmScaleSetName")) else None  # fmt: skip
+            if elastic is not None:
+                assert self.arm is not None
+                with self.arm.lock:
+                    listed = list(elastic.instances.values())
+                vms = [StatusVm(i.instance_id, i.computer_name, "", i.provisioning_state,
+                                "running" if i.computer_name in self.machines else "starting")
+                       for i in listed]  # fmt: skip
+            else:
+                vms = [StatusVm(str(tm.spec.extra.get("instance_id", "")), tm.name, self.repairs.state(tm.name))
+                       for tm in self.role("compute") if tm.spec.extra.get("scale_set") == r["name"]]  # fmt: skip
+            with self.repairs.lock:
+                running = r["name"] in self.repairs.running
+            out.append(StatusScaleSet(
+                name=inputs.get("vmScaleSetName") or r["name"], resource_group=inputs.get("resourceGroupName", ""),
+                island=tags.get("ndfleet:island", ""),
+                computer_name_prefix=inputs["virtualMachineProfile"]["osProfile"]["computerNamePrefix"],
+                vm_size=inputs["sku"]["name"], tags=tags,
+                repairs_policy=dict(inputs.get("automaticRepairsPolicy") or {}), repairs_running=running,
+                vms=tuple(vms), fixed=elastic is None,
+            ))  # fmt: skip
+        return out
+
+    def operator(self) -> OperatorCredential:
+        """A person's Entra identity for `ndfleet status`: tokens the stand-ins accept, for the audience asked."""
+
+        def record(token: str, client: str, audience: str) -> None:
+            with self.state.lock:
+                self.state.tokens[token] = (client, audience)
+
+        return OperatorCredential(record)
+
+    def status(self, fmt: str = "json") -> tuple[int, str, str]:
+        """`ndfleet status --stack-file <the twin's stack> --format FMT`, in process, against the stand-ins: Resource
+        Manager and the workspace's host names go to their stand-ins (like curl --connect-to), over TLS that trusts
+        the twin's certificate authority. (exit code, stdout, stderr)."""
+        import contextlib
+        import io
+
+        from ndfleet.azure.arm import RetrySettings
+        from ndfleet.azure.http import BoundedTransport
+        from ndfleet.cli import build_parser
+        from ndfleet.commands import status as status_cmd
+
+        assert self.stack_file is not None, "the twin was made without its stack file"
+        connect_to = {ARM_HOST: (self.standin_ip, 443)}
+        if self.workspace is not None and self.workspace_host:
+            connect_to[self.workspace_host] = self.workspace.endpoint_address
+        transport = BoundedTransport(tls=ssl.create_default_context(cadata=self.ca_pem.decode()), connect_to=connect_to)
+        args = build_parser().parse_args(["status", "--stack-file", str(self.stack_file), "--format", fmt])
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = status_cmd.run_cli(
+                args, env={"AZURE_SUBSCRIPTION_ID": SUBSCRIPTION}, credential=self.operator(), transport=transport,
+                retry=RetrySettings(total=2, backoff_factor=0.5, backoff_max=5), sleep=lambda s: None,
+            )  # fmt: skip
+        return code, out.getvalue(), err.getvalue()
 
     def _machine_files(self, m) -> dict[str, tuple[bytes, int]]:
         prefix = self.plan.compute_subnet.prefixlen
@@ -446,6 +591,10 @@ class Twin:
     # --- tear-down -------------------------------------------------------------------------------------------
     def close(self) -> None:
         self.repairs.stop.set()
+        if self.workspace is not None:
+            self.workspace.close()
+        if self.relay is not None:
+            self.relay.close()
         if self.arm is not None:
             self.arm.boot = lambda template, inst: None  # nothing boots during the tear-down
         for tm in list(self.machines.values()):
