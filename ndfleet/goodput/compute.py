@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ndfleet_node.names import BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+
+if TYPE_CHECKING:
+    from ndfleet.goodput.jobs import JobReport
 
 # What each hour of a node counts as. "powered_down" (an elastic node Slurm has deallocated) is not paid for and is
 # left out of node-hours; "other" is a Slurm state ndfleet does not map.
@@ -176,6 +180,7 @@ class Report:
     islands: dict[str, Figures]
     cluster: Figures
     unplaced_nodes: tuple[str, ...]  # nodes whose host name names no island of the stack
+    jobs: JobReport | None = None  # the requeued or node-failed jobs' figures (ndfleet.goodput.jobs)
 
     def badput_usd(self, f: Figures) -> float | None:
         return None if self.usd_per_node_hour is None else round(f.badput_hours * self.usd_per_node_hour, 2)
@@ -206,6 +211,8 @@ def build_report(
 
 
 def as_json(report: Report) -> dict[str, object]:
+    from ndfleet.goodput.jobs import jobs_json
+
     def figures(f: Figures) -> Mapping[str, object]:
         times = f.back_in_service_s
         return {
@@ -230,12 +237,13 @@ def as_json(report: Report) -> dict[str, object]:
         "islands": {name: figures(f) for name, f in report.islands.items()},
         "cluster": figures(report.cluster),
         "unplacedNodes": list(report.unplaced_nodes),
+        "jobs": None if report.jobs is None else jobs_json(report.jobs),
         "notYetMeasured": list(NOT_YET_MEASURED),
     }
 
 
 # What the issue asks for that the published series cannot tell yet (docs/goodput.md, "Not yet measured").
 NOT_YET_MEASURED = (
-    "detect time (fault to drain): needs the fault's time from impact reports or the twin's injected faults",
-    "job restart time and per-job ETTR: needs job series from Slurm accounting (docs/goodput.md, job series)",
+    "detect time (fault to drain): no series holds the fault's own time (docs/goodput.md, detect time)",
+    "work lost since a job's last checkpoint: not known to Slurm, so ETTR is an upper bound",
 )
