@@ -8,15 +8,13 @@ series at one timestamp, the one that is not in service wins (as `status` does: 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ndfleet_node.names import BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
 
-if TYPE_CHECKING:
-    from ndfleet.goodput.jobs import JobReport
+from ndfleet.goodput.jobs import JobReport, jobs_json
+from ndfleet.goodput.stats import percentile
 
 # What each hour of a node counts as. "powered_down" (an elastic node Slurm has deallocated) is not paid for and is
 # left out of node-hours; "other" is a Slurm state ndfleet does not map.
@@ -81,15 +79,6 @@ def island_of(node: str, prefixes: Mapping[str, str]) -> str:
         if node.lower().startswith(prefix.lower()) and len(prefix) > len(prefixes.get(best, "")):
             best = island
     return best
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The nearest-rank percentile: the smallest value with at least p % of the values at or below it
-    (NIST/SEMATECH e-Handbook's definition of the order statistic; no interpolation, so it is one observed value)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 @dataclass
@@ -211,8 +200,6 @@ def build_report(
 
 
 def as_json(report: Report) -> dict[str, object]:
-    from ndfleet.goodput.jobs import jobs_json
-
     def figures(f: Figures) -> Mapping[str, object]:
         times = f.back_in_service_s
         return {

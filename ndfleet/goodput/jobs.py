@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ndfleet_node.names import JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
-from ndfleet.goodput.compute import percentile
+from ndfleet.goodput.stats import percentile
 from ndfleet.status.prometheus import QueryFailed, Series
 
 # The run states that put the job back in the queue or ended it by a node failure (sacct's NODE_FAIL, REQUEUED,
