@@ -28,12 +28,17 @@ from ndfleet.status.prometheus import PrometheusReader, QueryFailed, Series, fla
 # points per timeseries", web/api/v1/api.go). ndfleet asks for at most 1,000, one island at a time: an island of
 # 1,000 nodes at about 22 bytes a point ([1796284800.123,"1"]) is about 22 MB, under MAX_ANSWER_BYTES (32 MiB).
 MAX_POINTS = 1_000
+# The job series hold constant values (a run's start or end) and each lives for days (a job is published for 7 days
+# after its last failure), so a coarse step loses none of them: 100 points a series keeps the answer small however
+# many jobs a week turns over (5,000 series x 100 points x ~30 bytes is 15 MB). The step only rounds when a running
+# run that stopped being published was last seen.
+MAX_JOB_POINTS = 100
 
 
-def step_for(since: float, until: float, scrape_interval_s: int) -> float:
-    """The query step: the smallest whole multiple of the scrape interval that keeps the period within MAX_POINTS
+def step_for(since: float, until: float, scrape_interval_s: int, max_points: int = MAX_POINTS) -> float:
+    """The query step: the smallest whole multiple of the scrape interval that keeps the period within `max_points`
     points (finer than the scrape interval adds no information)."""
-    return float(scrape_interval_s * max(1, math.ceil((until - since) / (MAX_POINTS * scrape_interval_s))))
+    return float(scrape_interval_s * max(1, math.ceil((until - since) / (max_points * scrape_interval_s))))
 
 
 def island_query(spec: ClusterSpec, island: str) -> str:
@@ -100,8 +105,9 @@ def read_goodput(
         try:
             for island in prefixes:
                 samples += state_samples(reader.query_range(island_query(spec, island), since, until, step))
-            job_answers = [reader.query_range(q, since, until, step) for q in job_queries(spec)]
-            jobs = build_jobs(*job_answers, since=since, until=until, step_s=step)
+            job_step = step_for(since, until, spec.monitoring.scrape_interval_seconds, MAX_JOB_POINTS)
+            job_answers = [reader.query_range(q, since, until, job_step) for q in job_queries(spec)]
+            jobs = build_jobs(*job_answers, since=since, until=until, step_s=job_step)
         finally:
             reader.close()
     except CannotCheck as exc:

@@ -179,7 +179,8 @@ def test_the_queries_ask_one_island_each_over_the_period(tmp_path: Path, capsys:
     for call, metric in zip(calls[2:], ("start", "end"), strict=True):
         query = parse_qs(urlsplit(call.url).query)
         assert query["query"] == [f'ndfleet_slurm_job_run_{metric}_seconds{{stack="prod"}}']
-        assert (float(query["start"][0]), float(query["end"][0]), float(query["step"][0])) == (T0, UNTIL, 60)
+        # 12 h in at most 100 points, a whole number of the 30 s scrape interval: 450 s
+        assert (float(query["start"][0]), float(query["end"][0]), float(query["step"][0])) == (T0, UNTIL, 450)
     for call, island in zip(calls[:2], ("ib00", "ib01"), strict=True):
         query = parse_qs(urlsplit(call.url).query)
         assert query["query"] == [f'ndfleet_slurm_node_state{{stack="prod",slurm_node=~"(?i)prod-{island}-.*"}} == 1']
