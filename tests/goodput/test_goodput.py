@@ -14,13 +14,15 @@ import pytest
 from ndfleet.cli import build_parser
 from ndfleet.commands import goodput as goodput_cmd
 from ndfleet.goodput.compute import StateSample, build_report, category, cause, node_figures, percentile
-from ndfleet.status.prometheus import QueryFailed, parse_matrix
+from ndfleet.goodput.jobs import build_jobs
+from ndfleet.status.prometheus import QueryFailed, Series, parse_matrix
 from tests.status.test_status import DATA, PATTERNS, TINY_RETRY, ok, stack_file
 from tests.test_preflight import FakeCredential, ReplayTransport, Reply, no_network  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1796284800  # 2026-12-03 08:00 UTC: the recordings' start
 UNTIL = T0 + 12 * 3600
+H = 3600
 ROUTES = {
     **{k: v for k, v in PATTERNS.items() if not k.startswith("prom_")},
     "range_ib00": r"/api/v1/query_range\?.*prod-ib00-",
@@ -275,3 +277,30 @@ def test_nearest_rank_percentiles() -> None:
 def test_a_range_answer_of_the_wrong_shape_is_a_named_failure(values: str, named: str) -> None:
     with pytest.raises(QueryFailed, match=re.escape(named)):
         parse_matrix(f'{{"status": "success", "data": {values}}}'.encode())
+
+
+def job_series(metric: str, job: str, run: int, value: float, *at: float, state: str = "") -> Series:
+    labels = {"job": job, "run": str(run), **({"state": state} if state else {})}
+    return Series({"__name__": metric, **labels}, tuple((t, str(int(value))) for t in at))
+
+
+def test_an_end_without_its_start_and_a_missing_run_tell_no_restart() -> None:
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    report = build_jobs(
+        [job_series(start, "7", 0, T0, T0), job_series(start, "7", 2, T0 + 3 * H, T0 + 3 * H)],
+        [job_series(end, "7", 0, T0 + H, T0 + H, state="node_fail"),
+         job_series(end, "8", 0, T0 + H, T0 + H, state="node_fail")],  # job 8's start never seen: no job 8
+        since=T0, until=T0 + 4 * H, step_s=H,
+    )  # fmt: skip
+    (job,) = report.jobs
+    assert job.job == "7" and job.restarts(T0, T0 + 4 * H) == []  # run 1 missing: 0 -> 2 is no restart time
+    # run 2 runs until its last sample + the step (T0 + 4 h, the period's end): 1 h + 1 h over 4 h
+    assert (job.run_s, job.wall_s, job.ettr) == (2 * H, 4 * H, 0.5)
+
+
+def test_a_restart_counts_in_the_period_its_failure_falls_in() -> None:
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    starts = [job_series(start, "7", 0, T0 - 2 * H, T0), job_series(start, "7", 1, T0 + H, T0 + H)]
+    ends = [job_series(end, "7", 0, T0 - H, T0, state="node_fail")]
+    assert build_jobs(starts, ends, since=T0, until=T0 + 2 * H, step_s=H).restart_s == {}
+    assert build_jobs(starts, ends, since=T0 - H, until=T0 + 2 * H, step_s=H).restart_s == {"node_fail": [2 * H]}
