@@ -141,3 +141,12 @@ def test_the_records_are_read_field_by_field() -> None:
     ]
     with pytest.raises(SacctError, match="line 2: 5 fields"):
         parse_records("7|2026-12-03T08:00:00|Unknown|RUNNING\n7|a|b|c|d\n")
+
+
+def test_the_series_budget_counts_the_exports_bound_and_the_docs_quote_it() -> None:
+    from ndfleet.monitoring import budget
+
+    bound = slurm_export.MAX_JOBS * slurm_export.MAX_RUNS_PER_JOB * 2
+    assert bound == budget.JOB_RUN_SERIES
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "goodput.md").read_text().split())
+    assert f"At most {slurm_export.MAX_JOBS} x {slurm_export.MAX_RUNS_PER_JOB} x 2 = {bound} job series" in doc
