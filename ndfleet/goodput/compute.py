@@ -8,11 +8,13 @@ series at one timestamp, the one that is not in service wins (as `status` does: 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ndfleet_node.names import BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+
+from ndfleet.goodput.jobs import JobReport, jobs_json
+from ndfleet.goodput.stats import percentile
 
 # What each hour of a node counts as. "powered_down" (an elastic node Slurm has deallocated) is not paid for and is
 # left out of node-hours; "other" is a Slurm state ndfleet does not map.
@@ -77,15 +79,6 @@ def island_of(node: str, prefixes: Mapping[str, str]) -> str:
         if node.lower().startswith(prefix.lower()) and len(prefix) > len(prefixes.get(best, "")):
             best = island
     return best
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The nearest-rank percentile: the smallest value with at least p % of the values at or below it
-    (NIST/SEMATECH e-Handbook's definition of the order statistic; no interpolation, so it is one observed value)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 @dataclass
@@ -176,6 +169,7 @@ class Report:
     islands: dict[str, Figures]
     cluster: Figures
     unplaced_nodes: tuple[str, ...]  # nodes whose host name names no island of the stack
+    jobs: JobReport | None = None  # the requeued or node-failed jobs' figures (ndfleet.goodput.jobs)
 
     def badput_usd(self, f: Figures) -> float | None:
         return None if self.usd_per_node_hour is None else round(f.badput_hours * self.usd_per_node_hour, 2)
@@ -230,12 +224,13 @@ def as_json(report: Report) -> dict[str, object]:
         "islands": {name: figures(f) for name, f in report.islands.items()},
         "cluster": figures(report.cluster),
         "unplacedNodes": list(report.unplaced_nodes),
+        "jobs": None if report.jobs is None else jobs_json(report.jobs),
         "notYetMeasured": list(NOT_YET_MEASURED),
     }
 
 
 # What the issue asks for that the published series cannot tell yet (docs/goodput.md, "Not yet measured").
 NOT_YET_MEASURED = (
-    "detect time (fault to drain): needs the fault's time from impact reports or the twin's injected faults",
-    "job restart time and per-job ETTR: needs job series from Slurm accounting (docs/goodput.md, job series)",
+    "detect time (fault to drain): no series holds the fault's own time (docs/goodput.md, detect time)",
+    "work lost since a job's last checkpoint: not known to Slurm, so ETTR is an upper bound",
 )

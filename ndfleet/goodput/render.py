@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from ndfleet.azure.text import terminal_lines
 from ndfleet.cost.estimate import usd
 from ndfleet.goodput.compute import CATEGORIES, NOT_YET_MEASURED, Figures, Report, as_json, percentile
+from ndfleet.goodput.jobs import JobReport
 
 
 def render_json(report: Report) -> str:
@@ -23,6 +24,28 @@ def _duration(seconds: float | None) -> str:
         return "-"
     minutes = round(seconds / 60)
     return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+# The table names the jobs with the lowest ETTR, at most this many (the JSON has every job).
+LOWEST_ETTR_SHOWN = 10
+
+
+def job_lines(jobs: JobReport) -> list[str]:
+    """The requeued or node-failed jobs: how many, their ETTR, the restart times by cause (docs/goodput.md)."""
+    overall = jobs.ettr_overall
+    known = sorted((j for j in jobs.jobs if j.ettr is not None), key=lambda j: (j.ettr or 0.0, int(j.job)))
+    lines = [
+        f"jobs requeued or ended by a node failure: {len(jobs.jobs)} ({sum(len(j.runs) for j in jobs.jobs)} runs "
+        f"seen); ETTR of the {len(known)} whose it is known: {'-' if overall is None else f'{overall:.1%}'}"
+        + (f"; {jobs.waiting} waiting to restart (ETTR not known yet)" if jobs.waiting else ""),
+    ]
+    restarts = ", ".join(f"{cause} {len(t)} (median {_duration(percentile(t, 50))}, p95 {_duration(percentile(t, 95))})"
+                         for cause, t in jobs.restart_s.items())  # fmt: skip
+    lines.append(f"job restarts (run end to next run's start): {restarts or 'none'}")
+    if known:
+        shown = ", ".join(f"{j.job} {j.ettr or 0.0:.1%}" for j in known[:LOWEST_ETTR_SHOWN])
+        lines.append(f"lowest ETTR: {shown}")
+    return lines
 
 
 def render_table(report: Report) -> str:
@@ -49,6 +72,8 @@ def render_table(report: Report) -> str:
         lines.append(f"{name}: interruptions: {causes or 'none'}; drain to back in service: median "
                      f"{_duration(percentile(times, 50))}, p95 {_duration(percentile(times, 95))} over {len(times)}"
                      + (f", {f.still_out} still out" if f.still_out else ""))
+    if report.jobs is not None:
+        lines += ["", *job_lines(report.jobs)]
     if report.unplaced_nodes:
         lines.append(f"not counted (host name names no island): {', '.join(report.unplaced_nodes[:10])}")
     lines += ["", "not yet measured: " + "; ".join(NOT_YET_MEASURED)]

@@ -17,6 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ndfleet_node import slurm_export
+from ndfleet_node.names import JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
+
 from ndfleet.monitoring import cost, exporters
 from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -83,10 +86,18 @@ def controller_own_series(spec: ClusterSpec) -> int:
         "textfile": 2,
     }
     assert set(host) == set(exporters.NODE_EXPORTER_COLLECTORS)
-    slurm = len(exporters.SLURM_EXPORT_METRICS) - 1  # ndfleet_slurm_node_state is counted per node
-    return sum(host.values()) + slurm + cost.SERIES_PER_TARGET
+    # ndfleet_slurm_node_state is counted per node, the job runs' series by the export's bound; the rest are one each
+    slurm = len(set(exporters.SLURM_EXPORT_METRICS) - {SLURM_NODE_METRIC, JOB_RUN_START_METRIC, JOB_RUN_END_METRIC})
+    return sum(host.values()) + slurm + JOB_RUN_SERIES + cost.SERIES_PER_TARGET
 
 
+# The controller's job series (ndfleet_node.slurm_export): a start and an end for each published run, at most
+# MAX_JOBS jobs of MAX_RUNS_PER_JOB runs at a time. A job that leaves the published set (followed past FOLLOW_DAYS,
+# or pushed out by newer ones) stays active for ~12 hours more: this is the steady bound, as for the node states.
+JOB_RUN_SERIES = 2 * slurm_export.MAX_JOBS * slurm_export.MAX_RUNS_PER_JOB
+
+
+SLURM_NODE_METRIC = "ndfleet_slurm_node_state"
 # The controller's `ndfleet_slurm_node_state{slurm_node, state, reason}`: one series per node. A node whose Slurm
 # state or drain reason changes starts a new one, active for ~12 hours: this is the steady count.
 SLURM_SERIES_PER_NODE = 1

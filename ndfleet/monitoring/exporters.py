@@ -23,6 +23,7 @@ import posixpath
 from dataclasses import dataclass
 
 from ndfleet_node import metrics as node_metrics
+from ndfleet_node import names as shared_names
 from ndfleet_node import slurm_export
 
 # --- versions, each with where it comes from ---------------------------------------------------------------
@@ -148,6 +149,10 @@ SLURM_EXPORT_METRICS: tuple[str, ...] = (
     "ndfleet_slurm_node_state",
     "ndfleet_slurm_export_success",
     "ndfleet_slurm_export_last_run_timestamp_seconds",
+    shared_names.JOB_RUN_START_METRIC,
+    shared_names.JOB_RUN_END_METRIC,
+    shared_names.JOB_EXPORT_SUCCESS_METRIC,
+    shared_names.JOB_EXPORT_LEFT_OUT_METRIC,
 )
 
 # Series the Prometheus agent writes for every scrape target itself.

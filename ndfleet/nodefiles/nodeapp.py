@@ -80,7 +80,8 @@ def source_files() -> list[Path]:
 # a 64 KB limit. The burn-in's Slurm mode reserves nodes and starts the tests from the controller; the nodes keep
 # the hostfile mode (`burnin`) and the test runner it starts on them. Paths relative to the package; a folder ends
 # with "/".
-CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py", "burnin/slurm.py", "spares.py", "host_ledger.py")
+CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py", "sacct.py", "burnin/slurm.py", "spares.py",
+                   "host_ledger.py")
 
 
 def bundled_files() -> list[Path]:

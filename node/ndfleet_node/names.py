@@ -39,3 +39,12 @@ DRAIN_MARKER = "/var/lib/ndfleet/drained"
 # The Slurm states the controller publishes (slurm_export) and `status` reads back.
 SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining", "down", "powered_down",
                 "awaiting_burnin", "spare", "other")
+
+# The Slurm controller's job series (slurm_export writes them from Slurm accounting, `ndfleet goodput` reads them):
+# each run of a job that was requeued or ended by a node failure, labels `job` (sacct's JobIDRaw) and `run` (0 for
+# the first run, in start order); the end also carries `state`, the run's accounting state in lower case
+# (node_fail, requeued, preempted, completed, ...). Values are unix seconds.
+JOB_RUN_START_METRIC = "ndfleet_slurm_job_run_start_seconds"
+JOB_RUN_END_METRIC = "ndfleet_slurm_job_run_end_seconds"
+JOB_EXPORT_SUCCESS_METRIC = "ndfleet_slurm_job_export_success"  # 0: sacct failed, hung or said something unreadable
+JOB_EXPORT_LEFT_OUT_METRIC = "ndfleet_slurm_job_export_left_out_jobs"  # such jobs past the export's cap

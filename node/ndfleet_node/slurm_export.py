@@ -8,8 +8,20 @@ inside a reason does not count, records split on newline only), and writes node_
   ndfleet_slurm_export_success 0|1                         0: scontrol failed, hung or said something unreadable
   ndfleet_slurm_export_last_run_timestamp_seconds          when this file was written
 
+and, from Slurm accounting (ndfleet_node.sacct), each run of the jobs that were requeued or ended by a node failure
+in the last FOLLOW_DAYS days (a run that ended NODE_FAIL, REQUEUED or PREEMPTED), for `ndfleet goodput`'s per-job
+ETTR and job-restart times (docs/goodput.md):
+
+  ndfleet_slurm_job_run_start_seconds{job, run}            a started run's start (run 0 is the job's first)
+  ndfleet_slurm_job_run_end_seconds{job, run, state}       an ended run's end and its accounting state
+  ndfleet_slurm_job_export_success 0|1                     0: sacct failed, hung or said something unreadable
+  ndfleet_slurm_job_export_left_out_jobs                   such jobs past MAX_JOBS (the oldest), not published
+
+Bounded: at most MAX_JOBS jobs (the newest) and each job's last MAX_RUNS_PER_JOB runs, so at most
+MAX_JOBS x MAX_RUNS_PER_JOB x 2 job series (ndfleet/monitoring/budget.py counts them).
+
 `slurm_node` (not `node`) names the Slurm node: the Prometheus agent adds `node` (the controller's host name) to
-every series it sends. A failed run writes success 0 and no node series, never stale states.
+every series it sends. A failed run writes success 0 and no node series, never stale states; the same for jobs.
 """
 
 from __future__ import annotations
@@ -19,10 +31,19 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ndfleet_node.metrics import escape_label, write_atomically
-from ndfleet_node.names import AWAITING_BURNIN_REASON, SPARES_RESERVATION_PREFIX
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    JOB_EXPORT_LEFT_OUT_METRIC,
+    JOB_EXPORT_SUCCESS_METRIC,
+    JOB_RUN_END_METRIC,
+    JOB_RUN_START_METRIC,
+    SPARES_RESERVATION_PREFIX,
+)
+from ndfleet_node.sacct import JobRecord, Sacct, SacctError
 from ndfleet_node.scontrol import MAX_LIST_BYTES, Scontrol, SlurmError, parse_nodes
 
 DEFAULT_OUT = "/var/lib/ndfleet/textfile/ndfleet_slurm.prom"
@@ -31,6 +52,18 @@ MAX_REASON_CHARS = 120
 # of the labels (a terminal, `ndfleet status`'s table) could take for line breaks or escape sequences.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _BUSY = ("ALLOCATED", "MIXED", "COMPLETING")
+# The job series' bounds: a job is followed for FOLLOW_DAYS after its last requeue or node failure (a week: the
+# report's default period), the newest MAX_JOBS such jobs, each job's last MAX_RUNS_PER_JOB runs.
+FOLLOW_DAYS = 7
+MAX_JOBS = 50
+MAX_RUNS_PER_JOB = 5
+SACCT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class JobRuns:
+    runs: tuple[tuple[int, JobRecord], ...]  # (run index, the run's record), started runs only
+    left_out: int  # jobs past MAX_JOBS
 
 
 def slurm_state(states: Sequence[str], reason: str, spare: bool = False) -> str:
@@ -70,8 +103,48 @@ def node_states(text: str, spares: frozenset[str] = frozenset()) -> list[tuple[s
     return out
 
 
-def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
-    """The textfile for one run; `states` None when scontrol could not be read."""
+def job_runs(sacct: Sacct) -> JobRuns:
+    """The started runs of the newest MAX_JOBS jobs requeued or ended by a node failure in the last FOLLOW_DAYS
+    days, each job's last MAX_RUNS_PER_JOB; a run's index counts every run of its job in start order."""
+    jobs = sacct.restarted_jobs(f"now-{FOLLOW_DAYS}days")
+    kept = jobs[:MAX_JOBS]
+    by_job: dict[str, list[JobRecord]] = {}
+    for record in sacct.runs(kept):
+        by_job.setdefault(record.job, []).append(record)
+    out: list[tuple[int, JobRecord]] = []
+    for job in kept:
+        started = sorted((r for r in by_job.get(job, ()) if r.start is not None), key=lambda r: r.start or 0.0)
+        out += list(enumerate(started))[-MAX_RUNS_PER_JOB:]
+    return JobRuns(tuple(out), len(jobs) - len(kept))
+
+
+def render_jobs(jobs: JobRuns | None) -> list[str]:
+    lines = [
+        f"# HELP {JOB_RUN_START_METRIC} When each run of a requeued or node-failed job started (unix seconds).",
+        f"# TYPE {JOB_RUN_START_METRIC} gauge",
+    ]
+    for index, r in jobs.runs if jobs else ():
+        lines.append(f'{JOB_RUN_START_METRIC}{{job="{r.job}",run="{index}"}} {r.start:.0f}')
+    lines += [
+        f"# HELP {JOB_RUN_END_METRIC} When each such run ended (unix seconds), with its accounting state.",
+        f"# TYPE {JOB_RUN_END_METRIC} gauge",
+    ]
+    for index, r in jobs.runs if jobs else ():
+        if r.end is not None:
+            lines.append(f'{JOB_RUN_END_METRIC}{{job="{r.job}",run="{index}",state="{r.state.lower()}"}} {r.end:.0f}')
+    lines += [
+        f"# HELP {JOB_EXPORT_SUCCESS_METRIC} 1 when sacct answered and its answer was read.",
+        f"# TYPE {JOB_EXPORT_SUCCESS_METRIC} gauge",
+        f"{JOB_EXPORT_SUCCESS_METRIC} {0 if jobs is None else 1}",
+        f"# HELP {JOB_EXPORT_LEFT_OUT_METRIC} Requeued or node-failed jobs past the export's cap, not published.",
+        f"# TYPE {JOB_EXPORT_LEFT_OUT_METRIC} gauge",
+        f"{JOB_EXPORT_LEFT_OUT_METRIC} {0 if jobs is None else jobs.left_out}",
+    ]
+    return lines
+
+
+def render(states: Sequence[tuple[str, str, str]] | None, now: float, jobs: JobRuns | None = None) -> str:
+    """The textfile for one run; `states` None when scontrol could not be read, `jobs` when sacct could not."""
     lines = [
         "# HELP ndfleet_slurm_node_state Each Slurm node's state as the controller sees it (state, reason labels).",
         "# TYPE ndfleet_slurm_node_state gauge",
@@ -86,6 +159,7 @@ def render(states: Sequence[tuple[str, str, str]] | None, now: float) -> str:
         "# HELP ndfleet_slurm_export_last_run_timestamp_seconds When the controller last wrote these metrics.",
         "# TYPE ndfleet_slurm_export_last_run_timestamp_seconds gauge",
         f"ndfleet_slurm_export_last_run_timestamp_seconds {now:.3f}",
+        *render_jobs(jobs),
     ]
     return "\n".join(lines) + "\n"
 
@@ -114,8 +188,13 @@ def handle(args: argparse.Namespace) -> int:
             print(f"slurm-export: spares not read: {error}", file=sys.stderr)
             spares = frozenset()
         states = node_states(listing, spares)
-    write_atomically(Path(args.out), render(states, time.time()))
-    return 0 if states is not None else 1
+    jobs: JobRuns | None = None
+    try:
+        jobs = job_runs(Sacct(args.sacct, min(args.timeout, SACCT_TIMEOUT_S)))
+    except SacctError as error:
+        print(f"slurm-export: jobs not read: {error}", file=sys.stderr)
+    write_atomically(Path(args.out), render(states, time.time(), jobs))
+    return 0 if states is not None and jobs is not None else 1
 
 
 def _seconds(text: str) -> float:
@@ -132,6 +211,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("slurm-export", help="on the controller: publish every node's Slurm state as metrics")
     p.add_argument("--out", default=DEFAULT_OUT, help="node_exporter textfile to write")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"])
+    p.add_argument("--sacct", nargs="+", default=["sacct"])
     p.add_argument("--timeout", type=_seconds, default=30.0, help="seconds for the scontrol call")
     p.set_defaults(handler=handle)
 

@@ -14,17 +14,21 @@ import pytest
 from ndfleet.cli import build_parser
 from ndfleet.commands import goodput as goodput_cmd
 from ndfleet.goodput.compute import StateSample, build_report, category, cause, node_figures, percentile
-from ndfleet.status.prometheus import QueryFailed, parse_matrix
+from ndfleet.goodput.jobs import build_jobs
+from ndfleet.status.prometheus import QueryFailed, Series, parse_matrix
 from tests.status.test_status import DATA, PATTERNS, TINY_RETRY, ok, stack_file
 from tests.test_preflight import FakeCredential, ReplayTransport, Reply, no_network  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1796284800  # 2026-12-03 08:00 UTC: the recordings' start
 UNTIL = T0 + 12 * 3600
+H = 3600
 ROUTES = {
     **{k: v for k, v in PATTERNS.items() if not k.startswith("prom_")},
     "range_ib00": r"/api/v1/query_range\?.*prod-ib00-",
     "range_ib01": r"/api/v1/query_range\?.*prod-ib01-",
+    "range_job_start": r"/api/v1/query_range\?query=ndfleet_slurm_job_run_start_seconds",
+    "range_job_end": r"/api/v1/query_range\?query=ndfleet_slurm_job_run_end_seconds",
 }
 
 
@@ -39,6 +43,8 @@ def azure(**override: list[Reply]) -> ReplayTransport:
         "accounts": ok("monitor-accounts.json"),
         "range_ib00": [Reply(200, "goodput/prom-slurm-range-ib00.json")],
         "range_ib01": [Reply(200, "goodput/prom-slurm-range-ib01.json")],
+        "range_job_start": [Reply(200, "goodput/prom-slurm-job-run-start.json")],
+        "range_job_end": [Reply(200, "goodput/prom-slurm-job-run-end.json")],
     }
     routes.update(override)
     return ReplayTransport([(ROUTES[k], v) for k, v in routes.items()], root=DATA)
@@ -57,11 +63,11 @@ def period() -> list[str]:
     return ["--since", "2026-12-03T08:00Z", "--until", "2026-12-03T20:00Z"]
 
 
-def hand_table() -> dict[str, dict[str, str]]:
-    """The worked example's table in docs/goodput.md, row name -> column -> cell."""
+def hand_table(name: str = "goodput-hand-table") -> dict[str, dict[str, str]]:
+    """A table worked out by hand in docs/goodput.md, row name -> column -> cell."""
     text = (REPO / "docs" / "goodput.md").read_text()
-    block = re.search(r"<!-- goodput-hand-table.*?-->\n(.*?)<!-- /goodput-hand-table -->", text, re.S)
-    assert block, "docs/goodput.md lost its hand table"
+    block = re.search(rf"<!-- {name}.*?-->\n(.*?)<!-- /{name} -->", text, re.S)
+    assert block, f"docs/goodput.md lost its table {name}"
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.group(1).strip().splitlines()]
     head = rows[0]
     return {r[0]: dict(zip(head, r, strict=True)) for r in rows[2:]}
@@ -90,11 +96,80 @@ def test_the_report_on_the_recorded_answers_equals_the_hand_table(
     code, out, err = run(capsys, tmp_path, azure(), *period(), "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    table = hand_table()
+    table = hand_table("goodput-hand-table")
     assert set(table) == {"ib00", "ib01", "cluster"}
     for name, row in table.items():
         figures = doc["cluster"] if name == "cluster" else doc["islands"][name]
         assert as_cells(figures) == {k: v for k, v in row.items() if k != ""}, name
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}".replace("%", " %")
+
+
+def job_cells(job: dict[str, Any]) -> dict[str, str]:
+    """One job of the report's JSON written as the jobs table writes it."""
+    note = ("waiting to restart" if job["waitingToRestart"] else "") or (
+        f"{job['runsNotSeen']} earlier run(s) not seen" if job["runsNotSeen"] else "")
+    return {
+        "runs": str(job["runs"]),
+        "run s": f"{job['runSeconds']:g}",
+        "wall s": f"{job['wallSeconds']:g}",
+        "ETTR": _share(job["ettr"]),
+        "restarts in the period": ", ".join(f"{r['cause']} {r['seconds']:g}" for r in job["restarts"]),
+        "note": note,
+    }
+
+
+def test_the_job_figures_on_the_recorded_answers_equal_the_hand_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, tmp_path, azure(), *period(), "--format", "json")
+    assert code == 0, err
+    jobs = json.loads(out)["jobs"]
+    table = hand_table("goodput-jobs-table")
+    cells = {j["job"]: job_cells(j) for j in jobs["jobs"]}
+    cells["all"] = {
+        "runs": str(jobs["runs"]),
+        "run s": f"{jobs['knownEttrRunSeconds']:g}",
+        "wall s": f"{jobs['knownEttrWallSeconds']:g}",
+        "ETTR": _share(jobs["ettrOverall"]),
+        "restarts in the period": str(sum(r["count"] for r in jobs["restartSeconds"].values())),
+        "note": f"{jobs['waitingToRestart']} waiting to restart",
+    }
+    assert cells == {row: {k: v for k, v in cols.items() if k != "job"} for row, cols in table.items()}
+    restarts = {cause: {"restarts": str(r["count"]), "median s": f"{r['median']:g}", "p95 s": f"{r['p95']:g}"}
+                for cause, r in jobs["restartSeconds"].items()}  # fmt: skip
+    assert restarts == {row: {k: v for k, v in cols.items() if k != "cause"}
+                        for row, cols in hand_table("goodput-restart-table").items()}  # fmt: skip
+
+
+def test_the_table_names_the_jobs_and_their_restarts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, tmp_path, azure(), *period())
+    assert code == 0
+    assert ("jobs requeued or ended by a node failure: 5 (12 runs seen); ETTR of the 2 whose it is known: 92.4%; "
+            "2 waiting to restart (ETTR not known yet)") in out
+    assert "job restarts (run end to next run's start): node_fail 2 (median 0h30m, p95 1h00m), requeued 1" in out
+    assert "lowest ETTR: 1002 91.1%, 1001 94.4%" in out
+
+
+@pytest.mark.parametrize(("labels", "value", "named"), [
+    ('"job":"1001.batch","run":"0"', "1796284800", "labels {'job': '1001.batch', 'run': '0', 'state': ''}"),
+    ('"job":"1001","run":"first"', "1796284800", "not a job's run"),
+    ('"job":"1001","run":"0"', "NaN", "ndfleet_slurm_job_run_start_seconds 'NaN', not a unix time"),
+    ('"job":"1001","run":"0"', "-5", "'-5', not a unix time"),
+])  # fmt: skip
+def test_a_job_series_that_is_not_a_run_is_a_named_failure(
+    labels: str, value: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "data" / "bad-start.json"
+    bad.parent.mkdir()
+    bad.write_text(f'{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{{labels}}},'
+                   f'"values":[[{T0},"{value}"]]}}]}}}}')  # fmt: skip
+    transport = azure(range_job_start=[Reply(200, str(bad))])
+    code, out, err = run(capsys, tmp_path, transport, *period())
+    assert code == 2 and out == ""
+    assert err.startswith("ndfleet goodput: error: could not read the Slurm states and jobs: ") and named in err
 
 
 def test_the_queries_ask_one_island_each_over_the_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,8 +177,13 @@ def test_the_queries_ask_one_island_each_over_the_period(tmp_path: Path, capsys:
     code, _, err = run(capsys, tmp_path, transport, *period())
     assert code == 0, err
     calls = transport.calls("/api/v1/query_range")
-    assert len(calls) == 2
-    for call, island in zip(calls, ("ib00", "ib01"), strict=True):
+    assert len(calls) == 4
+    for call, metric in zip(calls[2:], ("start", "end"), strict=True):
+        query = parse_qs(urlsplit(call.url).query)
+        assert query["query"] == [f'ndfleet_slurm_job_run_{metric}_seconds{{stack="prod"}}']
+        # 12 h in at most 100 points, a whole number of the 30 s scrape interval: 450 s
+        assert (float(query["start"][0]), float(query["end"][0]), float(query["step"][0])) == (T0, UNTIL, 450)
+    for call, island in zip(calls[:2], ("ib00", "ib01"), strict=True):
         query = parse_qs(urlsplit(call.url).query)
         assert query["query"] == [f'ndfleet_slurm_node_state{{stack="prod",slurm_node=~"(?i)prod-{island}-.*"}} == 1']
         assert (float(query["start"][0]), float(query["end"][0])) == (T0, UNTIL)
@@ -124,7 +204,8 @@ def test_a_refused_range_query_exits_2_with_one_line(tmp_path: Path, capsys: pyt
     refused = [Reply(403, "status/prom-403-forbidden.json")]
     code, out, err = run(capsys, tmp_path, azure(range_ib01=refused), *period())
     assert code == 2 and out == ""
-    assert err.startswith("ndfleet goodput: error: could not read the Slurm states: the query API answered HTTP 403")
+    assert err.startswith("ndfleet goodput: error: could not read the Slurm states and jobs: the query API answered "
+                          "HTTP 403")
     assert "Monitoring Data Reader" in err
     assert len(err.splitlines()) == 1
 
@@ -196,3 +277,30 @@ def test_nearest_rank_percentiles() -> None:
 def test_a_range_answer_of_the_wrong_shape_is_a_named_failure(values: str, named: str) -> None:
     with pytest.raises(QueryFailed, match=re.escape(named)):
         parse_matrix(f'{{"status": "success", "data": {values}}}'.encode())
+
+
+def job_series(metric: str, job: str, run: int, value: float, *at: float, state: str = "") -> Series:
+    labels = {"job": job, "run": str(run), **({"state": state} if state else {})}
+    return Series({"__name__": metric, **labels}, tuple((t, str(int(value))) for t in at))
+
+
+def test_an_end_without_its_start_and_a_missing_run_tell_no_restart() -> None:
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    report = build_jobs(
+        [job_series(start, "7", 0, T0, T0), job_series(start, "7", 2, T0 + 3 * H, T0 + 3 * H)],
+        [job_series(end, "7", 0, T0 + H, T0 + H, state="node_fail"),
+         job_series(end, "8", 0, T0 + H, T0 + H, state="node_fail")],  # job 8's start never seen: no job 8
+        since=T0, until=T0 + 4 * H, step_s=H,
+    )  # fmt: skip
+    (job,) = report.jobs
+    assert job.job == "7" and job.restarts(T0, T0 + 4 * H) == []  # run 1 missing: 0 -> 2 is no restart time
+    # run 2 runs until its last sample + the step (T0 + 4 h, the period's end): 1 h + 1 h over 4 h
+    assert (job.run_s, job.wall_s, job.ettr) == (2 * H, 4 * H, 0.5)
+
+
+def test_a_restart_counts_in_the_period_its_failure_falls_in() -> None:
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    starts = [job_series(start, "7", 0, T0 - 2 * H, T0), job_series(start, "7", 1, T0 + H, T0 + H)]
+    ends = [job_series(end, "7", 0, T0 - H, T0, state="node_fail")]
+    assert build_jobs(starts, ends, since=T0, until=T0 + 2 * H, step_s=H).restart_s == {}
+    assert build_jobs(starts, ends, since=T0 - H, until=T0 + 2 * H, step_s=H).restart_s == {"node_fail": [2 * H]}

@@ -117,8 +117,10 @@ def test_exporter_writes_where_the_textfile_collector_reads(controller: dict[str
 
 def test_slurm_export_metric_names_are_what_the_exporter_writes() -> None:
     from ndfleet_node import slurm_export
+    from ndfleet_node.sacct import JobRecord
 
-    text = slurm_export.render([("n1", "idle", "")], now=1.0)
+    ended, running = JobRecord("7", 1.0, 2.0, "NODE_FAIL"), JobRecord("7", 3.0, None, "RUNNING")
+    text = slurm_export.render([("n1", "idle", "")], now=1.0, jobs=slurm_export.JobRuns(((0, ended), (1, running)), 0))
     written = {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
     assert written == set(exporters.SLURM_EXPORT_METRICS)
     assert set(exporters.SLURM_EXPORT_METRICS) <= exporters.exported_metric_names()
@@ -184,12 +186,16 @@ def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
     line = "NodeName=test-a-000001 Arch=x86_64 State=IDLE+DRAIN Reason=ndfleet:gpu.count"
     scontrol.write_text(f"#!/bin/sh\necho '{line}'\n")
     scontrol.chmod(0o755)
+    sacct = tmp_path / "sacct"  # one job that ended by a node failure (sacct --parsable2: tests/data/slurm/README.md)
+    sacct.write_text("#!/bin/sh\necho '7|2026-12-03T08:00:00|2026-12-03T09:00:00|NODE_FAIL'\n")
+    sacct.chmod(0o755)
     out = tmp_path / "textfile" / exporters.SLURM_TEXTFILE_NAME
     proc = subprocess.run(
-        [sys.executable, "-S", "-m", "ndfleet_node.slurm_export", "--out", str(out), "--scontrol", str(scontrol)],
+        [sys.executable, "-S", "-m", "ndfleet_node.slurm_export", "--out", str(out), "--scontrol", str(scontrol),
+         "--sacct", str(sacct)],
         capture_output=True, text=True, timeout=TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(lib)}, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert 'ndfleet_slurm_node_state{slurm_node="test-a-000001",state="drained",reason="ndfleet:gpu.count"} 1' in (
-        out.read_text()
-    )
+    text = out.read_text()
+    assert 'ndfleet_slurm_node_state{slurm_node="test-a-000001",state="drained",reason="ndfleet:gpu.count"} 1' in text
+    assert 'ndfleet_slurm_job_run_end_seconds{job="7",run="0",state="node_fail"} 1796288400' in text

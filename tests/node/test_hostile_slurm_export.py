@@ -20,8 +20,11 @@ def export(tmp_path: Path, listing: str) -> str:
     script = tmp_path / "scontrol"
     script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.buffer.write({listing.encode()!r})\n")
     script.chmod(0o755)
+    sacct = tmp_path / "sacct"  # accounting with no requeued job
+    sacct.write_text("#!/bin/sh\n")
+    sacct.chmod(0o755)
     out = tmp_path / "slurm.prom"
-    assert slurm_export.main(["--out", str(out), "--scontrol", str(script)]) == 0
+    assert slurm_export.main(["--out", str(out), "--scontrol", str(script), "--sacct", str(sacct)]) == 0
     return out.read_text(encoding="utf-8")
 
 

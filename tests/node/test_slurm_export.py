@@ -24,7 +24,11 @@ def fake_scontrol(tmp_path: Path, body: str) -> Path:
 
 def export(tmp_path: Path, scontrol: Path, timeout: str = "20") -> tuple[int, str]:
     out = tmp_path / "textfile" / "ndfleet_slurm.prom"
-    code = slurm_export.main(["--out", str(out), "--scontrol", str(scontrol), "--timeout", timeout])
+    sacct = tmp_path / "sacct"  # accounting with no requeued job (the jobs: tests/node/test_slurm_export_jobs.py)
+    sacct.write_text("#!/bin/sh\n")
+    sacct.chmod(0o755)
+    code = slurm_export.main(["--out", str(out), "--scontrol", str(scontrol), "--sacct", str(sacct), "--timeout",
+                              timeout])  # fmt: skip
     return code, out.read_text()
 
 

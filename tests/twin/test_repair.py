@@ -30,6 +30,7 @@ One poll loop per fault watches every stage at once and records when each was fi
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import threading
 import time
@@ -38,8 +39,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from ndfleet_node import slurm_export
 from ndfleet_node.impact_categories import category_for
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, SPARES_RESERVATION_PREFIX
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    BURNIN_REASON_PREFIX,
+    JOB_EXPORT_SUCCESS_METRIC,
+    JOB_RUN_END_METRIC,
+    JOB_RUN_START_METRIC,
+    SPARES_RESERVATION_PREFIX,
+)
 from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
@@ -373,3 +382,37 @@ def test_the_impact_names_the_broken_nodes_host_not_its_replacements(
     for loop in loops.values():
         assert loop.repair is not None and loop.repair.new
         assert twin.hosts[loop.repair.new] != loop.host
+
+
+def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
+    """The controller's job series (docs/goodput.md, "Jobs"), from the twin's own slurmdbd through the exporter's real
+    `sacct` questions: each loop's job, requeued when its node was taken out, has a run 0 that ended node_fail after
+    the fault (Slurm writes the killed run to accounting as NODE_FAIL) and a run 1 that started after that; the
+    restart time they give is within the loop's own measure of fault to running again."""
+    ctl = controller(repairs_resumed)
+    end_of = {loop.job: re.compile(rf'^{JOB_RUN_END_METRIC}{{job="{loop.job}",run="0",state="(\w+)"}} (\d+)$', re.M)
+              for loop in loops.values()}  # fmt: skip
+    start_of = {loop.job: re.compile(rf'^{JOB_RUN_START_METRIC}{{job="{loop.job}",run="1"}} (\d+)$', re.M)
+                for loop in loops.values()}  # fmt: skip
+
+    def textfile() -> str:
+        return str(ctl.run(f"cat {slurm_export.DEFAULT_OUT}", check=False).stdout)
+
+    def published() -> bool:
+        text = textfile()
+        return f"{JOB_EXPORT_SUCCESS_METRIC} 1" in text and all(
+            end_of[job].search(text) and start_of[job].search(text) for job in end_of
+        )
+
+    ctl.wait_for("every loop's job runs in the controller's job series", published, 300,
+                 ("ndfleet-slurm-export.service",))  # fmt: skip
+    text = textfile()
+    for loop in loops.values():
+        ended, started = end_of[loop.job].search(text), start_of[loop.job].search(text)
+        assert ended and started, loop.explain("job series")
+        state, end, start = ended.group(1), int(ended.group(2)), int(started.group(1))
+        assert state == "node_fail", (loop.job, state)
+        assert loop.fault_at - 2 <= end <= start, (loop.job, loop.fault_at, end, start)  # whole seconds in sacct
+        assert start - end <= loop.took("running_again") + 2, (loop.job, start - end, loop.explain("restart"))
+        repairs_resumed.record(f"repair loop, {loop.kind} ({loop.island}): job restart time from accounting",
+                               start - end)  # fmt: skip
