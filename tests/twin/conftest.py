@@ -80,6 +80,7 @@ RUN_LAST_FIXTURES = ("scaled_in",)
 RUN_LAST_TESTS = (
     "test_a_node_whose_resume_failed_returns_to_the_pool",
     "test_a_node_whose_vm_failed_to_allocate_returns_to_the_pool",
+    "test_a_node_that_failed_validation_is_replaced_after_the_grace",  # 40-minute extension grace: test_repair.py
 )
 
 

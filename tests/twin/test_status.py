@@ -31,7 +31,7 @@ SERVING = ("idle", "allocated", "mixed", "completing")
 
 
 def fixed_islands(twin: Twin) -> dict[str, tuple[int, int]]:
-    """island -> (nodes, spares) of the stack's fixed islands (ib00: 3; ib01: 3 with a warm spare)."""
+    """island -> (nodes, spares) of the stack's fixed islands (ib00: 3 with a warm spare; ib01: 3)."""
     assert twin.spec is not None
     return {i.name: (i.nodes, i.spares) for i in twin.spec.islands if i.elastic is None}
 
