@@ -57,3 +57,30 @@ def test_the_configuration_is_read_from_after_the_library_bundle(role: str, tmp_
                            timeout=TIMEOUT_S, check=False)  # fmt: skip
     assert again.returncode == 0 and "no change" in again.stdout, again.stderr
     assert base64.b64decode(served.read_text())[: len(library)] == library
+
+
+@pytest.mark.parametrize("role", ["controller", "login"])
+def test_the_set_up_reads_the_release_from_after_the_library_bundle(role: str, tmp_path: Path) -> None:
+    """ndfleet-slurm-setup's first step, the Slurm release, read from the same userData with python3 (no jq yet):
+    the twin found the controller's set-up still reading userData as the plain base64 JSON it was before the library
+    moved in front of it (a UnicodeDecodeError, and no Slurm)."""
+    spec = load_spec(load_stack("prod").ndfleet_config, "prod")
+    boot = machine_bootstrap(spec, role)
+    user_data = machine_user_data(spec, role)
+    _, config = decompose(user_data)
+    script = boot.files["ndfleet-slurm-setup"]
+    start = script.index("version=$(")
+    end = script.index("\n\n", start)  # the assignment, up to the blank line after it
+    reader = script[start:end]
+    if role == "controller":
+        manifest = tmp_path / "bundle.json"
+        manifest.write_text(boot.files["bundle.json"])
+        assert nodebundle.MANIFEST_PATH in reader
+        reader = reader.replace(nodebundle.MANIFEST_PATH, str(manifest))
+    served = tmp_path / "user-data.b64"
+    served.write_text(user_data)
+    program = f'curl_() {{ cat {served}; }}\n{reader}\nprintf "%s\\n" "$version"\n'
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", program], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == config["version"] == spec.slurm.version
