@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
 
 from ndfleet.cost.prices import table_price
-from ndfleet.stackconfig.clusterspec import ClusterSpec
+from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import SLURM_SERVING, MetricsView, SlurmNode, Validation
 
@@ -206,9 +206,22 @@ def _actions(node: Instance, scale_set: ScaleSet, validation: Validation, slurm:
     return out
 
 
+def wanted_nodes(island: IslandSpec, scale_sets: tuple[ScaleSet, ...]) -> int:
+    """The nodes an island should have now: a fixed island its planned nodes; an elastic island the VMs Slurm asked
+    for, its scale set's capacity now (0 up to maxNodes, docs/elastic.md), so an idle elastic island is no finding."""
+    return sum(s.capacity for s in scale_sets) if island.elastic is not None else island.nodes
+
+
 def classify_island(
-    spec: ClusterSpec, island: str, wanted: int, scale_sets: tuple[ScaleSet, ...], metrics: MetricsView
+    spec: ClusterSpec,
+    island: str,
+    wanted: int,
+    scale_sets: tuple[ScaleSet, ...],
+    metrics: MetricsView,
+    elastic: bool = False,
 ) -> IslandStatus:
+    """`elastic`: Slurm sets the scale set's capacity (docs/elastic.md), so a capacity other than the plan's is no
+    finding and `pulumi up` is not the remedy."""
     nodes: list[NodeStatus] = []
     island_actions: list[str] = []
     if not scale_sets:
@@ -222,7 +235,7 @@ def classify_island(
             "another stack uses the same namePrefix, or a replaced scale set was left behind"
         )
     for scale_set in scale_sets:
-        if scale_set.capacity != wanted and len(scale_sets) == 1:
+        if scale_set.capacity != wanted and len(scale_sets) == 1 and not elastic:
             island_actions.append(
                 f"scale set {scale_set.name} has capacity {scale_set.capacity}, the stack wants {wanted}: "
                 "run `pulumi up` (or `pulumi refresh` if someone scaled it by hand)"

@@ -13,7 +13,7 @@ from ndfleet.azure.clouds import resolve_cloud, resolve_subscription
 from ndfleet.azure.errors import CannotCheck
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.status.arm_read import ArmView, read_stack
-from ndfleet.status.classify import StackStatus, classify_island
+from ndfleet.status.classify import StackStatus, classify_island, wanted_nodes
 from ndfleet.status.metrics_view import NOT_COLLECTED, MetricsView, slurm_by_node, validation_by_node
 from ndfleet.status.prometheus import (
     PrometheusReader,
@@ -107,5 +107,6 @@ def read_status(
                             "Azure's health state reflects the node's validation")
     for island in spec.islands:
         scale_sets = arm.scale_sets.get(island.name, ())
-        status.islands.append(classify_island(spec, island.name, island.nodes, scale_sets, metrics))
+        status.islands.append(classify_island(spec, island.name, wanted_nodes(island, scale_sets), scale_sets,
+                                              metrics, elastic=island.elastic is not None))  # fmt: skip
     return status

@@ -8,7 +8,7 @@ import pytest
 
 from ndfleet.prepare import prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.status.classify import NodeStatus, StackStatus, classify_island
+from ndfleet.status.classify import NodeStatus, StackStatus, classify_island, wanted_nodes
 from ndfleet.status.facts import Instance, ScaleSet
 from ndfleet.status.metrics_view import MetricsView, SlurmNode, Validation
 from tests.test_preflight import KEY
@@ -127,3 +127,23 @@ def test_a_spare_is_healthy_counted_as_held_and_not_in_slurm_service() -> None:
     from ndfleet.status.render import render_table, to_json
     assert to_json(status)["islands"][0]["spares"] == 1
     assert "  ib00: 1 of 1 warm spares held (not in IN SLURM)" in render_table(status)
+
+
+def test_an_idle_elastic_island_wants_no_node_and_is_no_finding() -> None:
+    """An elastic island at capacity 0 (Slurm asked for no VM) is healthy, and status does not tell the operator to
+    `pulumi up` it back to its maxNodes; a fixed island still wants its planned nodes."""
+    islands = [{"name": "ib00", "nodes": 1}, {"name": "burst", "elastic": {"maxNodes": 4}}]
+    raw = {"location": "eastus", "sshPublicKey": KEY, "namePrefix": "prod", "scheduler": "slurm", "islands": islands}
+    spec = prepare_config(raw, "prod", {}).spec
+    fixed, burst = spec.islands
+    idle = replace(SCALE_SET, name="b", island="burst", capacity=0, instances=())
+    assert wanted_nodes(burst, (idle,)) == 0 and wanted_nodes(fixed, (SCALE_SET,)) == 1
+    metrics = MetricsView({HOST: Validation("passed")}, None, None, None)
+    status = StackStatus("prod", None, "eastus", "x", False, True)
+    status.islands.append(classify_island(spec, "ib00", wanted_nodes(fixed, (SCALE_SET,)), (SCALE_SET,), metrics))
+    status.islands.append(classify_island(spec, "burst", wanted_nodes(burst, (idle,)), (idle,), metrics, elastic=True))
+    assert status.islands[1].actions == () and status.exit_code == 0
+    # Scaled out to 2 with one VM listed: one is missing, but `pulumi up` is still not the remedy.
+    grown = replace(idle, capacity=2, instances=(replace(HEALTHY, name="prod-burst-000001"),))
+    island = classify_island(spec, "burst", wanted_nodes(burst, (grown,)), (grown,), metrics, elastic=True)
+    assert island.missing == 1 and not [a for a in island.actions if "pulumi up" in a]
