@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -463,3 +464,31 @@ def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop]
         assert start - end <= loop.took("running_again") + 2, (loop.job, start - end, loop.explain("restart"))
         repairs_resumed.record(f"repair loop, {loop.kind} ({loop.island}): job restart time from accounting",
                                start - end)  # fmt: skip
+
+
+def test_goodput_reads_each_loops_job_as_accounting_recorded_it(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
+    """`ndfleet goodput` against the booted twin (its workspace stand-in, fed by the controller's job series through
+    the agent's own rules): each loop's job is there with both runs, one restart caused by the node failure the loop
+    injected, taking no longer than the loop's own fault to running again, and an ETTR below 1 (the run lost to the
+    fault). The series reach the workspace up to about two minutes after sacct has them (the controller's 60 s export,
+    the relay and the agent's scrape), so this reads until every job is there."""
+    twin = repairs_resumed
+    since = datetime.fromtimestamp(min(loop.fault_at for loop in loops.values()) - 900, timezone.utc).isoformat()
+    want = {loop.job: loop for loop in loops.values()}
+    deadline = time.monotonic() + 600
+    while True:
+        code, out, err = twin.goodput(since)
+        doc = json.loads(out) if code in (0, 1) and out.strip() else {}
+        jobs = {str(j["job"]): j for j in ((doc.get("jobs") or {}).get("jobs") or [])}
+        if all(jobs.get(job, {}).get("runs", 0) >= 2 for job in want) or time.monotonic() > deadline:
+            break
+        time.sleep(15)
+    assert code in (0, 1), f"goodput exited {code}: {err}"
+    for job, loop in want.items():
+        assert job in jobs, (job, sorted(jobs), loop.explain("goodput"))
+        figures = jobs[job]
+        restarts = [r for r in figures["restarts"] if r["cause"] == "node_fail"]
+        assert figures["runs"] >= 2 and len(restarts) == 1, (figures, loop.explain("goodput"))
+        assert 0 < restarts[0]["seconds"] <= loop.took("running_again") + 2, (figures, loop.explain("goodput"))
+        assert figures["ettr"] is not None and 0 < figures["ettr"] < 1, figures
+        twin.record(f"goodput, {loop.kind} ({loop.island}): job restart time", restarts[0]["seconds"])

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ndfleet.stackconfig.profiles import IMPACT_REPORTER_ROLE_ID, PROFILES
 from tests.fakes.node import build_sysroot
@@ -339,25 +340,35 @@ class Twin:
         """`ndfleet status --stack-file <the twin's stack> --format FMT`, in process, against the stand-ins: Resource
         Manager and the workspace's host names go to their stand-ins (like curl --connect-to), over TLS that trusts
         the twin's certificate authority. (exit code, stdout, stderr)."""
+        from ndfleet.commands import status as status_cmd
+
+        return self._ndfleet(status_cmd, ["status", "--format", fmt], sleep=lambda s: None)
+
+    def goodput(self, since: str, fmt: str = "json") -> tuple[int, str, str]:
+        """`ndfleet goodput --stack-file <the twin's stack> --since SINCE --format FMT`, wired as `status` is."""
+        from ndfleet.commands import goodput as goodput_cmd
+
+        return self._ndfleet(goodput_cmd, ["goodput", "--since", since, "--format", fmt])
+
+    def _ndfleet(self, command: Any, argv: list[str], **seams: Any) -> tuple[int, str, str]:
         import contextlib
         import io
 
         from ndfleet.azure.arm import RetrySettings
         from ndfleet.azure.http import BoundedTransport
         from ndfleet.cli import build_parser
-        from ndfleet.commands import status as status_cmd
 
         assert self.stack_file is not None, "the twin was made without its stack file"
         connect_to = {ARM_HOST: (self.standin_ip, 443)}
         if self.workspace is not None and self.workspace_host:
             connect_to[self.workspace_host] = self.workspace.endpoint_address
         transport = BoundedTransport(tls=ssl.create_default_context(cadata=self.ca_pem.decode()), connect_to=connect_to)
-        args = build_parser().parse_args(["status", "--stack-file", str(self.stack_file), "--format", fmt])
+        args = build_parser().parse_args([argv[0], "--stack-file", str(self.stack_file), *argv[1:]])
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = status_cmd.run_cli(
+            code = command.run_cli(
                 args, env={"AZURE_SUBSCRIPTION_ID": SUBSCRIPTION}, credential=self.operator(), transport=transport,
-                retry=RetrySettings(total=2, backoff_factor=0.5, backoff_max=5), sleep=lambda s: None,
+                retry=RetrySettings(total=2, backoff_factor=0.5, backoff_max=5), **seams,
             )  # fmt: skip
         return code, out.getvalue(), err.getvalue()
 
