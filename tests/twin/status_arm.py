@@ -63,6 +63,11 @@ class StatusScaleSet:
     # An elastic island's scale set is the Resource Manager stand-in's (tests/twin/arm.py): only the calls the
     # controller never makes (instance view, instances with $expand=instanceView) are answered here.
     fixed: bool = True
+    # The model's capacity, as the plan sets it: automatic repairs' Replace deletes one VM and creates another, and
+    # the scale set's capacity stays what it was (Microsoft Learn, "Automatic instance repairs for Azure Virtual
+    # Machine Scale Sets"); None: the VMs there now (an elastic island's, whose list the Resource Manager stand-in
+    # answers anyway).
+    capacity: int | None = None
 
 
 @dataclass
@@ -137,7 +142,8 @@ class StatusReads:
             "type": "Microsoft.Compute/virtualMachineScaleSets",
             "location": "eastus",
             "tags": dict(s.tags),
-            "sku": {"name": s.vm_size, "tier": "Standard", "capacity": len(s.vms)},
+            "sku": {"name": s.vm_size, "tier": "Standard",
+                    "capacity": len(s.vms) if s.capacity is None else s.capacity},
             "properties": {
                 "orchestrationMode": "Uniform",
                 "provisioningState": "Succeeded",

@@ -224,8 +224,10 @@ def observe(twin: Twin, loop: Loop) -> None:
     if "spare_in" in loop.seen and len(spares) >= spares_of(twin, loop.island):
         loop.seen.setdefault("refilled", now)
     whole = len(spares) >= spares_of(twin, loop.island)
-    serving = len(island_in_service(twin, loop.island))
-    if "replaced" in loop.seen and whole and serving >= loop.serving_before:
+    # The failed node does not count, even while Slurm has not noticed yet (a hung node is in service for
+    # slurmctld until SlurmdTimeout): the island is whole when its replacement serves in its place.
+    serving = len([n for n in island_in_service(twin, loop.island) if n != loop.node])
+    if "in_service" in loop.seen and whole and serving >= loop.serving_before:
         loop.seen.setdefault("full_strength", now)
     for stage in STATUS_STAGES:
         if stage in loop.seen and stage not in loop.status:
@@ -396,11 +398,17 @@ def test_each_fault_goes_round_the_repair_loop(loops: dict[str, Loop], island: s
 
 @pytest.mark.parametrize(("island", "kind"), [pytest.param(i, k, id=loop_id(i, k)) for i, k in LOOPS])
 def test_the_stages_come_in_the_loops_order(loops: dict[str, Loop], island: str, kind: str) -> None:
-    """Detection before the repair, the repair before the new VM's burn-in, the burn-in before service."""
-    seen = loops[loop_id(island, kind)].seen
-    order = ["drained", "replaced", "validated", "in_service"]
-    at = [seen[s] for s in order if s in seen]
-    assert len(at) == len(order) and at == sorted(at), loops[loop_id(island, kind)].explain("order")
+    """The repair before the new VM's burn-in, the burn-in before service; the node out before its job is requeued
+    and runs again. A hardware fault is found before the repair; a hung node may be replaced before slurmctld's
+    SlurmdTimeout (300 s) sets it DOWN, as on Azure the extension's probes and slurmctld's pings run apart."""
+    loop = loops[loop_id(island, kind)]
+    seen = loop.seen
+    orders = [["replaced", "validated", "in_service"], ["drained", "requeued", "running_again"]]
+    if KINDS[kind].files_impact:
+        orders.append(["drained", "replaced"])
+    for order in orders:
+        at = [seen[s] for s in order if s in seen]
+        assert len(at) == len(order) and at == sorted(at), loop.explain(f"order {order}")
 
 
 def test_the_spare_runs_the_job_again_before_the_replacement_is_in_service(loops: dict[str, Loop]) -> None:

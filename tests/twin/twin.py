@@ -324,6 +324,7 @@ class Twin:
                 vm_size=inputs["sku"]["name"], tags=tags,
                 repairs_policy=dict(inputs.get("automaticRepairsPolicy") or {}), repairs_running=running,
                 vms=tuple(vms), fixed=elastic is None,
+                capacity=int(inputs["sku"]["capacity"]) if elastic is None else None,
             ))  # fmt: skip
         return out
 
