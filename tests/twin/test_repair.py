@@ -88,7 +88,10 @@ KINDS = {
 LOOPS = [(NO_SPARE, "gpu-ecc"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "unresponsive"), (WITH_SPARE, "gpu-slow")]
 STAGES = ("drained", "requeued", "impact", "unhealthy", "replaced", "validated", "awaiting", "in_service",
           "running_again", "full_strength")  # fmt: skip
-SPARE_STAGES = ("spare_in", "refilled")  # the spare ran the requeued job; the repaired node made the spares whole
+# With a spare: the spare left its reservation (the spares timer saw the node out of service), ran the requeued job,
+# and the repaired node made the spares whole again. A hung node's job waits for slurmctld's SlurmdTimeout, by when
+# the replacement is usually in service: the spare is released and refilled, but the job need not run on it.
+SPARE_STAGES = ("spare_out", "spare_in", "refilled")
 # `ndfleet status` is read at these stages of each loop (docs/operations.md shows what it said in a twin run); the
 # outputs are written under STATUS_OUT, one file per loop.
 STATUS_STAGES = ("drained", "replaced", "running_again", "full_strength")
@@ -98,7 +101,8 @@ _STATUS_LOCK = threading.Lock()  # status runs in process and redirects sys.stdo
 
 def stages(island: str, kind: str) -> tuple[str, ...]:
     own = tuple(s for s in STAGES if s != "impact" or KINDS[kind].files_impact)
-    return own + (SPARE_STAGES if island == WITH_SPARE else ())
+    spare = tuple(s for s in SPARE_STAGES if s != "spare_in" or KINDS[kind].files_impact)
+    return own + (spare if island == WITH_SPARE else ())
 
 
 def loop_id(island: str, kind: str) -> str:
@@ -221,7 +225,9 @@ def observe(twin: Twin, loop: Loop) -> None:
             loop.seen.setdefault("awaiting", now)
         if fields and in_service(fields):
             loop.seen.setdefault("in_service", now)
-    if "spare_in" in loop.seen and len(spares) >= spares_of(twin, loop.island):
+    if loop.spares_before and not set(loop.spares_before) <= set(spares):
+        loop.seen.setdefault("spare_out", now)
+    if "spare_out" in loop.seen and len(spares) >= spares_of(twin, loop.island):
         loop.seen.setdefault("refilled", now)
     whole = len(spares) >= spares_of(twin, loop.island)
     # The failed node does not count, even while Slurm has not noticed yet (a hung node is in service for
