@@ -1,9 +1,9 @@
 """The goodput report's job figures: each requeued or node-failed job's ETTR and the job-restart times, from the runs
 the Slurm controller publishes from Slurm accounting (node/ndfleet_node/slurm_export.py; docs/goodput.md, "Jobs").
 
-A run's start and end are the values of `ndfleet_slurm_job_run_start_seconds{job, run}` and
-`ndfleet_slurm_job_run_end_seconds{job, run, state}`; a started run with no end seen was running at least until its
-last sample + the step (a sample at t stands for [t, t + step), as for the node states), cut at the period's end.
+A run's start and end are the values of `ndfleet_slurm_job_run_start_seconds{slurm_job, run}` and
+`ndfleet_slurm_job_run_end_seconds{slurm_job, run, state}`; a started run with no end seen was running at least until
+its last sample + the step (a sample at t stands for [t, t + step), as for the node states), cut at the period's end.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ndfleet_node.names import JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
+from ndfleet_node.names import JOB_LABEL, JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
 from ndfleet.goodput.stats import percentile
 from ndfleet.status.prometheus import QueryFailed, Series
@@ -134,9 +134,9 @@ def _value(series: Series, name: str) -> tuple[float, float]:
 
 
 def _labels(series: Series, name: str, *, with_state: bool) -> tuple[str, int, str]:
-    job, run, state = (series.labels.get(k, "") for k in ("job", "run", "state"))
+    job, run, state = (series.labels.get(k, "") for k in (JOB_LABEL, "run", "state"))
     if not _JOB.fullmatch(job) or not _RUN.fullmatch(run) or (with_state and not _STATE.fullmatch(state)):
-        shown = {k: series.labels.get(k, "")[:40] for k in ("job", "run", "state")}
+        shown = {k: series.labels.get(k, "")[:40] for k in (JOB_LABEL, "run", "state")}
         raise QueryFailed(f"the query API's answer holds a {name} series with labels {shown}, not a job's run")
     return job, int(run), state
 

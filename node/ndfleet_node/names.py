@@ -44,6 +44,10 @@ SLURM_STATES = ("idle", "allocated", "mixed", "completing", "drained", "draining
 # each run of a job that was requeued or ended by a node failure, labels `job` (sacct's JobIDRaw) and `run` (0 for
 # the first run, in start order); the end also carries `state`, the run's accounting state in lower case
 # (node_fail, requeued, preempted, completed, ...). Values are unix seconds.
+# The Slurm job id's label on the job series: not `job`, which Prometheus gives every scraped series itself (the
+# scrape job's name) and under which a target's own `job` label is renamed `exported_job` (Prometheus configuration
+# docs, `honor_labels`). Found by reading goodput against the twin's workspace.
+JOB_LABEL = "slurm_job"
 JOB_RUN_START_METRIC = "ndfleet_slurm_job_run_start_seconds"
 JOB_RUN_END_METRIC = "ndfleet_slurm_job_run_end_seconds"
 JOB_EXPORT_SUCCESS_METRIC = "ndfleet_slurm_job_export_success"  # 0: sacct failed, hung or said something unreadable

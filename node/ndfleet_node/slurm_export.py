@@ -12,8 +12,8 @@ and, from Slurm accounting (ndfleet_node.sacct), each run of the jobs that were 
 in the last FOLLOW_DAYS days (a run that ended NODE_FAIL, REQUEUED or PREEMPTED), for `ndfleet goodput`'s per-job
 ETTR and job-restart times (docs/goodput.md):
 
-  ndfleet_slurm_job_run_start_seconds{job, run}            a started run's start (run 0 is the job's first)
-  ndfleet_slurm_job_run_end_seconds{job, run, state}       an ended run's end and its accounting state
+  ndfleet_slurm_job_run_start_seconds{slurm_job, run}          a started run's start (run 0 is the job's first)
+  ndfleet_slurm_job_run_end_seconds{slurm_job, run, state}     an ended run's end and its accounting state
   ndfleet_slurm_job_export_success 0|1                     0: sacct failed, hung or said something unreadable
   ndfleet_slurm_job_export_left_out_jobs                   such jobs past MAX_JOBS (the oldest), not published
 
@@ -39,6 +39,7 @@ from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     JOB_EXPORT_LEFT_OUT_METRIC,
     JOB_EXPORT_SUCCESS_METRIC,
+    JOB_LABEL,
     JOB_RUN_END_METRIC,
     JOB_RUN_START_METRIC,
     SPARES_RESERVATION_PREFIX,
@@ -124,14 +125,15 @@ def render_jobs(jobs: JobRuns | None) -> list[str]:
         f"# TYPE {JOB_RUN_START_METRIC} gauge",
     ]
     for index, r in jobs.runs if jobs else ():
-        lines.append(f'{JOB_RUN_START_METRIC}{{job="{r.job}",run="{index}"}} {r.start:.0f}')
+        lines.append(f'{JOB_RUN_START_METRIC}{{{JOB_LABEL}="{r.job}",run="{index}"}} {r.start:.0f}')
     lines += [
         f"# HELP {JOB_RUN_END_METRIC} When each such run ended (unix seconds), with its accounting state.",
         f"# TYPE {JOB_RUN_END_METRIC} gauge",
     ]
     for index, r in jobs.runs if jobs else ():
         if r.end is not None:
-            lines.append(f'{JOB_RUN_END_METRIC}{{job="{r.job}",run="{index}",state="{r.state.lower()}"}} {r.end:.0f}')
+            labels = f'{JOB_LABEL}="{r.job}",run="{index}",state="{r.state.lower()}"'
+            lines.append(f"{JOB_RUN_END_METRIC}{{{labels}}} {r.end:.0f}")
     lines += [
         f"# HELP {JOB_EXPORT_SUCCESS_METRIC} 1 when sacct answered and its answer was read.",
         f"# TYPE {JOB_EXPORT_SUCCESS_METRIC} gauge",

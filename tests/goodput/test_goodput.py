@@ -154,10 +154,10 @@ def test_the_table_names_the_jobs_and_their_restarts(tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.parametrize(("labels", "value", "named"), [
-    ('"job":"1001.batch","run":"0"', "1796284800", "labels {'job': '1001.batch', 'run': '0', 'state': ''}"),
-    ('"job":"1001","run":"first"', "1796284800", "not a job's run"),
-    ('"job":"1001","run":"0"', "NaN", "ndfleet_slurm_job_run_start_seconds 'NaN', not a unix time"),
-    ('"job":"1001","run":"0"', "-5", "'-5', not a unix time"),
+    ('"slurm_job":"1001.batch","run":"0"', "1796284800", "labels {'slurm_job': '1001.batch', 'run': '0', 'state': ''}"),
+    ('"slurm_job":"1001","run":"first"', "1796284800", "not a job's run"),
+    ('"slurm_job":"1001","run":"0"', "NaN", "ndfleet_slurm_job_run_start_seconds 'NaN', not a unix time"),
+    ('"slurm_job":"1001","run":"0"', "-5", "'-5', not a unix time"),
 ])  # fmt: skip
 def test_a_job_series_that_is_not_a_run_is_a_named_failure(
     labels: str, value: str, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -280,7 +280,7 @@ def test_a_range_answer_of_the_wrong_shape_is_a_named_failure(values: str, named
 
 
 def job_series(metric: str, job: str, run: int, value: float, *at: float, state: str = "") -> Series:
-    labels = {"job": job, "run": str(run), **({"state": state} if state else {})}
+    labels = {"slurm_job": job, "run": str(run), **({"state": state} if state else {})}
     return Series({"__name__": metric, **labels}, tuple((t, str(int(value))) for t in at))
 
 

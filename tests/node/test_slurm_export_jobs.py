@@ -55,31 +55,31 @@ def test_each_run_of_each_requeued_or_node_failed_job_is_published(tmp_path: Pat
     code, text = export(tmp_path, fake_sacct(tmp_path))
     assert code == 0
     assert series(text, JOB_RUN_START_METRIC) == {
-        'job="1005",run="0"': T0 - 1 * H,
-        'job="1004",run="1"': T0 - 10.5 * H,  # six runs: the first is left out (MAX_RUNS_PER_JOB = 5)
-        'job="1004",run="2"': T0 - 8 * H,
-        'job="1004",run="3"': T0 - 5 * H,
-        'job="1004",run="4"': T0 - 2.5 * H,
-        'job="1004",run="5"': T0 - 1 * H,
-        'job="1003",run="0"': T0 + 1 * H,
-        'job="1002",run="0"': T0 - 2 * H,
-        'job="1002",run="1"': T0 + 7 * H,
-        'job="1002",run="2"': T0 + 8.25 * H,
-        'job="1001",run="0"': T0,
-        'job="1001",run="1"': T0 + 3.5 * H,
+        'slurm_job="1005",run="0"': T0 - 1 * H,
+        'slurm_job="1004",run="1"': T0 - 10.5 * H,  # six runs: the first is left out (MAX_RUNS_PER_JOB = 5)
+        'slurm_job="1004",run="2"': T0 - 8 * H,
+        'slurm_job="1004",run="3"': T0 - 5 * H,
+        'slurm_job="1004",run="4"': T0 - 2.5 * H,
+        'slurm_job="1004",run="5"': T0 - 1 * H,
+        'slurm_job="1003",run="0"': T0 + 1 * H,
+        'slurm_job="1002",run="0"': T0 - 2 * H,
+        'slurm_job="1002",run="1"': T0 + 7 * H,
+        'slurm_job="1002",run="2"': T0 + 8.25 * H,
+        'slurm_job="1001",run="0"': T0,
+        'slurm_job="1001",run="1"': T0 + 3.5 * H,
     }
     assert series(text, JOB_RUN_END_METRIC) == {
-        'job="1005",run="0",state="node_fail"': T0 + 4 * H,  # requeued, pending: its new record has no start
-        'job="1004",run="1",state="node_fail"': T0 - 9 * H,
-        'job="1004",run="2",state="node_fail"': T0 - 6 * H,
-        'job="1004",run="3",state="preempted"': T0 - 3 * H,
-        'job="1004",run="4",state="node_fail"': T0 - 1.5 * H,
-        'job="1004",run="5",state="completed"': T0 + 10 * H,
-        'job="1003",run="0",state="node_fail"': T0 + 5 * H,
-        'job="1002",run="0",state="node_fail"': T0 + 6 * H,
-        'job="1002",run="1",state="requeued"': T0 + 8 * H,  # run 2 still runs: no end
-        'job="1001",run="0",state="node_fail"': T0 + 3 * H,
-        'job="1001",run="1",state="completed"': T0 + 9 * H,
+        'slurm_job="1005",run="0",state="node_fail"': T0 + 4 * H,  # requeued, pending: its new record has no start
+        'slurm_job="1004",run="1",state="node_fail"': T0 - 9 * H,
+        'slurm_job="1004",run="2",state="node_fail"': T0 - 6 * H,
+        'slurm_job="1004",run="3",state="preempted"': T0 - 3 * H,
+        'slurm_job="1004",run="4",state="node_fail"': T0 - 1.5 * H,
+        'slurm_job="1004",run="5",state="completed"': T0 + 10 * H,
+        'slurm_job="1003",run="0",state="node_fail"': T0 + 5 * H,
+        'slurm_job="1002",run="0",state="node_fail"': T0 + 6 * H,
+        'slurm_job="1002",run="1",state="requeued"': T0 + 8 * H,  # run 2 still runs: no end
+        'slurm_job="1001",run="0",state="node_fail"': T0 + 3 * H,
+        'slurm_job="1001",run="1",state="completed"': T0 + 9 * H,
     }
     assert f"{JOB_EXPORT_SUCCESS_METRIC} 1" in text and f"{JOB_EXPORT_LEFT_OUT_METRIC} 0" in text
     assert "ndfleet_slurm_export_success 1" in text  # the node states are still there
@@ -150,3 +150,17 @@ def test_the_series_budget_counts_the_exports_bound_and_the_docs_quote_it() -> N
     assert bound == budget.JOB_RUN_SERIES
     doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "goodput.md").read_text().split())
     assert f"At most {slurm_export.MAX_JOBS} x {slurm_export.MAX_RUNS_PER_JOB} x 2 = {bound} job series" in doc
+
+
+def test_no_series_carries_a_label_the_scrape_gives_itself(tmp_path: Path) -> None:
+    """`job` and `instance` are the labels Prometheus gives every scraped series; a target's own label of that name
+    is renamed `exported_job`/`exported_instance` (Prometheus configuration, `honor_labels`), so a reader asking for
+    `job` would find the scrape job's name. Reading goodput against the twin's workspace found the job id sent as
+    `job`; it travels as `slurm_job`."""
+    code, text = export(tmp_path, fake_sacct(tmp_path))
+    assert code == 0
+    labelled = [ln for ln in text.splitlines() if ln.startswith("ndfleet_slurm_") and "{" in ln]
+    assert labelled
+    for line in labelled:
+        labels = {kv.split("=", 1)[0] for kv in line[line.index("{") + 1 : line.rindex("}")].split(",")}
+        assert not labels & {"job", "instance"}, line

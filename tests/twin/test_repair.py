@@ -51,6 +51,7 @@ from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
     JOB_EXPORT_SUCCESS_METRIC,
+    JOB_LABEL,
     JOB_RUN_END_METRIC,
     JOB_RUN_START_METRIC,
     SPARES_RESERVATION_PREFIX,
@@ -248,6 +249,13 @@ def observe(twin: Twin, loop: Loop) -> None:
                     f"spares {spares}")  # fmt: skip
 
 
+def recorded_header() -> str:
+    """The status table's header line in the recorded twin output docs/operations.md shows."""
+    recorded = Path(__file__).resolve().parents[1] / "data" / "twin" / "status"
+    lines = [ln for f in sorted(recorded.glob("*.txt")) for ln in f.read_text().splitlines()]
+    return next(ln for ln in lines if ln.startswith("ISLAND "))
+
+
 def read_status(twin: Twin, loop: Loop, stage: str) -> tuple[int, str]:
     try:
         with _STATUS_LOCK:
@@ -435,6 +443,8 @@ def test_status_answers_at_each_stage_and_names_the_island(loops: dict[str, Loop
     for stage, (code, table) in loop.status.items():
         assert code in (0, 1), f"{stage}: exit {code}\n{table}"
         assert island in table, f"{stage}: {table}"
+        # The table docs/operations.md shows from a recorded run (tests/docs/test_twin_status.py): same columns.
+        assert recorded_header() in table.splitlines(), f"{stage}: the table's header changed; record again\n{table}"
 
 
 def test_the_impact_names_the_broken_nodes_host_not_its_replacements(
@@ -452,9 +462,9 @@ def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop]
     the fault (Slurm writes the killed run to accounting as NODE_FAIL) and a run 1 that started after that; the
     restart time they give is within the loop's own measure of fault to running again."""
     ctl = controller(repairs_resumed)
-    end_of = {loop.job: re.compile(rf'^{JOB_RUN_END_METRIC}{{job="{loop.job}",run="0",state="(\w+)"}} (\d+)$', re.M)
-              for loop in loops.values()}  # fmt: skip
-    start_of = {loop.job: re.compile(rf'^{JOB_RUN_START_METRIC}{{job="{loop.job}",run="1"}} (\d+)$', re.M)
+    end_of = {loop.job: re.compile(rf'^{JOB_RUN_END_METRIC}{{{JOB_LABEL}="{loop.job}",run="0",state="(\w+)"}} (\d+)$',
+                                   re.M) for loop in loops.values()}  # fmt: skip
+    start_of = {loop.job: re.compile(rf'^{JOB_RUN_START_METRIC}{{{JOB_LABEL}="{loop.job}",run="1"}} (\d+)$', re.M)
                 for loop in loops.values()}  # fmt: skip
 
     def textfile() -> str:
