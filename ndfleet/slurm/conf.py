@@ -276,6 +276,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         cores_per_socket=profile.cores_per_socket,
         threads_per_core=profile.threads_per_core,
         health_check_interval_s=spec.slurm.health_check_interval_s,
+        auth_info=f"cred_expire={spec.slurm.requeue_hold_s}",
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )
 

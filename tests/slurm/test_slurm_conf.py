@@ -86,6 +86,12 @@ def test_dynamic_configless_nodes_with_room_for_repairs(prod: ClusterSpec) -> No
     assert "GresTypes=gpu" in lines
 
 
+def test_a_requeued_job_waits_the_stacks_hold_not_slurms_120_s(prod: ClusterSpec) -> None:
+    # Slurm's cred_expire: how long a requeued job waits before it may start again (slurm.conf(5)).
+    assert "AuthInfo=cred_expire=70" in conf_lines(prod)
+    assert "AuthInfo=cred_expire=30" in conf_lines(spec_of(nodes=16, slurm={"requeueHoldSeconds": 30}))
+
+
 def test_gres_and_cgroup_confine_gpus_and_memory(prod: ClusterSpec) -> None:
     files = config_files(slurm_site(prod))
     assert "Name=gpu File=/dev/nvidia[0-7]" in files["gres.conf"].splitlines()
@@ -398,6 +404,7 @@ def test_rendered_scripts_pass_shellcheck(prod: ClusterSpec, tmp_path: Path) -> 
         ({"slurm": {"version": "25.11.5*"}}, "ndfleet:slurm.version = '25.11.5*'"),
         ({"slurm": {"version": "25.11.5-1\nx"}}, "YY.MM.P-R"),
         ({"slurm": {"controllerVmSizee": "x"}}, "ndfleet:slurm.controllerVmSizee is not a known setting"),
+        ({"slurm": {"requeueHoldSeconds": 4}}, "ndfleet:slurm.requeueHoldSeconds = 4"),
         ({"scheduler": "pbs"}, "ndfleet:scheduler = 'pbs'"),
         ({"scheduler": "none", "slurm": {"loginCount": 2}}, "ndfleet:slurm is set but ndfleet:scheduler = 'none'"),
     ],

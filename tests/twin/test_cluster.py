@@ -13,7 +13,7 @@ import pytest
 from ndfleet.nodefiles import nodebundle
 from ndfleet.slurm.machines import NODE_LIBRARY
 from ndfleet.slurm.userdata import decompose
-from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
+from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE, STACK_FILE
 from tests.twin.machine import TwinMachine
 from tests.twin.test_boot import BOOT_TIMEOUT_S, healthy_nodes
 from tests.twin.twin import Twin, wait_all
@@ -104,6 +104,18 @@ def test_slurm_packages_come_from_microsofts_repository_with_its_key(slurm_up: T
 def test_slurmdbd_reaches_the_database_with_the_vault_password(slurm_up: Twin) -> None:
     ctl = controller(slurm_up)
     ctl.wait_for("sacctmgr answers", lambda: ctl.run("sacctmgr -n list cluster", check=False).returncode == 0, 120)
+
+
+def test_slurmctld_holds_a_requeued_job_for_the_stacks_time(slurm_up: Twin) -> None:
+    """The stack's slurm.requeueHoldSeconds reaches the running slurmctld as AuthInfo cred_expire (docs/slurm.md),
+    read back from the daemon, not from the file."""
+    import yaml
+
+    wanted = yaml.safe_load(STACK_FILE.read_text())["config"]["ndfleet:slurm"]["requeueHoldSeconds"]
+    shown = controller(slurm_up).run("scontrol show config").stdout
+    pairs = [line.split("=", 1) for line in shown.splitlines() if "=" in line]
+    auth_info = [value.strip() for key, value in pairs if key.strip() == "AuthInfo"]
+    assert auth_info == [f"cred_expire={wanted}"], shown[:2000]
 
 
 def test_the_login_node_reaches_the_controller(slurm_up: Twin) -> None:
