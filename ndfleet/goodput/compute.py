@@ -17,9 +17,13 @@ from ndfleet.goodput.jobs import JobReport, jobs_json
 from ndfleet.goodput.stats import percentile
 
 # What each hour of a node counts as. "powered_down" (an elastic node Slurm has deallocated) is not paid for and is
-# left out of node-hours; "other" is a Slurm state ndfleet does not map.
-CATEGORIES = ("running", "idle", "drained", "repair", "burnin", "other")
+# left out of node-hours; "other" is a Slurm state ndfleet does not map; "spare" is a warm spare the controller holds
+# out of scheduling (islands[].spares, docs/operations.md): paid for on purpose, neither in service nor badput.
+CATEGORIES = ("running", "idle", "spare", "drained", "repair", "burnin", "other")
 SERVICE = ("running", "idle")
+# In the fleet's service for interruptions: a node that joins or leaves the spares' reservation was not interrupted,
+# and a spare that fails its health check was.
+AVAILABLE = (*SERVICE, "spare")
 # Paid for and not available to jobs: the badput.
 BADPUT = ("drained", "repair", "burnin", "other")
 _RUNNING = frozenset({"allocated", "mixed", "completing"})
@@ -44,6 +48,8 @@ def category(state: str, reason: str) -> str | None:
         return "running"
     if state == "idle":
         return "idle"
+    if state == "spare":
+        return "spare"
     if state == "awaiting_burnin" or (state in _DRAIN and reason.startswith(BURNIN_REASON_PREFIX)):
         return "burnin"
     if state == "down" or (state in _DRAIN and reason.startswith(DRAIN_REASON_PREFIX)):
@@ -104,7 +110,9 @@ class Figures:
 
     @property
     def service_share(self) -> float | None:
-        return self.service_hours / self.node_hours if self.node_hours else None
+        """In service, of the node-hours not held as warm spares (an island at full strength with spares is 100 %)."""
+        meant_for_jobs = self.node_hours - self.hours["spare"]
+        return self.service_hours / meant_for_jobs if meant_for_jobs > 0 else None
 
     def per_thousand_node_days(self) -> dict[str, float]:
         days = self.node_hours / HOURS_PER_DAY
@@ -145,11 +153,11 @@ def node_figures(samples: Sequence[StateSample], step_s: float, until: float) ->
         now = category(s.state, s.reason)
         if now is not None:
             f.hours[now] += span / 3600
-        if previous in SERVICE and now is not None and now not in SERVICE:
+        if previous in AVAILABLE and now is not None and now not in AVAILABLE:
             c = cause(s.state, s.reason)
             f.interruptions[c] = f.interruptions.get(c, 0) + 1
             out_since = s.at
-        elif out_since is not None and now in SERVICE:
+        elif out_since is not None and now in AVAILABLE:
             f.back_in_service_s.append(s.at - out_since)
             out_since = None
         if now is not None:

@@ -204,19 +204,20 @@ def in_service_alerts(spec: ClusterSpec) -> list[Alert]:
     """IslandInServiceLow, one rule per island (docs/goodput.md): fewer of the island's nodes in service in Slurm,
     as the controller publishes them (ndfleet_slurm_node_state, whose `slurm_node` is the host name
     `<namePrefix>-<island>-<n>`), than the island's capacity floor. It counts what IslandCapacityLow does not: a
-    healthy node drained by hand, held by the burn-in or down in Slurm."""
+    healthy node drained by hand, held by the burn-in or down in Slurm. The floor is a share of the nodes the island
+    keeps in service (`nodes` less its warm spares, which the controller holds out of scheduling on purpose)."""
 
     out = []
     m = spec.profile.monitoring
     for island in spec.islands:
-        floor = island_capacity_floor(island.nodes, spec.monitoring.island_capacity_alert_fraction)
+        floor = island_capacity_floor(island.in_service, spec.monitoring.island_capacity_alert_fraction)
         selector = island_query_selector(spec, island.name, f'state=~"{_IN_SERVICE_STATES}"')
         out.append(
             Alert(
                 "IslandInServiceLow", "goodput",
                 f"(count({selector} == 1) or vector(0)) < {floor}",
                 m.island_capacity_for_minutes, "warning",
-                f"island {island.name}: fewer than {floor} of {island.nodes} nodes in service in Slurm",
+                f"island {island.name}: fewer than {floor} of {island.in_service} nodes in service in Slurm",
                 "Run `ndfleet status` for the island's drained, down and burn-in nodes and `ndfleet goodput` for "
                 "where the hours went; resume nodes an operator drained and left, and check the repair queue.",
                 labels=(("island", island.name), ("stack", spec.stack)),

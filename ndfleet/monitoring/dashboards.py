@@ -143,7 +143,7 @@ def _goodput_panels(spec: ClusterSpec, lay: _Layout) -> None:
         return (f'count by (slurm_island) (label_replace({selector}, "slurm_island", "$1", "slurm_node", '
                 f'"(?i){spec.name_prefix}-(.+)-[^-]+"))')  # fmt: skip
 
-    serving, paid = 'state=~"idle|allocated|mixed|completing"', 'state!="powered_down"'
+    serving, paid = 'state=~"idle|allocated|mixed|completing"', 'state!~"powered_down|spare"'
     lay.add("timeseries", "Nodes by Slurm state (goodput)",
             [_target(f'count by (state) (ndfleet_slurm_node_state{{stack="{spec.stack}"}} == 1)', "{{state}}")],
             description="What `ndfleet goodput` integrates: running (allocated, mixed, completing), idle, drained, "
@@ -151,8 +151,9 @@ def _goodput_panels(spec: ClusterSpec, lay: _Layout) -> None:
     lay.add("timeseries", "Share of nodes in service in Slurm per island",
             [_target(by_island(serving) + " / " + by_island(paid), "{{slurm_island}}")],
             unit="percentunit",
-            description="In service (idle, allocated, mixed, completing) over the nodes paid for (powered-down "
-            "elastic nodes left out), as `ndfleet goodput` counts; IslandInServiceLow fires when an island "
+            description="In service (idle, allocated, mixed, completing) over the nodes paid for and meant for "
+            "jobs (powered-down elastic nodes and held warm spares left out), as `ndfleet goodput` counts; "
+            "IslandInServiceLow fires when an island "
             "stays below its floor (docs/goodput.md).")
 
 

@@ -253,6 +253,18 @@ def test_a_node_back_only_after_the_period_is_still_out_and_has_no_time() -> Non
     assert f.hours["repair"] == 2
 
 
+def test_a_warm_spare_is_its_own_category_and_joining_or_leaving_the_spares_is_no_interruption() -> None:
+    # A spare (held out of scheduling: docs/operations.md, "Warm spares") takes a failed node's place and runs the
+    # requeued job, goes back to the spares when the island is whole again, then fails its own health check.
+    states = ["spare", "allocated", "idle", "spare", "drained", "spare"]
+    reasons = {4: "ndfleet:gpu.ecc"}
+    f = node_figures([sample(h, s, reasons.get(h, "")) for h, s in enumerate(states)], 3600, T0 + 6 * 3600)
+    assert f.hours["spare"] == 3 and f.hours["running"] == 1 and f.hours["repair"] == 1
+    assert (f.interruptions, f.back_in_service_s, f.still_out) == ({"check:gpu.ecc": 1}, [3600.0], 0)
+    assert f.badput_hours == 1  # the spare's hours are paid for on purpose: not badput
+    assert f.service_share == 2 / 3  # of the hours not held as a spare
+
+
 def test_a_node_of_no_island_is_named_not_counted() -> None:
     report = build_report("prod", [sample(0, "idle", node="other-ib00-000000")], since=T0, until=T0 + 3600,
                           step_s=3600, prefixes={"ib00": "prod-ib00-"}, usd_per_node_hour=None)  # fmt: skip

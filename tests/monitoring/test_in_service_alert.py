@@ -57,6 +57,15 @@ def test_one_rule_per_island_at_the_capacity_floor(slurm_spec: ClusterSpec) -> N
     assert [(dict(a.labels)["island"], a.expr.rsplit("< ", 1)[1]) for a in rules] == [("a", "3"), ("b", "2")]
 
 
+def test_the_floor_is_a_share_of_the_nodes_kept_in_service_not_of_the_spares() -> None:
+    # Island a: 4 nodes of which 2 are warm spares, held out of scheduling on purpose: 2 in service is full strength.
+    config = monitoring_config()
+    config.update(scheduler="slurm", islands=[{"name": "a", "nodes": 4, "spares": 2}, {"name": "b", "nodes": 2}])
+    rules = [a for a in alerts(load_spec(config, "test")) if a.name == "IslandInServiceLow"]
+    assert [(dict(a.labels)["island"], a.expr.rsplit("< ", 1)[1]) for a in rules] == [("a", "2"), ("b", "2")]
+    assert "fewer than 2 of 2 nodes" in rules[0].summary
+
+
 def test_no_rule_without_slurm() -> None:
     assert "IslandInServiceLow" not in {a.name for a in alerts(load_spec(monitoring_config(), "test"))}
 
@@ -85,7 +94,8 @@ def test_the_dashboard_share_panel_reads_the_same_states(
     promtool: str, slurm_spec: ClusterSpec, tmp_path: Path
 ) -> None:
     """The fleet dashboard's in-service share per island, evaluated by promtool on the controller's series:
-    island a 2 of 4 paid-for nodes in service (a powered-down elastic node left out), island b 2 of 2."""
+    island a 2 of 4 paid-for nodes in service (a powered-down elastic node and a held warm spare left out), island
+    b 2 of 2."""
     from ndfleet.monitoring.dashboards import dashboards, queries
     from ndfleet.monitoring.exporters import exported_metric_names
     from tests.monitoring.test_dashboards import metric_names
@@ -96,7 +106,7 @@ def test_the_dashboard_share_panel_reads_the_same_states(
     (tmp_path / "rules.yml").write_text("groups: []\n")
     tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
-        "input_series": [*states("a", ["allocated", "idle", "drained", "powered_down", "down"]),
+        "input_series": [*states("a", ["allocated", "idle", "drained", "powered_down", "down", "spare"]),
                          *states("b", ["idle", "mixed"])],
         "promql_expr_test": [{"expr": share, "eval_time": "5m", "exp_samples": [
             {"labels": '{slurm_island="a"}', "value": 0.5}, {"labels": '{slurm_island="b"}', "value": 1}]}],
