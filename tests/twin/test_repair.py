@@ -58,6 +58,7 @@ from ndfleet_node.names import (
 )
 from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 
+from ndfleet.goodput.compute import cause
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
 from tests.twin.repairs import Repair
 from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
@@ -161,6 +162,7 @@ class Loop:
     cancelled: bool = False
     log: list[str] = field(default_factory=list)
     status: dict[str, tuple[int, str]] = field(default_factory=dict)  # stage -> (exit code, table) when first seen
+    drain_reason: str = ""  # the node's Slurm reason when it was first seen out, without its [user@time] stamp
 
     def took(self, stage: str) -> float:
         return self.seen[stage] - self.fault_at
@@ -192,6 +194,7 @@ def observe(twin: Twin, loop: Loop) -> None:
     flags = set(me.get("State", "").split("+"))
     if flags & {"DRAIN", "DOWN"} and kind.reason in me.get("Reason", ""):
         loop.seen.setdefault("drained", now)
+        loop.drain_reason = loop.drain_reason or re.sub(r"\s*\[[^\]]*\]$", "", me.get("Reason", "")).strip()
     job = job_fields(ctl, loop.job)
     job_nodes = expand(ctl, job["NodeList"]) if job.get("JobState") == "RUNNING" else []
     if int(job.get("Restarts", "0") or 0) >= 1:
@@ -488,6 +491,45 @@ def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop]
         assert start - end <= loop.took("running_again") + 2, (loop.job, start - end, loop.explain("restart"))
         repairs_resumed.record(f"repair loop, {loop.kind} ({loop.island}): job restart time from accounting",
                                start - end)  # fmt: skip
+
+
+def test_goodput_counts_each_islands_interruptions_as_the_faults_injected(
+    loops: dict[str, Loop], repairs_resumed: Twin
+) -> None:
+    """`ndfleet goodput` over the loops (from just before the first fault) against the booted twin: in each island,
+    one interruption for each fault the loops injected there, caused by the check that found it (`check:<id>`, from
+    the health check's drain reason) or, for the hung node, `slurm-down`; no other check and no other cause, but
+    `burnin` (an in-service node the controller drains to pair with a replacement for its burn-in: docs/burnin.md).
+    A spare leaving or rejoining its reservation is no interruption. Read until the hung node's `slurm-down` is
+    there (the series reach the workspace up to about two minutes after the controller sees a state)."""
+    twin = repairs_resumed
+    since = datetime.fromtimestamp(min(loop.fault_at for loop in loops.values()) - 30, timezone.utc).isoformat()
+    injected: dict[str, dict[str, int]] = {}
+    for loop in loops.values():
+        # The health check's drain names every check that failed; goodput counts the first (docs/goodput.md).
+        by = cause("drained", loop.drain_reason) if KINDS[loop.kind].files_impact else "slurm-down"
+        assert by == "slurm-down" or by.startswith("check:"), (loop.kind, by, loop.drain_reason)
+        injected.setdefault(loop.island, {})
+        injected[loop.island][by] = injected[loop.island].get(by, 0) + 1
+
+    def interruptions(doc: dict[str, Any], island: str) -> dict[str, int]:
+        return dict(((doc.get("islands") or {}).get(island) or {}).get("interruptions") or {})
+
+    deadline = time.monotonic() + 600
+    while True:
+        code, out, err = twin.goodput(since)
+        doc = json.loads(out) if code in (0, 1) and out.strip() else {}
+        if all(interruptions(doc, i).get(c, 0) >= n for i, counts in injected.items() for c, n in counts.items()):
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(15)
+    assert code in (0, 1), f"goodput exited {code}: {err}"
+    for island, expected in injected.items():
+        got = interruptions(doc, island)
+        faults = {c: n for c, n in got.items() if c != "burnin"}
+        explained = "\n".join(loop.explain("goodput") for loop in loops.values() if loop.island == island)
+        assert faults == expected, (island, got, explained)
 
 
 def test_goodput_reads_each_loops_job_as_accounting_recorded_it(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
