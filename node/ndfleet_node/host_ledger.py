@@ -12,6 +12,13 @@ node's health check publishes as the Slurm node's Comment `ndfleet-host:<name>`)
   lifts;
 - a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`).
 
+A node that stops answering files no report of its own (its kernel or its host is hung). slurmctld sets it DOWN with
+`Reason=Not responding` after SlurmdTimeout, and keeps any reason a node already had (SchedMD/slurm
+src/slurmctld/node_mgr.c, `set_node_down`), so a VM that automatic repairs deleted after the health check drained it
+keeps its check ids and is not counted twice. Such a hang counts as one failure of the node's host, but only when no
+other node went silent within HANG_WINDOW_S of it: many nodes silent at once is the network, the controller or a scale
+-in, not their hosts' hardware.
+
 The ledger is one JSON file on the controller's state disk (next to slurmctld's StateSaveLocation, so it survives a
 controller rebuild with that disk), written whole to a temporary file and renamed (atomic on one file system).
 Standard library only: it runs on the controller from the node-program archive.
@@ -24,6 +31,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +59,10 @@ REPEAT_CATEGORY = PREFIX + str(HOST_CATEGORIES[REPEAT_CHECK])
 # The health check's drain reason: "ndfleet:" and check ids (ndfleet_node.slurm_health.OWN_REASON).
 _CHECK_REASON = re.compile(r"ndfleet:([A-Za-z0-9_.+-]+(?:,[A-Za-z0-9_.+-]+)*)")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# The reason slurmctld gives a node that missed SlurmdTimeout (src/slurmctld/ping_nodes.c, node_mgr.c).
+NOT_RESPONDING_REASON = "Not responding"
+# Nodes that went silent within this many seconds of each other are one event, not hardware (module doc).
+HANG_WINDOW_S = 600
 # Drains that say nothing about the hardware: waiting for burn-in, a test that could not start, the fabric at scale.
 _NOT_HARDWARE = frozenset({"awaiting", "unresolved", "island-below-floor", "launch-error"})
 
@@ -97,11 +109,33 @@ def hardware_failure(node: SlurmNode) -> bool:
     return node.reason.startswith(DRAIN_REASON_PREFIX) and _CHECK_REASON.fullmatch(node.reason) is not None
 
 
+def hung(node: SlurmNode) -> bool:
+    """Set DOWN by slurmctld because it stopped answering, with no reason of its own before (module doc)."""
+    return node.down and node.reason == NOT_RESPONDING_REASON
+
+
+def _stamp_s(stamp: str) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def isolated_hangs(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
+    """The hung nodes that went silent alone: a stamp that can be read, and no other hung node's within
+    HANG_WINDOW_S of it."""
+    silent = [(n, _stamp_s(n.reason_time)) for n in nodes if hung(n)]
+    return [n for n, at in silent if at is not None and not any(
+        o is not n and (t is None or abs(t - at) <= HANG_WINDOW_S) for o, t in silent)]  # fmt: skip
+
+
 def failures(nodes: Iterable[SlurmNode]) -> list[Failure]:
-    """The hardware failure drains of a node listing whose host is known."""
+    """The hardware failures of a node listing whose host is known: its hardware failure drains, and the nodes that
+    stopped answering on their own."""
+    listed = list(nodes)
     out = []
-    for node in nodes:
-        if hardware_failure(node) and (host := node_host(node)):
+    for node in [*filter(hardware_failure, listed), *isolated_hangs(listed)]:
+        if host := node_host(node):
             out.append(Failure(host, node.name, node.reason, node.reason_time))
     return out
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from ndfleet_node.host_ledger import (
     DEFAULT_LEDGER,
+    NOT_RESPONDING_REASON,
     REPEAT_CHECK,
     Failure,
     LedgerError,
@@ -202,7 +203,11 @@ def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, report
         except SlurmError as error:
             log(f"{failure.node}: could not drain: {error}")
             ok = False
-        if report_impact and not ask_impact(failure.node, failure, node_program, run):
+        if report_impact and failure.reason == NOT_RESPONDING_REASON:
+            # It cannot file a report: it does not answer. The host is held all the same: the burn-in refuses
+            # any node on it (host_ledger.refusal).
+            log(f"{failure.node}: does not answer, cannot report {failure.host}; the host is held")
+        elif report_impact and not ask_impact(failure.node, failure, node_program, run):
             log(f"{failure.node}: impact report for {failure.host} not confirmed")
             ok = False
     return ok

@@ -166,11 +166,54 @@ def test_only_hardware_drains_with_a_known_host_are_failures() -> None:
                     failing("prod-ib00-000003", "HOSTD", "ndfleet:burnin:launch-error"),
                     failing("prod-ib00-000004", "HOSTE", "maintenance by hand"),
                     line("prod-ib00-000005", "IDLE+DRAIN", "ndfleet:gpu.xid"),  # no host published
-                    # Set DOWN by the health check (jobs on it, issue 27) counts like its drain; Slurm's DOWN not.
+                    # Set DOWN by the health check (jobs on it, issue 27) counts like its drain.
                     line("prod-ib00-000006", "DOWN+DYNAMIC_NORM", "ndfleet:ib.ports", "ndfleet-host:HOSTF"),
-                    line("prod-ib00-000007", "DOWN*+DYNAMIC_NORM", "Not responding", "ndfleet-host:HOSTG"))
+                    # Slurm's DOWN of a node that stopped answering, alone: its host failed.
+                    line("prod-ib00-000007", "DOWN*+DYNAMIC_NORM", "Not responding", "ndfleet-host:HOSTG"),
+                    # Not responding but still ALLOCATED (SlurmdTimeout not reached yet): not yet.
+                    line("prod-ib00-000008", "ALLOCATED*+DYNAMIC_NORM", "", "ndfleet-host:HOSTH"))
     assert [(f.node, f.host) for f in host_ledger.failures(listing)] == [
-        ("prod-ib00-000000", "HOSTA"), ("prod-ib00-000001", "HOSTB"), ("prod-ib00-000006", "HOSTF")]
+        ("prod-ib00-000000", "HOSTA"), ("prod-ib00-000001", "HOSTB"), ("prod-ib00-000006", "HOSTF"),
+        ("prod-ib00-000007", "HOSTG")]
+
+
+def hung_line(name: str, host: str, stamp: str) -> str:
+    return line(name, "DOWN*+DYNAMIC_NORM", comment=f"ndfleet-host:{host}").replace(
+        " Comment=", f" Reason=Not responding [slurm@{stamp}] Comment=")
+
+
+def test_nodes_that_went_silent_together_are_not_their_hosts_failures() -> None:
+    # Two nodes silent within ten minutes of each other: the network or the controller, not two hosts. One more,
+    # alone an hour later, is its host's.
+    listing = nodes(hung_line("prod-ib00-000001", "HOSTA", "2026-12-05T03:00:00"),
+                    hung_line("prod-ib01-000004", "HOSTB", "2026-12-05T03:04:10"),
+                    hung_line("prod-ib01-000007", "HOSTC", "2026-12-05T04:30:00"))
+    assert [(f.node, f.host, f.reason) for f in host_ledger.failures(listing)] == [
+        ("prod-ib01-000007", "HOSTC", "Not responding")]
+
+
+def test_a_deleted_node_that_the_health_check_drained_keeps_its_check_and_counts_once(tmp_path: Path) -> None:
+    # Automatic repairs deleted the drained VM; slurmctld sets it DOWN and keeps its reason (set_node_down).
+    drained = failing("prod-ib00-000000", "HOSTA", "ndfleet:gpu.ecc")
+    gone = drained.replace("State=IDLE+DRAIN", "State=DOWN*+DRAIN")
+    ledger, _ = host_ledger.record({}, host_ledger.failures(nodes(drained)))
+    ledger, repeats = host_ledger.record(ledger, host_ledger.failures(nodes(gone)))
+    assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == ["ndfleet:gpu.ecc"]
+
+
+def test_a_hung_repeat_is_drained_and_not_asked_to_report(tmp_path: Path) -> None:
+    path = tmp_path / "host-ledger.json"
+    host_ledger.write_ledger(path, {"HOSTA": [host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid",
+                                                                  "2026-12-04T01:00:00")]})
+    slurm = FakeScontrol(hung_line("prod-ib00-000007", "HOSTA", "2026-12-05T03:00:00"))
+    asked: list[Sequence[str]] = []
+    log: list[str] = []
+    ok = spares.keep_ledger(slurm, slurm.nodes(), path, True, "/opt/ndfleet/bin/ndfleet-node", log.append,
+                            lambda argv, _t: asked.append(argv) is None)
+    assert ok and asked == []
+    assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
+    assert host_ledger.held_hosts(host_ledger.read_ledger(path)) == {"HOSTA"}
+    assert any("does not answer" in entry for entry in log), log
 
 
 def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: Path) -> None:

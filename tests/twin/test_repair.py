@@ -459,6 +459,22 @@ def test_the_impact_names_the_broken_nodes_host_not_its_replacements(
         assert twin.hosts[loop.repair.new] != loop.host
 
 
+def test_the_host_ledger_holds_each_broken_nodes_host(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
+    """The controller's host ledger (docs/operations.md, "A host that fails twice is not taken back") has one failure
+    for each loop's node under the physical host it ran on: the health check's drain reason for a hardware fault,
+    slurmctld's "Not responding" for the node that hung (it reported nothing itself)."""
+    from ndfleet_node.host_ledger import NOT_RESPONDING_REASON
+
+    from ndfleet.slurm.conf import HOST_LEDGER
+
+    ctl = controller(repairs_resumed)
+    doc = json.loads(ctl.run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+    for loop in loops.values():
+        want = loop.drain_reason if KINDS[loop.kind].files_impact else NOT_RESPONDING_REASON
+        entries = [e for e in doc["hosts"].get(loop.host, []) if e["node"] == loop.node]
+        assert [e["reason"] for e in entries] == [want], (loop.kind, loop.host, doc)
+
+
 def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
     """The controller's job series (docs/goodput.md, "Jobs"), from the twin's own slurmdbd through the exporter's real
     `sacct` questions: each loop's job, requeued when its node was taken out, has a run 0 that ended node_fail after
