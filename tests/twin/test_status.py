@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import shlex
 import ssl
 import time
 from typing import Any
 
+from ndfleet_node.names import SLURM_STATES, SPARES_RESERVATION_PREFIX
+from ndfleet_node.slurm_export import node_states
+
+from tests.twin.conftest import FAULTY_NODE
 from tests.twin.test_boot import healthy_nodes
+from tests.twin.test_cluster import controller
 from tests.twin.twin import Twin
 
 # Metrics reach the workspace within about two minutes of a change: the node's metrics timer (60 s) or the
@@ -44,10 +50,11 @@ def fixed_nodes(twin: Twin) -> set[str]:
     return {tm.name for tm in twin.role("compute") if tm.spec.extra.get("scale_set")}
 
 
-def wait_for(what: str, predicate: Any, timeout: float = ARRIVAL_TIMEOUT_S) -> None:
+def wait_for(what: str, predicate: Any, timeout: float = ARRIVAL_TIMEOUT_S, explain: Any = None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        why = f": {explain()}" if explain else ""
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s{why}"
         time.sleep(5)
 
 
@@ -82,3 +89,89 @@ def test_the_workspace_query_endpoint_wants_a_token_for_azure_monitor(twin: Twin
         assert response.status == 401, response.read()[:200]
     finally:
         connection.close()
+
+
+def spare_nodes(ctl: Any) -> frozenset[str]:
+    """The nodes held in the spares reservations now (`ndfleet-spares-<island>`, ndfleet_node.spares)."""
+    names: set[str] = set()
+    for line in ctl.run("scontrol -o show reservation", check=False).stdout.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        held = fields.get("Nodes", "")
+        if fields.get("ReservationName", "").startswith(SPARES_RESERVATION_PREFIX) and held not in ("", "(null)"):
+            names.update(ctl.run(f"scontrol show hostnames {shlex.quote(held)}").stdout.split())
+    return frozenset(n.lower() for n in names)
+
+
+def test_status_says_what_the_twin_is(twin: Twin) -> None:
+    """Every fixed-island machine is listed, with the Application Health stand-in's state as its vmHealth and the
+    Slurm state the controller's scontrol gives it now (read the exporter's way, ndfleet_node.slurm_export); each
+    healthy node that is validated shows validation passed, and healthy when Azure and Slurm say so; the faulty
+    node, while it is there and its metrics are published, failed validation and is unhealthy once Azure says so.
+    Status lags the twin by up to about two minutes (ARRIVAL_TIMEOUT_S): it is read until it agrees."""
+    seen: dict[str, Any] = {}
+    ctl = controller(twin)
+    fixed = fixed_islands(twin)
+
+    def agrees() -> bool:
+        # Read as the controller's exporter reads it: a node in a spares reservation, idle and fit, is "spare".
+        listing = ctl.run("scontrol show node --oneliner", check=False).stdout
+        slurm_now = {n.lower(): state for n, state, _ in node_states(listing, spare_nodes(ctl))}
+        code, table, doc = status_now(twin)
+        states = {name: twin.repairs.state(name) for name in fixed_nodes(twin)}
+        seen.update(code=code, table=table, doc=doc, states=states, slurm=slurm_now)
+        return not disagreement(doc, states, slurm_now)
+
+    def disagreement(doc: dict[str, Any], states: dict[str, str], slurm_now: dict[str, str]) -> str:
+        seen["why"] = why = _disagreement(doc, states, slurm_now)
+        return why
+
+    def _disagreement(doc: dict[str, Any], states: dict[str, str], slurm_now: dict[str, str]) -> str:
+        if not doc or doc.get("error"):
+            return f"no status document: {str(doc.get('error') if doc else seen.get('code'))[:300]}"
+        nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in fixed}
+        if set(nodes) != set(states):
+            # a replacement came or went between the reads: read again
+            return f"status lists {sorted(nodes)}, the twin has {sorted(states)}"
+        for name, node in nodes.items():
+            if node["vmHealth"] != (states[name].lower() or "none"):
+                return f"{name}: vmHealth {node['vmHealth']}, the stand-in says {states[name]!r}"
+            if (node["slurm"] or {}).get("state") != slurm_now.get(name, "absent"):
+                return f"{name}: Slurm {node['slurm']} in status, {slurm_now.get(name, 'absent')} in scontrol"
+        for tm in healthy_nodes(twin):
+            node = nodes.get(tm.name)
+            if node is None or tm.unit_state("ndfleet-validated.target") != "active":
+                continue
+            if node["validation"]["state"] != "passed":
+                return f"{tm.name}: validated, but status says validation {node['validation']}"
+            if states[tm.name] == "Healthy" and node["slurm"]["state"] in SERVING and node["health"] != "healthy":
+                return f"{tm.name}: Healthy and {node['slurm']['state']}, but status says {node['health']}"
+        faulty = nodes.get(FAULTY_NODE)
+        if faulty is not None and states.get(FAULTY_NODE) == "Unhealthy" and faulty["health"] != "unhealthy":
+            return f"{FAULTY_NODE}: Unhealthy to Azure, status says {faulty['health']}"
+        return ""
+
+    wait_for("status agreeing with the twin", agrees, explain=lambda: f"{seen.get('why')}\n{seen.get('table')}")
+    doc, table = seen["doc"], seen["table"]
+    nodes = {n["name"]: n for n in doc["nodes"] if n["island"] in fixed}
+    for name, node in nodes.items():
+        assert node["vmHealth"] == (seen["states"][name].lower() or "none"), node
+        assert node["powerState"] == "running" and node["provisioningState"] == "Succeeded", node
+        assert node["slurm"]["state"] == seen["slurm"].get(name, "absent") and node["slurm"]["state"] in SLURM_STATES
+    islands = {i["name"]: i for i in doc["islands"]}
+    for island, (wanted, spares) in fixed.items():
+        shown = islands[island]
+        assert shown["wanted"] == wanted and shown["running"] == len(
+            [n for n in nodes.values() if n["island"] == island]), shown  # fmt: skip
+        assert shown["scaleSets"][0]["repairs"]["enabled"] is True, shown
+        if spares:
+            # The spares the controller holds now: its nodes in the "spare" Slurm state (scontrol, read above).
+            held = sum(1 for n in nodes.values() if n["island"] == island and seen["slurm"].get(n["name"]) == "spare")
+            assert shown["sparesWanted"] == spares and shown["spares"] == held, shown
+    assert twin.workspace is not None
+    if FAULTY_NODE in nodes and twin.workspace.query_local(f'ndfleet_node_validated{{node="{FAULTY_NODE}"}}'):
+        faulty = nodes[FAULTY_NODE]
+        assert faulty["validation"]["state"] == "failed" and faulty["validation"]["failedChecks"], faulty
+        assert FAULTY_NODE in table, table
+    for island in fixed:
+        assert any(line.split()[:1] == [island] for line in table.splitlines()), table
+    print(table)
