@@ -12,6 +12,9 @@ import json
 import re
 from typing import Any
 
+from ndfleet_node.names import JOB_LABEL, JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
+
+from ndfleet.goodput.jobs import RESTART_CAUSES
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 SCHEMA_VERSION = 39
@@ -155,6 +158,20 @@ def _goodput_panels(spec: ClusterSpec, lay: _Layout) -> None:
             "jobs (powered-down elastic nodes and held warm spares left out), as `ndfleet goodput` counts; "
             "IslandInServiceLow fires when an island "
             "stays below its floor (docs/goodput.md).")
+    # The controller's job series (ndfleet_node.slurm_export, from Slurm accounting): one start and one end per run
+    # of each job that was requeued or ended by a node failure, the end labelled with the run's accounting state.
+    runs = f'{JOB_RUN_START_METRIC}{{stack="{spec.stack}"}}'
+    restarted = f'{JOB_RUN_END_METRIC}{{stack="{spec.stack}",state=~"{"|".join(RESTART_CAUSES)}"}}'
+    lay.add("table", "Requeued and node-failed jobs: runs per job",
+            [_target(f"count by ({JOB_LABEL}) ({runs})", instant=True)],
+            description="Each job Slurm requeued or ended by a node failure, and how many times it ran; "
+            "`ndfleet goodput` gives each one's ETTR (docs/goodput.md, \"Jobs\").")
+    lay.add("table", "Latest restart time per job",
+            [_target(f"(max by ({JOB_LABEL}) ({runs}) - max by ({JOB_LABEL}) ({restarted})) > 0", instant=True)],
+            unit="s",
+            description="From the end of a job's last requeued, preempted or node-failed run to the start of its "
+            "next run: the requeue hold (slurm.requeueHoldSeconds), the wait for nodes and the start. A job not "
+            "started again yet is not listed. Percentiles over every restart: `ndfleet goodput`.")
 
 
 def island_fabric(spec: ClusterSpec) -> dict[str, Any]:

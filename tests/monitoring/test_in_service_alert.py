@@ -114,3 +114,42 @@ def test_the_dashboard_share_panel_reads_the_same_states(
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
     rc, out = run_promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
     assert rc == 0, out
+
+
+def job_run(metric: str, job: str, run: int, value: float, state: str = "") -> dict[str, str]:
+    labels = {**CONTROLLER, "slurm_job": job, "run": str(run), **({"state": state} if state else {})}
+    return series(metric, labels, f"{value:.0f}x10")
+
+
+def test_the_dashboard_job_panels_count_runs_and_time_the_latest_restart(
+    promtool: str, slurm_spec: ClusterSpec, tmp_path: Path
+) -> None:
+    """The fleet dashboard's job panels on the controller's job series (node/ndfleet_node/slurm_export.py): job 7 ran
+    three times (a node failure, then a requeue, the third run still going), job 9 once so far after a node failure
+    120 s before its second run started, job 11 failed by a node and not started again (not listed in restarts)."""
+    from ndfleet.monitoring.dashboards import dashboards, queries
+
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    exprs = queries(dashboards(slurm_spec)["fleet-overview.json"])
+    (runs,) = [e for e in exprs if e.startswith("count by (slurm_job)")]
+    (restart,) = [e for e in exprs if e.startswith("(max by (slurm_job)")]
+    t = 1_796_000_000
+    inputs = [job_run(start, "7", 0, t), job_run(end, "7", 0, t + 600, "node_fail"),
+              job_run(start, "7", 1, t + 700), job_run(end, "7", 1, t + 900, "requeued"),
+              job_run(start, "7", 2, t + 975),
+              job_run(start, "9", 0, t), job_run(end, "9", 0, t + 300, "node_fail"), job_run(start, "9", 1, t + 420),
+              job_run(start, "11", 0, t), job_run(end, "11", 0, t + 50, "node_fail")]
+    (tmp_path / "rules.yml").write_text("groups: []\n")
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": inputs,
+        "promql_expr_test": [
+            {"expr": runs, "eval_time": "5m", "exp_samples": [
+                {"labels": '{slurm_job="7"}', "value": 3}, {"labels": '{slurm_job="9"}', "value": 2},
+                {"labels": '{slurm_job="11"}', "value": 1}]},
+            {"expr": restart, "eval_time": "5m", "exp_samples": [
+                {"labels": '{slurm_job="7"}', "value": 75}, {"labels": '{slurm_job="9"}', "value": 120}]},
+        ],
+    }]}  # fmt: skip
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    rc, out = run_promtool(promtool, "test", "rules", "tests.yml", cwd=tmp_path)
+    assert rc == 0, out
