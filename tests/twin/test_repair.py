@@ -541,6 +541,10 @@ def test_goodput_counts_each_islands_interruptions_as_the_faults_injected(
             break
         time.sleep(15)
     assert code in (0, 1), f"goodput exited {code}: {err}"
+    # The report as an operator reads it, for the record (docs/goodput.md; the closing note of a twin run).
+    _, table, table_err = twin.goodput(since, "table")
+    STATUS_OUT.mkdir(parents=True, exist_ok=True)
+    (STATUS_OUT / "goodput.txt").write_text(table + table_err)
     for island, expected in injected.items():
         got = interruptions(doc, island)
         faults = {c: n for c, n in got.items() if c != "burnin"}
