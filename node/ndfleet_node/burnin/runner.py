@@ -168,9 +168,12 @@ def kill_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 # each runs in its own session and would not see the terminal's SIGINT.
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
+# Set by stop_all: a test started after it looked (Ctrl-C between Popen and _LIVE) is stopped by its own thread.
+_STOP = threading.Event()
 
 
 def stop_all(grace_s: float = 5.0) -> None:
+    _STOP.set()
     with _LIVE_LOCK:
         live = list(_LIVE)
     for proc in live:
@@ -194,6 +197,8 @@ def run_bounded(
         with _LIVE_LOCK:
             _LIVE.add(proc)
         try:
+            if _STOP.is_set():
+                raise subprocess.TimeoutExpired(cmd, 0)
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc, grace_s)
