@@ -86,3 +86,18 @@ def test_a_test_output_of_300_mb_is_not_read_whole(tmp_path: Path) -> None:
     assert got.returncode == 0 and len(got.output) <= MAX_OUTPUT_BYTES
     assert got.output.endswith("# Avg bus bandwidth    : 480.5\n")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_test_started_after_the_interrupt_looked_is_stopped_by_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C reached stop_all before this test's Popen returned (found with the unit suite niced beside the twin):
+    # the test must not run to its 600 s timeout with nobody left to stop it.
+    import threading
+
+    from ndfleet_node.burnin import runner
+
+    monkeypatch.setattr(runner, "_STOP", threading.Event())
+    runner.stop_all()
+    got = run_bounded([sys.executable, "-c", "import time; time.sleep(600)"], 600, 1.0, tmp_path)
+    assert got.returncode is None and got.duration_s < 120
