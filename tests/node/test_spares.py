@@ -201,15 +201,23 @@ def test_a_deleted_node_that_the_health_check_drained_keeps_its_check_and_counts
     assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == ["ndfleet:gpu.ecc"]
 
 
-def test_a_hung_repeat_is_drained_and_not_asked_to_report(tmp_path: Path) -> None:
+def keep_ledger_after_one_failure(tmp_path: Path, node_line: str) -> tuple[bool, FakeScontrol, list, list[str], Path]:
+    """keep_ledger with impact reporting on, over a ledger that holds one failure on HOSTA and a listing of
+    `node_line`: (its result, the fake scontrol, the ssh commands it asked to run, its log, the ledger's path)."""
     path = tmp_path / "host-ledger.json"
     host_ledger.write_ledger(path, {"HOSTA": [host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid",
                                                                   "2026-12-04T01:00:00")]})
-    slurm = FakeScontrol(hung_line("prod-ib00-000007", "HOSTA", "2026-12-05T03:00:00"))
+    slurm = FakeScontrol(node_line)
     asked: list[Sequence[str]] = []
     log: list[str] = []
     ok = spares.keep_ledger(slurm, slurm.nodes(), path, True, "/opt/ndfleet/bin/ndfleet-node", log.append,
                             lambda argv, _t: asked.append(argv) is None)
+    return ok, slurm, asked, log, path
+
+
+def test_a_hung_repeat_is_drained_and_not_asked_to_report(tmp_path: Path) -> None:
+    ok, slurm, asked, log, path = keep_ledger_after_one_failure(
+        tmp_path, hung_line("prod-ib00-000007", "HOSTA", "2026-12-05T03:00:00"))
     assert ok and asked == []
     assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
     assert host_ledger.held_hosts(host_ledger.read_ledger(path)) == {"HOSTA"}
@@ -235,14 +243,8 @@ def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: P
 
 
 def test_a_repeat_is_drained_and_asked_to_report_with_the_category_that_removes_the_host(tmp_path: Path) -> None:
-    path = tmp_path / "host-ledger.json"
-    host_ledger.write_ledger(path, {"HOSTA": [host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid",
-                                                                  "2026-12-04T01:00:00")]})
-    slurm = FakeScontrol(failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports"))
-    asked: list[Sequence[str]] = []
-    log: list[str] = []
-    ok = spares.keep_ledger(slurm, slurm.nodes(), path, True, "/opt/ndfleet/bin/ndfleet-node", log.append,
-                            lambda argv, _t: asked.append(argv) is None)
+    ok, slurm, asked, _, _ = keep_ledger_after_one_failure(
+        tmp_path, failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports"))
     assert ok
     assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
     [ssh] = asked
