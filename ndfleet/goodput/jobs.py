@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from ndfleet_node.names import JOB_LABEL, JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
 from ndfleet.goodput.stats import percentile
+from ndfleet.monitoring.series import RESTART_CAUSES
 from ndfleet.status.prometheus import QueryFailed, Series
 
-# The run states that put the job back in the queue or ended it by a node failure (sacct's NODE_FAIL, REQUEUED,
-# PREEMPTED, as the export writes them): the run after one is a restart, and a job whose last run ended so may
-# still restart, so its ETTR is not known yet.
-RESTART_CAUSES = ("node_fail", "preempted", "requeued")
+# RESTART_CAUSES (ndfleet.monitoring.series, shared with the dashboard): the run states that put the job back in the
+# queue or ended it by a node failure (sacct's NODE_FAIL, REQUEUED, PREEMPTED, as the export writes them). The run
+# after one is a restart, and a job whose last run ended so may still restart, so its ETTR is not known yet.
 _JOB = re.compile(r"\d{1,12}")
 _RUN = re.compile(r"\d{1,4}")
 _STATE = re.compile(r"[a-z][a-z_]{0,31}")

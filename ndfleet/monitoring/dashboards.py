@@ -14,7 +14,7 @@ from typing import Any
 
 from ndfleet_node.names import JOB_LABEL, JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
-from ndfleet.goodput.jobs import RESTART_CAUSES
+from ndfleet.monitoring.series import RESTART_CAUSES
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 SCHEMA_VERSION = 39

@@ -8,6 +8,9 @@ from ndfleet.stackconfig.names import computer_name_prefix
 
 # node/ndfleet_node/slurm_export.py writes it.
 SLURM_METRIC = "ndfleet_slurm_node_state"
+# The accounting states (lower case, the job series' `state` label) of a run that ends in a restart of its job: the
+# goodput report's job restart times and the fleet dashboard's restart panel count these.
+RESTART_CAUSES = ("node_fail", "preempted", "requeued")
 
 
 def label_value(value: str) -> str:
