@@ -221,7 +221,10 @@ def test_interrupt_stops_every_running_test(tmp_path: Path) -> None:
     fleet = FakeFleet(tmp_path, names, hang=names)  # every test hangs: only the interrupt can end the round
     cmd = [sys.executable, "-m", "ndfleet_node", "burnin", "--hostfile", str(fleet.hostfile), "--report",
            str(fleet.report), "--config", str(fleet.node_json), "--test-timeout", "600"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env={**os.environ, **fleet.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # As from a terminal: SIGINT at its default, even where this suite was started with it ignored (a background
+    # job of a script: the burn-in would then install no KeyboardInterrupt handler and never stop).
+    proc = subprocess.Popen(cmd, env={**os.environ, **fleet.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while len(fleet.spawned_pids()) < 4 and time.monotonic() < deadline:  # both first-round tests started
