@@ -13,9 +13,10 @@ node's health check publishes as the Slurm node's Comment `ndfleet-host:<name>`)
 - a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`).
 
 A node that stops answering files no report of its own (its kernel or its host is hung). slurmctld sets it DOWN with
-`Reason=Not responding` after SlurmdTimeout, and keeps any reason a node already had (SchedMD/slurm
-src/slurmctld/node_mgr.c, `set_node_down`), so a VM that automatic repairs deleted after the health check drained it
-keeps its check ids and is not counted twice. Such a hang counts as one failure of the node's host, but only when no
+`Reason=Not responding` after SlurmdTimeout. A node that already had a reason keeps it (SchedMD/slurm
+src/slurmctld/node_mgr.c, `set_node_down`); Slurm 24.11 appends " : Not responding" to it with a new stamp
+(GONE_SUFFIX), which is not a new failure: a VM that automatic repairs deleted after the health check drained it is
+counted once. Such a hang counts as one failure of the node's host, but only when no
 other node went silent within HANG_WINDOW_S of it: many nodes silent at once is the network, the controller or a scale
 -in, not their hosts' hardware.
 
@@ -61,6 +62,9 @@ _CHECK_REASON = re.compile(r"ndfleet:([A-Za-z0-9_.+-]+(?:,[A-Za-z0-9_.+-]+)*)")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # The reason slurmctld gives a node that missed SlurmdTimeout (src/slurmctld/ping_nodes.c, node_mgr.c).
 NOT_RESPONDING_REASON = "Not responding"
+# Slurm 24.11 keeps a drained node's reason when it sets the node DOWN for not answering and appends this, with a new
+# stamp (seen in the twin: "ndfleet:burnin:busbw-below-floor : Not responding" once repairs deleted the VM).
+GONE_SUFFIX = f" : {NOT_RESPONDING_REASON}"
 # Nodes that went silent within this many seconds of each other are one event, not hardware (module doc).
 HANG_WINDOW_S = 600
 # Drains that say nothing about the hardware: waiting for burn-in, a test that could not start, the fabric at scale.
@@ -103,6 +107,8 @@ def hardware_failure(node: SlurmNode) -> bool:
     elastic VM Azure did not deliver, a repeat drain (already counted), an administrator's drain."""
     if not (node.drained or node.down) or node.reason == AWAITING_BURNIN_REASON or node.reason == REPEAT_HOST_REASON:
         return False
+    if node.reason.endswith(GONE_SUFFIX):
+        return False  # the drain was counted when it happened, under its own stamp
     if node.reason.startswith(BURNIN_REASON_PREFIX):
         verdict = node.reason[len(BURNIN_REASON_PREFIX):]
         return verdict not in _NOT_HARDWARE and BURNIN_CATEGORIES.get(f"burnin.{verdict}", "") is not None

@@ -192,13 +192,16 @@ def test_nodes_that_went_silent_together_are_not_their_hosts_failures() -> None:
         ("prod-ib01-000007", "HOSTC", "Not responding")]
 
 
-def test_a_deleted_node_that_the_health_check_drained_keeps_its_check_and_counts_once(tmp_path: Path) -> None:
-    # Automatic repairs deleted the drained VM; slurmctld sets it DOWN and keeps its reason (set_node_down).
-    drained = failing("prod-ib00-000000", "HOSTA", "ndfleet:gpu.ecc")
-    gone = drained.replace("State=IDLE+DRAIN", "State=DOWN*+DRAIN")
+@pytest.mark.parametrize("reason", ["ndfleet:gpu.ecc", "ndfleet:burnin:busbw-below-floor"])
+def test_a_deleted_node_that_was_drained_counts_once(reason: str) -> None:
+    # Automatic repairs deleted the drained VM; slurmctld sets it DOWN, keeps its reason and (Slurm 24.11, seen in
+    # the twin) appends " : Not responding" with a new stamp.
+    drained = failing("prod-ib00-000000", "HOSTA", reason)
+    gone = failing("prod-ib00-000000", "HOSTA", f"{reason} : Not responding", "2026-12-05T03:21:33").replace(
+        "State=IDLE+DRAIN", "State=DOWN*+DRAIN")
     ledger, _ = host_ledger.record({}, host_ledger.failures(nodes(drained)))
     ledger, repeats = host_ledger.record(ledger, host_ledger.failures(nodes(gone)))
-    assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == ["ndfleet:gpu.ecc"]
+    assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == [reason]
 
 
 def keep_ledger_after_one_failure(tmp_path: Path, node_line: str) -> tuple[bool, FakeScontrol, list, list[str], Path]:
