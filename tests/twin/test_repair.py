@@ -162,7 +162,7 @@ class Loop:
     cancelled: bool = False
     log: list[str] = field(default_factory=list)
     status: dict[str, tuple[int, str]] = field(default_factory=dict)  # stage -> (exit code, table) when first seen
-    drain_reason: str = ""  # the node's Slurm reason when it was first seen out, without its [user@time] stamp
+    drain_reason: str = ""  # the node's Slurm reason when it was first seen out, up to its [user@time] stamp
 
     def took(self, stage: str) -> float:
         return self.seen[stage] - self.fault_at
@@ -194,7 +194,8 @@ def observe(twin: Twin, loop: Loop) -> None:
     flags = set(me.get("State", "").split("+"))
     if flags & {"DRAIN", "DOWN"} and kind.reason in me.get("Reason", ""):
         loop.seen.setdefault("drained", now)
-        loop.drain_reason = loop.drain_reason or re.sub(r"\s*\[[^\]]*\]$", "", me.get("Reason", "")).strip()
+        # The Reason field as read here runs to the line's end: cut it at its [user@time] stamp.
+        loop.drain_reason = loop.drain_reason or re.split(r"\s*\[", me.get("Reason", ""), maxsplit=1)[0].strip()
     job = job_fields(ctl, loop.job)
     job_nodes = expand(ctl, job["NodeList"]) if job.get("JobState") == "RUNNING" else []
     if int(job.get("Restarts", "0") or 0) >= 1:
