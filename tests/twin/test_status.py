@@ -17,9 +17,10 @@ import ssl
 import time
 from typing import Any
 
-from ndfleet_node.names import SLURM_STATES, SPARES_RESERVATION_PREFIX
+from ndfleet_node.names import SPARES_RESERVATION_PREFIX
 from ndfleet_node.slurm_export import node_states
 
+from ndfleet.status.metrics_view import SLURM_STATES  # the controller's states and "absent" (not in Slurm)
 from tests.twin.conftest import FAULTY_NODE
 from tests.twin.test_boot import healthy_nodes
 from tests.twin.test_cluster import controller
