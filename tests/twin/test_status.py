@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ndfleet_node.names import SPARES_RESERVATION_PREFIX
+from ndfleet_node.scontrol import parse_reservations
 from ndfleet_node.slurm_export import node_states
 
 from ndfleet.status.metrics_view import SLURM_STATES  # the controller's states and "absent" (not in Slurm)
@@ -95,11 +96,9 @@ def test_the_workspace_query_endpoint_wants_a_token_for_azure_monitor(twin: Twin
 def spare_nodes(ctl: Any) -> frozenset[str]:
     """The nodes held in the spares reservations now (`ndfleet-spares-<island>`, ndfleet_node.spares)."""
     names: set[str] = set()
-    for line in ctl.run("scontrol -o show reservation", check=False).stdout.splitlines():
-        fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-        held = fields.get("Nodes", "")
-        if fields.get("ReservationName", "").startswith(SPARES_RESERVATION_PREFIX) and held not in ("", "(null)"):
-            names.update(ctl.run(f"scontrol show hostnames {shlex.quote(held)}").stdout.split())
+    for name, held in parse_reservations(ctl.run("scontrol show reservation --oneliner", check=False).stdout).items():
+        if name.startswith(SPARES_RESERVATION_PREFIX) and held.nodes:
+            names.update(ctl.run(f"scontrol show hostnames {shlex.quote(held.nodes)}").stdout.split())
     return frozenset(n.lower() for n in names)
 
 
