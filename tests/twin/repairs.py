@@ -207,6 +207,16 @@ class AutomaticRepairs:
         with self.lock:
             return list(self.repairs)
 
+    def grace_left(self, name: str) -> float:
+        """Seconds until a repair of `name` is due by its policy's `gracePeriod` (0: due now, or not an instance)."""
+        machine = next((tm for tm in self.machines() if tm.name == name), None)
+        with self.lock:
+            inst = self.instances.get(name)
+        if machine is None or inst is None:
+            return 0.0
+        policy = machine.spec.extra.get("automatic_repairs") or {}
+        return max(0.0, inst.created + _iso_minutes(policy.get("gracePeriod", "PT10M")) * 60 - time.monotonic())
+
 
 def _health_state(answer: str | None) -> str:
     try:
