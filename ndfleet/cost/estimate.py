@@ -148,8 +148,8 @@ def estimate_cost(
 
 
 def usd(value: float) -> str:
-    """A figure in US dollars: cents, or tenths of a cent below a dollar."""
-    return f"US${value:,.2f}" if value >= 1 else f"US${value:,.3f}"
+    """A figure in US dollars: cents, or tenths of a cent between nothing and a dollar (nothing is US$0.00)."""
+    return f"US${value:,.3f}" if 0 < value < 1 else f"US${value:,.2f}"
 
 
 def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[str]:

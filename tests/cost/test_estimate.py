@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ndfleet.cost.estimate import CostEstimate, estimate_cost, render_cost
+from ndfleet.cost.estimate import CostEstimate, estimate_cost, render_cost, usd
 from ndfleet.cost.prices import PRICE_TABLE, table_price
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
@@ -95,3 +95,12 @@ def test_quota_lines_put_spot_gpu_nodes_on_the_spot_quota() -> None:
 def test_quota_lines_name_a_size_ndfleet_cannot_count() -> None:
     lines = quota_lines(spec_of(scheduler="slurm", slurm={"loginVmSize": "Standard_F8s_v2"}))
     assert any(line.startswith("  vCPU quota needed: Standard_F8s_v2 is not in ndfleet's size table") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0.0, "US$0.00"), (0.0004, "US$0.000"), (0.125, "US$0.125"), (1.0, "US$1.00"), (98.32, "US$98.32"),
+     (1234567.891, "US$1,234,567.89")],  # fmt: skip
+)
+def test_usd_shows_cents_and_tenths_of_a_cent_only_below_a_dollar(value: float, shown: str) -> None:
+    assert usd(value) == shown
