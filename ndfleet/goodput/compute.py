@@ -94,7 +94,10 @@ class Figures:
     hours: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     interruptions: dict[str, int] = field(default_factory=dict)
     back_in_service_s: list[float] = field(default_factory=list)
-    still_out: int = 0  # interruptions not back in service by the period's end
+    still_out: int = 0  # interruptions not back in service by the period's end, the node still in Slurm
+    # Interruptions whose node left Slurm while out (its series ended while others went on): replaced by automatic
+    # repairs, or removed. Its place is taken by a new node, whose own hours count from its first state.
+    left_slurm: int = 0
 
     @property
     def node_hours(self) -> float:
@@ -125,6 +128,7 @@ class Figures:
             self.interruptions[c] = self.interruptions.get(c, 0) + n
         self.back_in_service_s += other.back_in_service_s
         self.still_out += other.still_out
+        self.left_slurm += other.left_slurm
 
 
 def one_state_per_step(samples: Iterable[StateSample]) -> dict[str, list[StateSample]]:
@@ -141,10 +145,13 @@ def one_state_per_step(samples: Iterable[StateSample]) -> dict[str, list[StateSa
     return out
 
 
-def node_figures(samples: Sequence[StateSample], step_s: float, until: float) -> Figures:
+def node_figures(
+    samples: Sequence[StateSample], step_s: float, until: float, last_step: float | None = None
+) -> Figures:
     """One node's hours by category, its interruptions (service -> out of service) by cause, and how long each
     took to come back into service. A gap in the samples (no series at a step: the controller or the agent
-    silent) counts in no category and ends no interruption."""
+    silent) counts in no category and ends no interruption. `last_step`: the last step any node has a state at; an
+    interruption still open when the node's own series ended before it left Slurm (`left_slurm`), else `still_out`."""
     f = Figures()
     out_since: float | None = None
     previous: str | None = None
@@ -163,7 +170,10 @@ def node_figures(samples: Sequence[StateSample], step_s: float, until: float) ->
         if now is not None:
             previous = now
     if out_since is not None:
-        f.still_out += 1
+        if last_step is not None and samples and samples[-1].at < last_step:
+            f.left_slurm += 1
+        else:
+            f.still_out += 1
     return f
 
 
@@ -195,12 +205,14 @@ def build_report(
 ) -> Report:
     by_island: dict[str, Figures] = {i: Figures() for i in prefixes}
     unplaced = []
-    for node, series in one_state_per_step(samples).items():
+    by_node = one_state_per_step(samples)
+    last_step = max((series[-1].at for series in by_node.values() if series), default=None)
+    for node, series in by_node.items():
         island = island_of(node, prefixes)
         if not island:
             unplaced.append(node)
             continue
-        by_island[island].add(node_figures(series, step_s, until))
+        by_island[island].add(node_figures(series, step_s, until, last_step))
     cluster = Figures()
     for f in by_island.values():
         cluster.add(f)
@@ -218,7 +230,8 @@ def as_json(report: Report) -> dict[str, object]:
             "interruptions": dict(sorted(f.interruptions.items())),
             "interruptionsPer1000NodeDays": {c: round(v, 2) for c, v in f.per_thousand_node_days().items()},
             "drainToBackInServiceSeconds": {"count": len(times), "median": percentile(times, 50),
-                                            "p95": percentile(times, 95), "stillOut": f.still_out},
+                                            "p95": percentile(times, 95), "stillOut": f.still_out,
+                                            "leftSlurm": f.left_slurm},
             "badputNodeHours": round(f.badput_hours, 4),
             "badputUsd": report.badput_usd(f),
         }

@@ -71,7 +71,8 @@ def render_table(report: Report) -> str:
         causes = ", ".join(f"{c} {n} ({per[c]:,.1f}/1,000 node-days)" for c, n in sorted(f.interruptions.items()))
         lines.append(f"{name}: interruptions: {causes or 'none'}; drain to back in service: median "
                      f"{_duration(percentile(times, 50))}, p95 {_duration(percentile(times, 95))} over {len(times)}"
-                     + (f", {f.still_out} still out" if f.still_out else ""))
+                     + (f", {f.still_out} still out" if f.still_out else "")
+                     + (f", {f.left_slurm} left Slurm while out (replaced or removed)" if f.left_slurm else ""))
     if report.jobs is not None:
         lines += ["", *job_lines(report.jobs)]
     if report.unplaced_nodes:

@@ -13,7 +13,7 @@ import pytest
 
 from ndfleet.cli import build_parser
 from ndfleet.commands import goodput as goodput_cmd
-from ndfleet.goodput.compute import StateSample, build_report, category, cause, node_figures, percentile
+from ndfleet.goodput.compute import StateSample, as_json, build_report, category, cause, node_figures, percentile
 from ndfleet.goodput.jobs import build_jobs
 from ndfleet.status.prometheus import QueryFailed, Series, parse_matrix
 from tests.status.test_status import DATA, PATTERNS, TINY_RETRY, ok, stack_file
@@ -316,3 +316,25 @@ def test_a_restart_counts_in_the_period_its_failure_falls_in() -> None:
     ends = [job_series(end, "7", 0, T0 - H, T0, state="node_fail")]
     assert build_jobs(starts, ends, since=T0, until=T0 + 2 * H, step_s=H).restart_s == {}
     assert build_jobs(starts, ends, since=T0 - H, until=T0 + 2 * H, step_s=H).restart_s == {"node_fail": [2 * H]}
+
+
+def test_a_node_that_left_slurm_while_out_is_not_still_out() -> None:
+    # Automatic repairs replaced the drained node: its series ends at hour 2, while its replacement's goes on.
+    old = [sample(0, "idle", node="prod-ib00-000000"), sample(1, "drained", "ndfleet:gpu.ecc", "prod-ib00-000000"),
+           sample(2, "drained", "ndfleet:gpu.ecc", "prod-ib00-000000")]  # fmt: skip
+    new = [sample(h, "idle", node="prod-ib00-000003") for h in range(3, 6)]
+    report = build_report("prod", old + new, since=T0, until=T0 + 6 * 3600, step_s=3600,
+                          prefixes={"ib00": "prod-ib00-"}, usd_per_node_hour=None)  # fmt: skip
+    f = report.islands["ib00"]
+    assert (f.interruptions, f.still_out, f.left_slurm) == ({"check:gpu.ecc": 1}, 0, 1)
+    assert as_json(report)["islands"]["ib00"]["drainToBackInServiceSeconds"]["leftSlurm"] == 1  # type: ignore[index]
+
+
+def test_a_node_out_when_every_series_ends_is_still_out() -> None:
+    # The controller fell silent at hour 2 for every node: the drained node did not leave Slurm.
+    out = [sample(0, "idle", node="prod-ib00-000000"), sample(1, "drained", "ndfleet:gpu.ecc", "prod-ib00-000000"),
+           sample(2, "drained", "ndfleet:gpu.ecc", "prod-ib00-000000")]  # fmt: skip
+    other = [sample(h, "idle", node="prod-ib00-000001") for h in range(3)]
+    report = build_report("prod", out + other, since=T0, until=T0 + 6 * 3600, step_s=3600,
+                          prefixes={"ib00": "prod-ib00-"}, usd_per_node_hour=None)  # fmt: skip
+    assert (report.islands["ib00"].still_out, report.islands["ib00"].left_slurm) == (1, 0)
