@@ -108,6 +108,15 @@ def test_no_repair_within_the_policys_grace_period_after_creation() -> None:
     assert replaced == ["a"]
 
 
+def test_grace_left_is_what_remains_of_the_policys_grace_period() -> None:
+    r, _ = repairs({"a": state("Healthy")})
+    age(r, "a", 4 * 60)
+    assert 5 * 60 < r.grace_left("a") <= 6 * 60  # PT10M, 4 minutes gone
+    age(r, "a", 10 * 60 + 1)
+    assert r.grace_left("a") == 0.0
+    assert r.grace_left("not-an-instance") == 0.0
+
+
 def test_a_healthy_node_is_never_repaired() -> None:
     r, replaced = repairs({"a": state("Healthy")})
     r.resume("ib00-vmss")
