@@ -127,13 +127,15 @@ NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 HEALTH_NOFILE = 8192
 # The impact report runs in a transient unit of its own, so that whoever starts it does not wait (the validate unit's
 # ExecStopPost; the Slurm health check, which slurmd kills at 60 s). systemd-run refuses a unit name that is loaded
-# already: while one report runs (or has failed), a second start files nothing.
+# already: while one report runs (or has failed), a second start files nothing. Its time limit is RuntimeMaxSec: a
+# transient service is Type=simple (systemd-run(1), --service-type), which is started at once, so TimeoutStartSec
+# would never end it (systemd.service(5)).
 IMPACT_UNIT = "ndfleet-impact"
 
 
 def impact_launch() -> str:
     """The one command line that starts the impact report from the validator's report (docs/burnin.md)."""
-    return (f"systemd-run --no-block --unit={IMPACT_UNIT} --property=TimeoutStartSec={IMPACT_UNIT_TIMEOUT_S} "
+    return (f"systemd-run --no-block --unit={IMPACT_UNIT} --property=RuntimeMaxSec={IMPACT_UNIT_TIMEOUT_S} "
             f"{NODE_APP_PATH} impact report --validator-report {REPORT_PATH} --config {NODE_CONFIG_PATH}")
 
 # Text files the node bundle carries: (template, path on the node, mode); each is shown under its base name.

@@ -27,7 +27,7 @@ def test_failed_validation_starts_the_impact_report() -> None:
     unit = render_bootstrap(spec, spec.islands[0]).files["ndfleet-validate.service"]
     line = next(x for x in unit.splitlines() if "impact report" in x)
     assert line.startswith("ExecStopPost=/bin/sh -c 'if [ \"$$EXIT_STATUS\" = 1 ]; then systemd-run --no-block")
-    assert f"--property=TimeoutStartSec={IMPACT_UNIT_TIMEOUT_S}" in line
+    assert f"--property=RuntimeMaxSec={IMPACT_UNIT_TIMEOUT_S}" in line
     assert "/opt/ndfleet/bin/ndfleet-node impact report --validator-report /run/ndfleet/report.json" in line
 
 
