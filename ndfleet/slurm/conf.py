@@ -36,6 +36,11 @@ SLURMDBD_PORT = 6819
 # Where the controller keeps its state: the managed data disk (components/slurm_host.py mounts it here).
 CONTROLLER_STATE_MOUNT = "/srv/slurm"
 HEALTH_CHECK_PROGRAM = "/usr/local/sbin/ndfleet-slurm-health"
+# How long slurmd waits for a killed job's processes before it drains the node "Kill task failed" (Slurm's default:
+# 60 s). When a job's batch host hangs, the job's steps on its healthy nodes cannot report their end to the hung srun
+# and take their message timeouts to give up; within 60 s Slurm drained a healthy node of the twin's hung-node loop,
+# which nothing takes back into service (docs/slurm.md, "Choices and their sources").
+UNKILLABLE_STEP_TIMEOUT_S = 180
 # The controller's ledger of failed physical hosts (node/ndfleet_node/host_ledger.py): on the state disk, with
 # slurmctld's state, so it outlives the controller's OS disk.
 HOST_LEDGER = f"{CONTROLLER_STATE_MOUNT}/ndfleet/host-ledger.json"
@@ -131,6 +136,7 @@ class SlurmSite:
     gpu_device_files: str = ""
     health_check_program: str = HEALTH_CHECK_PROGRAM
     slurmd_timeout_s: int = 300
+    unkillable_step_timeout_s: int = UNKILLABLE_STEP_TIMEOUT_S
     resume_program: str = RESUME_PROGRAM
     suspend_program: str = SUSPEND_PROGRAM
     resume_fail_program: str = RESUME_FAIL_PROGRAM

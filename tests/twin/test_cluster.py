@@ -118,6 +118,16 @@ def test_slurmctld_holds_a_requeued_job_for_the_stacks_time(slurm_up: Twin) -> N
     assert auth_info == [f"cred_expire={wanted}"], shown[:2000]
 
 
+def test_slurmctld_gives_a_killed_jobs_processes_ndfleets_time(slurm_up: Twin) -> None:
+    """UnkillableStepTimeout from the one generator (ndfleet.slurm.conf) reaches the running slurmctld."""
+    from ndfleet.slurm.conf import UNKILLABLE_STEP_TIMEOUT_S
+
+    shown = controller(slurm_up).run("scontrol show config").stdout
+    pairs = [line.split("=", 1) for line in shown.splitlines() if "=" in line]
+    timeout = [value.strip() for key, value in pairs if key.strip() == "UnkillableStepTimeout"]
+    assert timeout == [f"{UNKILLABLE_STEP_TIMEOUT_S} sec"], shown[:2000]
+
+
 def test_the_login_node_reaches_the_controller(slurm_up: Twin) -> None:
     lg = login(slurm_up)
     lg.wait_for("sinfo answers", lambda: lg.run("sinfo -h", check=False).returncode == 0, 120)

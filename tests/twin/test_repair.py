@@ -88,15 +88,6 @@ KINDS = {
 }
 # (island, fault kind), in the order each island's loops run: each kind once, two without a spare and two with one.
 LOOPS = [(NO_SPARE, "gpu-ecc"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "unresponsive"), (WITH_SPARE, "gpu-slow")]
-# NDFLEET_TWIN_REPAIR_MATRIX=1: every kind with and without a spare, for the measured table in docs/operations.md
-# (about 15 minutes more than CI's twin run, which runs each kind once). A loop's node must have run longer than the
-# repair grace period; the orders put each island's hung node first, so that its early replacement is old enough by
-# its third loop.
-MATRIX = [(NO_SPARE, "unresponsive"), (NO_SPARE, "gpu-ecc"), (NO_SPARE, "gpu-slow"), (NO_SPARE, "ib-port-down"),
-          (WITH_SPARE, "unresponsive"), (WITH_SPARE, "gpu-slow"), (WITH_SPARE, "gpu-ecc"),
-          (WITH_SPARE, "ib-port-down")]  # fmt: skip
-if os.environ.get("NDFLEET_TWIN_REPAIR_MATRIX") == "1":
-    LOOPS = MATRIX
 STAGES = ("drained", "requeued", "impact", "unhealthy", "replaced", "validated", "awaiting", "in_service",
           "running_again", "full_strength")  # fmt: skip
 # With a spare: the spare left its reservation (the spares timer saw the node out of service), ran the requeued job,
@@ -462,6 +453,18 @@ def test_status_answers_at_each_stage_and_names_the_island(loops: dict[str, Loop
         assert island in table, f"{stage}: {table}"
         # The table docs/operations.md shows from a recorded run (tests/docs/test_twin_status.py): same columns.
         assert recorded_header() in table.splitlines(), f"{stage}: the table's header changed; record again\n{table}"
+
+
+def test_a_fault_takes_out_only_its_own_node(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
+    """No other node of a loop's island was taken out by Slurm on its way: when a hung node is the job's batch host,
+    the job's steps on its healthy nodes cannot tell the hung srun they ended, and Slurm drains a node whose killed
+    processes outlive UnkillableStepTimeout as "Kill task failed", a drain nothing takes back (docs/slurm.md)."""
+    ctl = controller(repairs_resumed)
+    islands = {loop.island for loop in loops.values()}
+    names = {tm.name for tm in repairs_resumed.role("compute") if tm.spec.island in islands}
+    stuck = {n: f.get("Reason", "") for n, f in nodes_by_name(ctl).items()
+             if n in names and f.get("Reason", "").startswith("Kill task failed")}  # fmt: skip
+    assert not stuck, (stuck, "\n".join(loop.explain("no collateral drain") for loop in loops.values()))
 
 
 def test_the_impact_names_the_broken_nodes_host_not_its_replacements(
