@@ -125,11 +125,9 @@ NODE_TOOL_DIRS = images.load(COMPUTE_IMAGE).off_path_dirs(STANDARD_PATH)
 NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
-# The impact report runs in a transient unit of its own, so that whoever starts it does not wait (the validate unit's
-# ExecStopPost; the Slurm health check, which slurmd kills at 60 s). systemd-run refuses a unit name that is loaded
-# already: while one report runs (or has failed), a second start files nothing. Its time limit is RuntimeMaxSec: a
-# transient service is Type=simple (systemd-run(1), --service-type), which is started at once, so TimeoutStartSec
-# would never end it (systemd.service(5)).
+# The impact report runs in a transient unit of its own, so that its starters (the validate unit's ExecStopPost; the
+# Slurm health check, killed at 60 s) do not wait; while one is loaded, a second start files nothing. RuntimeMaxSec,
+# not TimeoutStartSec: a transient service is Type=simple (systemd-run(1)), started at once (systemd.service(5)).
 IMPACT_UNIT = "ndfleet-impact"
 
 
