@@ -151,7 +151,8 @@ def node_figures(
     """One node's hours by category, its interruptions (service -> out of service) by cause, and how long each
     took to come back into service. A gap in the samples (no series at a step: the controller or the agent
     silent) counts in no category and ends no interruption. `last_step`: the last step any node has a state at; an
-    interruption still open when the node's own series ended before it left Slurm (`left_slurm`), else `still_out`."""
+    interruption still open at the end counts as `left_slurm` when the node's series ended before it, else
+    `still_out`."""
     f = Figures()
     out_since: float | None = None
     previous: str | None = None

@@ -189,7 +189,7 @@ class AutomaticRepairs:
                 grace_over = now - inst.created >= float(settings.get("gracePeriod", 0))
                 if agreed and (inst.state != "Initializing" or raw == "Healthy" or grace_over):
                     inst.state = raw
-                due = now - inst.created >= _iso_minutes(policy.get("gracePeriod", "PT10M")) * 60
+                due = now - inst.created >= _repair_grace_s(policy)
                 busy = any(r.scale_set == inst.scale_set and not r.new for r in self.repairs)
                 repair = (bool(policy.get("enabled")) and inst.scale_set in self.running
                           and inst.state in ("Unhealthy", "Unknown") and due and not busy)  # fmt: skip
@@ -215,7 +215,7 @@ class AutomaticRepairs:
         if machine is None or inst is None:
             return 0.0
         policy = machine.spec.extra.get("automatic_repairs") or {}
-        return max(0.0, inst.created + _iso_minutes(policy.get("gracePeriod", "PT10M")) * 60 - time.monotonic())
+        return max(0.0, inst.created + _repair_grace_s(policy) - time.monotonic())
 
 
 def _health_state(answer: str | None) -> str:
@@ -224,6 +224,11 @@ def _health_state(answer: str | None) -> str:
     except (ValueError, AttributeError):
         return "Unknown"
     return state if state in STATES else "Unknown"
+
+
+def _repair_grace_s(policy: dict[str, Any]) -> float:
+    """The automatic-repairs policy's gracePeriod in seconds (PT10M when the policy names none)."""
+    return _iso_minutes(str(policy.get("gracePeriod", "PT10M"))) * 60
 
 
 def _iso_minutes(period: str) -> float:
