@@ -46,6 +46,7 @@ from typing import Any
 
 import pytest
 from ndfleet_node import slurm_export
+from ndfleet_node.host_ledger import REPEAT_CATEGORY
 from ndfleet_node.impact_categories import category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
@@ -54,6 +55,7 @@ from ndfleet_node.names import (
     JOB_LABEL,
     JOB_RUN_END_METRIC,
     JOB_RUN_START_METRIC,
+    REPEAT_HOST_REASON,
     SPARES_RESERVATION_PREFIX,
 )
 from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
@@ -89,26 +91,31 @@ KINDS = {
     "unresponsive": FaultKind((), "Not responding", "Unknown", files_impact=False),
 }
 # (island, fault kind), in the order each island's loops run: each kind once, two without a spare and two with one.
+# The hung node's replacement lands on the hung node's host (it reported nothing: the repair stand-in, Twin.hosts),
+# and the loop after it breaks that replacement: the host's second failure (REPEATS, "A host that fails twice").
 # NDFLEET_TWIN_REPAIR_LOOPS=every runs every kind on both islands (eight loops, about 25 minutes more: a measurement
 # run, docs/operations.md; CI runs the four): ib01's loops then wait for its failed-validation node's replacement to
 # be in service first (about 40 minutes after its creation), so that no loop's job starts again on a node another
 # repair brought, and the figures without a spare are the failed node's own repair.
 EVERY_KIND = os.environ.get("NDFLEET_TWIN_REPAIR_LOOPS", "") == "every"
-LOOPS = (
-    [
-        (island, kind)
-        for island in (NO_SPARE, WITH_SPARE)
-        for kind in ("gpu-ecc", "ib-port-down", "gpu-slow", "unresponsive")
-    ]
-    if EVERY_KIND
-    else [(NO_SPARE, "gpu-ecc"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "unresponsive"), (WITH_SPARE, "gpu-slow")]
-)
+# Each island's hung node goes first: the host ledger counts a hang only when no other node went silent within 10
+# minutes (host_ledger.HANG_WINDOW_S), and ib01's loops start about half an hour after ib00's.
+LOOPS = [(NO_SPARE, "unresponsive"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "gpu-ecc"), (WITH_SPARE, "gpu-slow")]
+if EVERY_KIND:
+    LOOPS += [(NO_SPARE, "gpu-ecc"), (NO_SPARE, "gpu-slow"), (WITH_SPARE, "ib-port-down")]
+    LOOPS.insert(2, (WITH_SPARE, "unresponsive"))
+# The loop that breaks the previous loop's replacement, on the host the hung node failed on: the ledger's repeat.
+# (With a spare the hung node's replacement refills the spares' reservation and runs no job.)
+REPEATS = {(NO_SPARE, "ib-port-down")}
 STAGES = ("drained", "requeued", "impact", "unhealthy", "replaced", "validated", "awaiting", "in_service",
           "running_again", "full_strength")  # fmt: skip
 # With a spare: the spare left its reservation (the spares timer saw the node out of service), ran the requeued job,
 # and the repaired node made the spares whole again. A hung node's job waits for slurmctld's SlurmdTimeout, by when
 # the replacement is usually in service: the spare is released and refilled, but the job need not run on it.
 SPARE_STAGES = ("spare_out", "spare_in", "refilled")
+# A repeat: the controller's host ledger drained the node `ndfleet:host:repeat-failure` and the node filed the report
+# that takes its host out (host_ledger.REPEAT_CATEGORY).
+REPEAT_STAGES = ("host_held", "host_reported")
 # `ndfleet status` is read at these stages of each loop (docs/operations.md shows what it said in a twin run); the
 # outputs are written under STATUS_OUT, one file per loop.
 STATUS_STAGES = ("drained", "replaced", "running_again", "full_strength")
@@ -119,7 +126,7 @@ _STATUS_LOCK = threading.Lock()  # status runs in process and redirects sys.stdo
 def stages(island: str, kind: str) -> tuple[str, ...]:
     own = tuple(s for s in STAGES if s != "impact" or KINDS[kind].files_impact)
     spare = tuple(s for s in SPARE_STAGES if s != "spare_in" or KINDS[kind].files_impact)
-    return own + (spare if island == WITH_SPARE else ())
+    return own + (spare if island == WITH_SPARE else ()) + (REPEAT_STAGES if (island, kind) in REPEATS else ())
 
 
 def loop_id(island: str, kind: str) -> str:
@@ -178,17 +185,22 @@ class Loop:
     log: list[str] = field(default_factory=list)
     status: dict[str, tuple[int, str]] = field(default_factory=dict)  # stage -> (exit code, table) when first seen
     drain_reason: str = ""  # the node's Slurm reason when it was first seen out, up to its [user@time] stamp
+    repeat_of: Loop | None = None  # the earlier loop whose node failed on this loop's node's host
+    resumed_held: bool = False  # the node was seen in service after the ledger held its host
 
     def took(self, stage: str) -> float:
         return self.seen[stage] - self.fault_at
 
     def done(self) -> bool:
-        return {"running_again", "full_strength"} <= set(self.seen) and (
-            self.island != WITH_SPARE or "refilled" in self.seen
+        return (
+            {"running_again", "full_strength"} <= set(self.seen)
+            and (self.island != WITH_SPARE or "refilled" in self.seen)
+            and (self.repeat_of is None or set(REPEAT_STAGES) <= set(self.seen))
         )
 
     def explain(self, stage: str) -> str:
-        got = ", ".join(f"{s} +{self.took(s):.0f} s" for s in (*STAGES, *SPARE_STAGES) if s in self.seen)
+        got = ", ".join(f"{s} +{self.took(s):.0f} s" for s in (*STAGES, *SPARE_STAGES, *REPEAT_STAGES)
+                        if s in self.seen)  # fmt: skip
         return (f"{self.kind} on {self.node} in {self.island} (job {self.job}): {stage} never seen; seen: {got}\n"
                 + "\n".join(self.log[-12:]))  # fmt: skip
 
@@ -207,10 +219,16 @@ def observe(twin: Twin, loop: Loop) -> None:
     now = time.time()
     me = nodes.get(loop.node, {})
     flags = set(me.get("State", "").split("+"))
-    if flags & {"DRAIN", "DOWN"} and kind.reason in me.get("Reason", ""):
+    held = loop.repeat_of is not None and me.get("Reason", "").startswith(REPEAT_HOST_REASON)
+    if flags & {"DRAIN", "DOWN"} and (kind.reason in me.get("Reason", "") or held):
         loop.seen.setdefault("drained", now)
+    if flags & {"DRAIN", "DOWN"} and kind.reason in me.get("Reason", ""):
         # The Reason field as read here runs to the line's end: cut it at its [user@time] stamp.
         loop.drain_reason = loop.drain_reason or re.split(r"\s*\[", me.get("Reason", ""), maxsplit=1)[0].strip()
+    if held and flags & {"DRAIN"}:
+        loop.seen.setdefault("host_held", now)
+    if "host_held" in loop.seen and me and in_service(me):
+        loop.resumed_held = True
     job = job_fields(ctl, loop.job)
     job_nodes = expand(ctl, job["NodeList"]) if job.get("JobState") == "RUNNING" else []
     if int(job.get("Restarts", "0") or 0) >= 1:
@@ -225,6 +243,11 @@ def observe(twin: Twin, loop: Loop) -> None:
         and i.get("additionalProperties", {}).get("PhysicalHostName") == loop.host for i in twin.impact.filed()
     ):  # fmt: skip
         loop.seen.setdefault("impact", now)
+    if loop.repeat_of is not None and any(
+        i["_at"] >= loop.fault_at and i.get("impactCategory") == REPEAT_CATEGORY
+        and i.get("additionalProperties", {}).get("PhysicalHostName") == loop.host for i in twin.impact.filed()
+    ):  # fmt: skip
+        loop.seen.setdefault("host_reported", now)
     repair = next((r for r in twin.repairs.done() if r.old == loop.node), None)
     if twin.repairs.state(loop.node) == kind.app_health or repair is not None and repair.state == kind.app_health:
         loop.seen.setdefault("unhealthy", now)
@@ -288,7 +311,11 @@ def read_status(twin: Twin, loop: Loop, stage: str) -> tuple[int, str]:
     return code, table
 
 
-def go_round(twin: Twin, island: str, kind: str) -> Loop:
+def go_round(
+    twin: Twin, island: str, kind: str, repeat_of: Loop | None = None, avoid_hosts: set[str] | None = None
+) -> Loop:
+    """One fault round the loop; `repeat_of`: the earlier loop whose replacement (on its node's host) breaks; else
+    the job's oldest node on none of `avoid_hosts`."""
     ctl = controller(twin)
     # Every schedulable node of the island in service: no idle node to start again on but a spare. (ib01's node
     # that failed validation is out of service until automatic repairs replace it after the extension's grace
@@ -306,12 +333,16 @@ def go_round(twin: Twin, island: str, kind: str) -> Loop:
     # The job's oldest node: a repair waits the grace period (PT10M) after a VM's creation, and the twin's first
     # VMs have run longer than that by now; a replacement made by an earlier loop may not have.
     nodes = expand(ctl, job_fields(ctl, job)["NodeList"])
-    node = min(nodes, key=lambda n: twin.repairs.instances[n].created if n in twin.repairs.instances else 1e18)
+    fresh = [n for n in nodes if twin.hosts.get(n) not in (avoid_hosts or set())] or nodes
+    node = min(fresh, key=lambda n: twin.repairs.instances[n].created if n in twin.repairs.instances else 1e18)
+    if repeat_of is not None:
+        assert repeat_of.repair is not None and repeat_of.repair.new in nodes, (nodes, repeat_of.explain("repeat"))
+        node = repeat_of.repair.new
     # The measured times hold for a VM older than the repair grace period (docs/operations.md): wait for it.
     if (young := twin.repairs.grace_left(node)) > 0:
         twin.record(f"repair loop, {kind}: waited for the node to pass the repair grace", young)
         time.sleep(young + POLL_S)
-    loop = Loop(island, kind, node, job, twin.hosts[node], time.time(), len(serving), spares)
+    loop = Loop(island, kind, node, job, twin.hosts[node], time.time(), len(serving), spares, repeat_of=repeat_of)
     if KINDS[kind].faults:
         twin.inject_fault(node, list(KINDS[kind].faults))
     else:
@@ -321,6 +352,13 @@ def go_round(twin: Twin, island: str, kind: str) -> Loop:
         observe(twin, loop)
         time.sleep(POLL_S)
     login(twin).run(f"scancel {job}", check=False)
+    if repeat_of is not None and not loop.drain_reason:
+        # The ledger's repeat drain can replace the health check's reason between two polls; the ledger keeps it.
+        from ndfleet.slurm.conf import HOST_LEDGER
+
+        doc = json.loads(ctl.run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+        entries = [e["reason"] for e in doc["hosts"].get(loop.host, []) if e["node"] == node]
+        loop.drain_reason = entries[0] if entries else ""
     label = "spare" if island == WITH_SPARE else "no spare"
     for stage in stages(island, kind):
         if stage in loop.seen:
@@ -397,7 +435,15 @@ def loops(bad_cable_replaced: tuple[Repair, list[str]], repairs_resumed: Twin) -
     def island_loops(island: str) -> dict[str, Loop]:
         if EVERY_KIND and island == NO_SPARE:
             replaced_into_service(twin, NO_SPARE, FAULTY_NODE, "the failed-validation node's", FAULTY_WAIT_S)
-        return {loop_id(i, k): go_round(twin, i, k) for i, k in LOOPS if i == island}
+        done: dict[str, Loop] = {}
+        previous: Loop | None = None
+        for i, k in LOOPS:
+            if i == island:
+                repeat_of = previous if (i, k) in REPEATS else None
+                # Any other loop breaks a node on a host no loop has broken yet: one repeat, where it is meant.
+                avoid = {loop.host for loop in done.values()}
+                previous = done[loop_id(i, k)] = go_round(twin, i, k, repeat_of, avoid)
+        return done
 
     spare = in_thread(lambda: island_loops(WITH_SPARE))
     return {**island_loops(NO_SPARE), **spare()}
@@ -489,10 +535,37 @@ def test_a_fault_takes_out_only_its_own_node(loops: dict[str, Loop], repairs_res
 def test_the_impact_names_the_broken_nodes_host_not_its_replacements(
     loops: dict[str, Loop], repairs_resumed: Twin
 ) -> None:
+    """A node that reported its host (its own report, or the ledger's repeat) is replaced on another host: the report
+    named the host the node ran on, and that host is out of the pool. A hung node reports nothing, and its replacement
+    may land on the same host (the stand-in's worst case): the next test is about that."""
     twin = repairs_resumed
     for loop in loops.values():
         assert loop.repair is not None and loop.repair.new
-        assert twin.hosts[loop.repair.new] != loop.host
+        if KINDS[loop.kind].files_impact:
+            assert twin.hosts[loop.repair.new] != loop.host, loop.explain("a new host")
+
+
+def test_a_host_that_fails_twice_is_held_reported_and_never_resumed(
+    loops: dict[str, Loop], repairs_resumed: Twin
+) -> None:
+    """The hung node reported nothing, so its replacement came up on the same host (Twin.hosts); the next loop broke
+    that replacement. The controller's ledger (docs/operations.md, "A host that fails twice is not taken back") holds
+    both failures under the host, drains the node `ndfleet:host:repeat-failure`, has it file the report that takes
+    the host out (`Resource.Hpc.Unhealthy.HpcGenericFailure`), and nothing resumes it: it leaves only by its repair,
+    whose replacement is on another host."""
+    from ndfleet.slurm.conf import HOST_LEDGER
+
+    twin = repairs_resumed
+    doc = json.loads(controller(twin).run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+    for island, kind in REPEATS:
+        loop = loops[loop_id(island, kind)]
+        first = loop.repeat_of
+        assert first is not None and first.repair is not None and loop.node == first.repair.new, loop.explain("repeat")
+        assert loop.host == first.host, (loop.host, first.host)
+        assert {e["node"] for e in doc["hosts"].get(loop.host, [])} == {first.node, loop.node}, doc
+        assert {"host_held", "host_reported"} <= set(loop.seen), loop.explain("held and reported")
+        assert not loop.resumed_held, loop.explain("never resumed once held")
+        assert loop.repair is not None and twin.hosts[loop.repair.new] != loop.host
 
 
 def test_the_host_ledger_holds_each_broken_nodes_host(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
@@ -563,6 +636,9 @@ def test_goodput_counts_each_islands_interruptions_as_the_faults_injected(
         assert by == "slurm-down" or by.startswith("check:"), (loop.kind, by, loop.drain_reason)
         injected.setdefault(loop.island, {})
         injected[loop.island][by] = injected[loop.island].get(by, 0) + 1
+    # A repeat's node may already carry the ledger's reason when the controller's export samples it out of service
+    # (the ledger re-drains it within its 30 s timer): either cause is that one interruption.
+    held = cause("drained", REPEAT_HOST_REASON)
 
     def interruptions(doc: dict[str, Any], island: str) -> dict[str, int]:
         return dict(((doc.get("islands") or {}).get(island) or {}).get("interruptions") or {})
@@ -584,6 +660,11 @@ def test_goodput_counts_each_islands_interruptions_as_the_faults_injected(
     for island, expected in injected.items():
         got = interruptions(doc, island)
         faults = {c: n for c, n in got.items() if c != "burnin"}
+        if faults.get(held):
+            repeats = [loops[loop_id(i, k)] for i, k in REPEATS if i == island]
+            for loop in repeats[: faults.pop(held)]:
+                by = cause("drained", loop.drain_reason)
+                faults[by] = faults.get(by, 0) + 1
         explained = "\n".join(loop.explain("goodput") for loop in loops.values() if loop.island == island)
         assert faults == expected, (island, got, explained)
 

@@ -44,6 +44,7 @@ HW_ROOT = "/opt/twin-hw/root"
 HARDWARE_LIB = "/opt/twin-hw/lib/hardware.so"
 HERE = Path(__file__).resolve().parent
 HW_BOOT_SCRIPT = (HERE / "fakes" / "hw-boot.sh").read_text()
+UNHEALTHY_PREFIX = "Resource.Hpc.Unhealthy."  # the impact categories that take a host out of production
 KVP_POOL_3 = "/var/lib/hyperv/.kvp_pool_3"  # where hv_kvp_daemon keeps what the host tells the guest
 AZURE_MONITOR_WORKSPACE = "azure-native:monitor:AzureMonitorWorkspace"
 # Azure gives a workspace's query endpoint a suffix of its own after the name (recorded answers, tests/data/status).
@@ -141,8 +142,11 @@ class Twin:
         self.arm: ResourceManager | None = None
         self.removed: list[str] = []  # machines the Resource Manager stand-in deleted and the twin removed
         self.azure_errors: list[str] = []
-        # The physical host each machine runs on (Hyper-V's KVP PhysicalHostName): a new VM, a replacement included,
-        # lands on a host of its own, as Azure moves a repaired node off a host the node reported (Impact API).
+        # The physical host each machine runs on (Hyper-V's KVP PhysicalHostName): a new VM lands on a host of its
+        # own. A repair's replacement lands on a new host when its predecessor's host was reported (every
+        # `Resource.Hpc.Unhealthy.*` category takes the host out of production: Microsoft Learn, "Guest Health
+        # Reporting impact categories"), and otherwise on the same one: nothing took that host out of the pool, and
+        # the twin takes the worst case the allocator allows (`replace_instance`), the case the host ledger is for.
         self.hosts: dict[str, str] = {}
         self.impact: ImpactApi | None = None
         self.repairs = AutomaticRepairs(
@@ -499,9 +503,20 @@ class Twin:
             extra={**old.extra, "instance_id": new_id},
         )  # fmt: skip
         self.plan.machines.append(spec)
+        host = self.hosts.get(name)
+        if host is not None and not self.host_reported(host):
+            self.hosts[spec.name] = host
         self._azure.put(lambda: self._remove_instance(name))
         self._azure.put(lambda: self._boot_machine(spec))
         return spec.name
+
+    def host_reported(self, host: str) -> bool:
+        """Whether an impact with an Unhealthy category was filed for this physical host (the Impact API stand-in)."""
+        return self.impact is not None and any(
+            str(i.get("impactCategory", "")).startswith(UNHEALTHY_PREFIX)
+            and (i.get("additionalProperties") or {}).get("PhysicalHostName") == host
+            for i in self.impact.filed()
+        )
 
     def inject_fault(self, name: str, faults: list[str]) -> None:
         """The node's hardware breaks now: the fake tools (tests/fakes/bin, through the hardware library, which reads
