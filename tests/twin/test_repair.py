@@ -21,11 +21,15 @@ process of the machine stopped, tests/twin/machine.py `freeze`).
 Like a GPU that fell off the bus, the stand-in's hardware faults leave the job's processes where they are (stuck in
 a collective): the health check, not the job's own exit, takes the node out.
 
-`ib01` has no spare: the requeued job waits for the replacement's burn-in (an uncorrectable ECC error, an InfiniBand
+`ib01` has no spare: the requeued job waits for the replacement (a node that stops answering, then an InfiniBand
 port down). `ib00` keeps one warm spare (`spares: 1`, the reservation `ndfleet-spares-ib00`,
 node/ndfleet_node/spares.py): the spare takes the failed node's place within the controller's 30 s spares timer, and
-the repaired node refills the spares (a node that stops answering, a slow GPU). The two islands' loops run at once
+the repaired node refills the spares (an uncorrectable ECC error, a slow GPU). The two islands' loops run at once
 (their scale sets repair independently).
+
+A host that fails twice: the hung node reports nothing, so the repair stand-in puts its replacement on the same host
+(Twin.hosts); `ib01`'s second loop breaks that replacement, and the controller's host ledger holds the host, has the
+node report it and never resumes the node (REPEATS). Every other loop breaks a node on a host no loop broke before.
 
 One poll loop per fault watches every stage at once and records when each was first seen; each stage is its own test.
 """
