@@ -6,12 +6,12 @@ import json
 from typing import Any
 
 import pytest
-from ndfleet_node.spares import IslandSpares, load_islands
+from ndfleet_node.spares import IslandSpares, load_islands, load_requeue_within_s
 
 from ndfleet.commands.plan import render_table
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
 from ndfleet.cost.prices import ListPrice
-from ndfleet.slurm.conf import HOST_LEDGER, spares_config
+from ndfleet.slurm.conf import HOST_LEDGER, REQUEUE_SLACK_S, requeue_failed_within_s, spares_config
 from ndfleet.slurm.machines import SPARES_CONFIG, machine_bootstrap, machine_user_data
 from ndfleet.slurm.userdata import decompose
 from ndfleet.stackconfig.config import load_spec
@@ -53,7 +53,8 @@ def test_the_controller_gets_each_islands_spares_in_its_user_data() -> None:
     spec = load_spec(slurm_config(ISLANDS), "test")
     doc = json.loads(spares_config(spec))
     assert doc == {"ledger": HOST_LEDGER, "islands": [{"island": "ib00", "partition": "ib00", "nodes": 10,
-                                                        "spares": 2}]}
+                                                        "spares": 2}],
+                   "requeue_failed_within_s": requeue_failed_within_s(spec.slurm.health_check_interval_s)}
     files = decompose(machine_user_data(spec, "controller"))[1]["files"]
     assert json.loads(files[SPARES_CONFIG]) == doc
     custom = machine_bootstrap(spec, "controller").files
@@ -67,6 +68,7 @@ def test_the_node_program_reads_what_the_tool_renders(tmp_path: Any) -> None:
     path.write_text(spares_config(load_spec(slurm_config(ISLANDS), "test")))
     islands, ledger = load_islands(path)
     assert islands == [IslandSpares("ib00", "ib00", 10, 2)] and ledger == HOST_LEDGER
+    assert load_requeue_within_s(path) == 300 + REQUEUE_SLACK_S  # the default HealthCheckInterval, 300 s
 
 
 def test_spares_are_priced_and_shown_by_plan() -> None:

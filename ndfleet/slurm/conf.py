@@ -47,6 +47,25 @@ HOST_LEDGER = f"{CONTROLLER_STATE_MOUNT}/ndfleet/host-ledger.json"
 # How often the controller keeps the warm spares (node/ndfleet_node/spares.py): a failed node's place is taken
 # within this, plus Slurm's next scheduling pass (docs/operations.md, "Warm spares").
 SPARES_EVERY_S = 30
+# The health check's bound on the node's quick validation: slurmd kills its HealthCheckProgram after 60 s, and the
+# program's scontrol calls and impact launch come after the validation.
+HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
+# A batch job that ended FAILED on a node within this many seconds before the node's hardware drain is requeued by
+# the controller (node/ndfleet_node/failed_jobs.py): the fault killed its processes before the health check (or the
+# node's epilog at the job's end) looked. The check runs every HealthCheckInterval and takes up to its validation
+# bound and its scontrol calls.
+REQUEUE_SLACK_S = HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60
+
+
+def requeue_failed_within_s(health_check_interval_s: int) -> int:
+    return health_check_interval_s + REQUEUE_SLACK_S
+
+
+def min_job_age_s(health_check_interval_s: int) -> int:
+    """slurm.conf MinJobAge: slurmctld forgets a finished job this long after it ended, and `scontrol requeue` needs
+    the job's record (slurm.conf(5): default 300 s). Long enough for the controller's requeue, run every
+    SPARES_EVERY_S, to find a job that failed up to `requeue_failed_within_s` before its node's drain."""
+    return max(300, requeue_failed_within_s(health_check_interval_s) + 2 * SPARES_EVERY_S)
 
 
 def island_feature(island: str) -> str:
@@ -116,6 +135,7 @@ class SlurmSite:
     cores_per_socket: int
     threads_per_core: int
     health_check_interval_s: int
+    min_job_age_s: int = 300
     # slurmdbd on the controller (AccountingStorageHost is the controller's address); False: no accounting.
     accounting: bool = True
     slurmctld_port: int = SLURMCTLD_PORT
@@ -206,12 +226,17 @@ def partition_lines(islands: tuple[SlurmIsland, ...]) -> list[str]:
 
 def spares_config(spec: ClusterSpec) -> str:
     """The controller's spares JSON (ndfleet_node.spares.load_islands): every fixed island with spares, its
-    partition and size, and the host ledger's path. Each island's spares are held in the reservation
+    partition and size, the host ledger's path, and how long before a node's hardware drain a job that failed on it
+    is requeued. Each island's spares are held in the reservation
     `ndfleet-spares-<island>` (names.SPARES_RESERVATION_PREFIX); with no spares anywhere the program keeps only the
     ledger."""
     islands = [{"island": i.name, "partition": s.partition, "nodes": i.nodes, "spares": i.spares}
                for i, s in zip(spec.islands, slurm_islands(spec), strict=True) if i.spares]
-    return json.dumps({"ledger": HOST_LEDGER, "islands": islands}, indent=1, sort_keys=True) + "\n"
+    if spec.slurm is None:
+        raise ValueError("spares_config needs a spec with ndfleet:scheduler = 'slurm'")
+    within = requeue_failed_within_s(spec.slurm.health_check_interval_s)
+    doc = {"ledger": HOST_LEDGER, "islands": islands, "requeue_failed_within_s": within}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 def island_partitions(spec: ClusterSpec) -> str:
@@ -282,6 +307,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         cores_per_socket=profile.cores_per_socket,
         threads_per_core=profile.threads_per_core,
         health_check_interval_s=spec.slurm.health_check_interval_s,
+        min_job_age_s=min_job_age_s(spec.slurm.health_check_interval_s),
         auth_info=f"cred_expire={spec.slurm.requeue_hold_s}",
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )

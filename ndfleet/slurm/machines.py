@@ -48,6 +48,7 @@ from ndfleet.slurm.conf import (
     BURNIN_LEVEL,
     CONTROLLER_STATE_MOUNT,
     HEALTH_CHECK_PROGRAM,
+    HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     HOST_LEDGER,
     RESUME_FAIL_PROGRAM,
     RESUME_PROGRAM,
@@ -117,7 +118,6 @@ SETUP_UNIT = "ndfleet-slurm-setup.service"
 # slurm-reap on the controller: each scontrol call, and the whole run (the timer starts it every 5 minutes).
 REAP_CALL_TIMEOUT_S = 30
 REAP_TIMEOUT_S = 600
-HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 HTTP_TIMEOUT_S = 20
 
 

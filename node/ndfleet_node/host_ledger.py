@@ -120,7 +120,7 @@ def hung(node: SlurmNode) -> bool:
     return node.down and node.reason == NOT_RESPONDING_REASON
 
 
-def _stamp_s(stamp: str) -> float | None:
+def stamp_s(stamp: str) -> float | None:
     try:
         return datetime.fromisoformat(stamp).timestamp()
     except ValueError:
@@ -130,7 +130,7 @@ def _stamp_s(stamp: str) -> float | None:
 def isolated_hangs(nodes: Iterable[SlurmNode]) -> list[SlurmNode]:
     """The hung nodes that went silent alone: a stamp that can be read, and no other hung node's within
     HANG_WINDOW_S of it."""
-    silent = [(n, _stamp_s(n.reason_time)) for n in nodes if hung(n)]
+    silent = [(n, stamp_s(n.reason_time)) for n in nodes if hung(n)]
     return [n for n, at in silent if at is not None and not any(
         o is not n and (t is None or abs(t - at) <= HANG_WINDOW_S) for o, t in silent)]  # fmt: skip
 

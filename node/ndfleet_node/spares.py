@@ -20,7 +20,9 @@ fail ("Requested nodes are busy"), and the next run tries again. The reservation
 
 Before the spares, the host ledger (ndfleet_node.host_ledger) records every hardware failure drain with its physical
 host; a repeat is drained `ndfleet:host:repeat-failure` and, with `--report-impact`, asked over ssh to file its
-impact report (`ndfleet-node impact report --check host.repeat-failure`).
+impact report (`ndfleet-node impact report --check host.repeat-failure`). Then a batch job that ended FAILED on a
+node shortly before its hardware failure drain is requeued (ndfleet_node.failed_jobs, with the spares JSON's
+`requeue_failed_within_s`).
 
 Exit status: 0 done; 1 some island's or node's call failed (the others were still handled); 2 Slurm could not be
 listed, or the configuration or ledger could not be read.
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.failed_jobs import requeue_failed
 from ndfleet_node.host_ledger import (
     DEFAULT_LEDGER,
     NOT_RESPONDING_REASON,
@@ -51,6 +54,7 @@ from ndfleet_node.host_ledger import (
 )
 from ndfleet_node.names import REPEAT_HOST_REASON, SPARES_RESERVATION_PREFIX
 from ndfleet_node.runner import run_tool
+from ndfleet_node.sacct import Sacct
 from ndfleet_node.scontrol import Reservation, Scontrol, SlurmError, SlurmNode
 from ndfleet_node.text import clip
 
@@ -150,6 +154,18 @@ def load_islands(path: Path) -> tuple[list[IslandSpares], str]:
     return islands, ledger
 
 
+def load_requeue_within_s(path: Path) -> int | None:
+    """The spares JSON's `requeue_failed_within_s` (None: absent, no requeue); ValueError when it is not seconds."""
+    try:
+        doc: Any = json.loads(read_capped(path, MAX_CONFIG_BYTES))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: {error}") from None
+    within = doc.get("requeue_failed_within_s") if isinstance(doc, dict) else None
+    if within is not None and (isinstance(within, bool) or not isinstance(within, int) or not 0 < within <= 86400):
+        raise ValueError(f"{path}: requeue_failed_within_s {clip(repr(within), 40)} is not 1 to 86400 seconds")
+    return within
+
+
 class SparesSlurm(Scontrol):
     def set_reservation(self, name: str, before: Sequence[str], after: Sequence[str]) -> None:
         """Create, update or delete the reservation so that it holds exactly `after`."""
@@ -244,6 +260,7 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         islands, ledger = load_islands(Path(args.config))
+        within_s = load_requeue_within_s(Path(args.config))
     except ValueError as error:
         log(str(error))
         return 2
@@ -259,6 +276,9 @@ def handle(args: argparse.Namespace) -> int:
     except LedgerError as error:
         log(str(error))
         return 2
+    if within_s is not None:
+        sacct = Sacct(args.sacct, args.timeout)
+        ok = requeue_failed(slurm, sacct, failures(nodes.values()), within_s, log) and ok
     ok = keep_spares(slurm, islands, nodes, reservations, log) and ok
     return 0 if ok else 1
 
@@ -268,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"the spares JSON (default {DEFAULT_CONFIG})")
     p.add_argument("--ledger", default="", help="the host ledger (default: the spares JSON's)")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
+    p.add_argument("--sacct", nargs="+", default=["sacct"], help="sacct command")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each scontrol call")
     p.add_argument("--report-impact", action="store_true", help="ask a repeat's node to file its impact report")
     p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the nodes")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ndfleet_node import failed_jobs
 from ndfleet_node.burnin.slurm import GONE
 from ndfleet_node.health import health_state
 from ndfleet_node.names import AWAITING_BURNIN_REASON
@@ -251,6 +252,24 @@ def test_the_scontrol_words_ndfleet_relies_on(cluster: SlurmSandbox) -> None:
     cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"])
     again = cluster.run(["scontrol", "delete", "ReservationName=ndfleet-probe"], check=False)
     assert again.returncode != 0 and GONE in again.stdout + again.stderr
+
+
+def test_a_failed_job_can_be_requeued_unless_it_said_no_requeue(cluster: SlurmSandbox) -> None:
+    """What the controller's requeue of a job that failed on a broken node relies on (ndfleet_node.failed_jobs):
+    `scontrol requeue` puts a FAILED batch job back in the queue (Restarts=1), and refuses one submitted
+    --no-requeue with the words it looks for."""
+    jobs = {flag: cluster.sbatch("-p", "ib01", "-N", "1", flag, "--hold", "--wrap", "exit 3").stdout.strip()
+            for flag in ("--requeue", "--no-requeue")}  # fmt: skip
+    for job in jobs.values():
+        cluster.run(["scontrol", "release", job])
+        wait_for(f"job {job} to fail", lambda j=job: cluster.job(j)["JobState"] == "FAILED", timeout_s=90)
+    cluster.run(["scontrol", "requeue", jobs["--requeue"]])
+    assert cluster.job(jobs["--requeue"])["Restarts"] == "1"
+    assert cluster.job(jobs["--requeue"])["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "FAILED")
+    refused = cluster.run(["scontrol", "requeue", jobs["--no-requeue"]], check=False)
+    assert refused.returncode != 0 and failed_jobs.NOT_REQUEUABLE in refused.stdout + refused.stderr, refused
+    assert cluster.job(jobs["--no-requeue"])["Restarts"] == "0"
+    cluster.run(["scancel", *jobs.values()], check=False)
 
 
 def _spares(cluster: SlurmSandbox, config: Path) -> str:

@@ -1,0 +1,87 @@
+"""On the controller: requeue a batch job that failed on a node the health check then took out for a hardware fault.
+
+Slurm requeues a batch job when a node under it fails or is set DOWN (NODE_FAIL), not when the job ends on its own.
+A GPU that falls off the bus or an uncorrectable ECC error kills the job's processes; `srun --kill-on-bad-exit`
+ends the step, the batch script exits non-zero and the job ends FAILED before the node's health check (the Epilog at
+the job's end, or the next HealthCheckInterval) drains it. The job never asked to die, and its checkpoint is where
+the last one was: it is requeued as if the node had failed under it.
+
+A job is requeued when its newest run ended FAILED on the node within `within_s` before the node's hardware failure
+drain (host_ledger.failures: the health check's check ids or a burn-in verdict against the host; a node that hung
+is set DOWN under its jobs, which Slurm requeues itself). `scontrol requeue` refuses a job submitted `--no-requeue`
+(slurm.conf(5) JobRequeue, sbatch(1) --no-requeue: "Specifies that the batch job should never be requeued under
+any circumstances"); that refusal is logged, not retried. Requeued, the job's newest run is a new one: it is not
+requeued twice for one failure. Accounting says which jobs ran on the node and how they ended (sacct --nodelist
+--state FAILED, ndfleet_node.sacct); slurmctld must still hold the job (MinJobAge, ndfleet.slurm.conf.min_job_age_s).
+A job that failed for its own reasons on a node that broke within the window is requeued once too: Slurm's
+MaxBatchRequeue (5 by default) bounds a job that keeps failing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from ndfleet_node.host_ledger import Failure, stamp_s
+from ndfleet_node.sacct import JobRecord, Sacct, SacctError
+from ndfleet_node.scontrol import Scontrol, SlurmError
+
+# scontrol's answer for a job that may not be requeued (ESLURM_DISABLED, "Requested operation is presently disabled").
+NOT_REQUEUABLE = "presently disabled"
+# A drain stamp and sacct's End are whole seconds, the drain written after the job ended.
+CLOCK_SLACK_S = 5
+
+
+def _sacct_time(at: float) -> str:
+    """A sacct -S/-E time in UTC (ndfleet_node.sacct asks with TZ=UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
+
+
+def newest_runs(records: Sequence[JobRecord]) -> dict[str, JobRecord]:
+    """Each job's newest run: sacct --duplicates lists a job's runs oldest first."""
+    out: dict[str, JobRecord] = {}
+    for record in records:
+        out[record.job] = record
+    return out
+
+
+def failed_within(records: Sequence[JobRecord], drained_at: float, within_s: int) -> list[str]:
+    """The jobs whose newest run ended FAILED in [drained_at - within_s, drained_at + CLOCK_SLACK_S], by number."""
+    jobs = [r.job for r in newest_runs(records).values() if r.state == "FAILED" and r.end is not None
+            and drained_at - within_s <= r.end <= drained_at + CLOCK_SLACK_S]  # fmt: skip
+    return sorted(jobs, key=int)
+
+
+def requeue_failed(slurm: Scontrol, sacct: Sacct, failed: Sequence[Failure], within_s: int,
+                   log: Callable[[str], None], now: float | None = None) -> bool:  # fmt: skip
+    """Requeue the jobs that failed on each recently drained node; False when a call failed (tried again next run)."""
+    now = time.time() if now is None else now
+    ok = True
+    for failure in failed:
+        drained_at = stamp_s(failure.time)
+        if drained_at is None or now - drained_at > within_s + 2 * 60:
+            continue  # an old drain: its jobs were dealt with (or forgotten by slurmctld) long ago
+        try:
+            # The runs that failed on the node, then every run of those jobs: a job requeued already has a newer run,
+            # which may run on other nodes (and must not be requeued again: that would end it).
+            on_node = sacct.records(f"--nodelist={failure.node}", "--state=FAILED",
+                                    f"--starttime={_sacct_time(drained_at - within_s)}",
+                                    f"--endtime={_sacct_time(drained_at + CLOCK_SLACK_S)}")  # fmt: skip
+            candidates = failed_within(on_node, drained_at, within_s)
+            jobs = failed_within(sacct.runs(candidates), drained_at, within_s) if candidates else []
+        except SacctError as error:
+            log(f"{failure.node}: cannot read the jobs that failed on it: {error}")
+            ok = False
+            continue
+        for job in jobs:
+            try:
+                slurm.call("requeue", job)
+            except SlurmError as error:
+                if NOT_REQUEUABLE in str(error):
+                    log(f"{failure.node}: job {job} failed on it and was submitted --no-requeue: left as it is")
+                    continue
+                log(f"{failure.node}: job {job} failed on it; requeue failed: {error}")
+                ok = False
+                continue
+            log(f"{failure.node}: job {job} failed on it before it was drained ({failure.reason}): requeued")
+    return ok
