@@ -7,14 +7,14 @@ the job's end, or the next HealthCheckInterval) drains it. The job never asked t
 the last one was: it is requeued as if the node had failed under it.
 
 A job is requeued when its newest run ended FAILED on the node within `within_s` before the node's hardware failure
-drain (host_ledger.failures: the health check's check ids or a burn-in verdict against the host; a node that hung
-is set DOWN under its jobs, which Slurm requeues itself). `scontrol requeue` refuses a job submitted `--no-requeue`
-(slurm.conf(5) JobRequeue, sbatch(1) --no-requeue: "Specifies that the batch job should never be requeued under
-any circumstances"); that refusal is logged, not retried. Requeued, the job's newest run is a new one: it is not
-requeued twice for one failure. Accounting says which jobs ran on the node and how they ended (sacct --nodelist
---state FAILED, ndfleet_node.sacct); slurmctld must still hold the job (MinJobAge, ndfleet.slurm.conf.min_job_age_s).
-A job that failed for its own reasons on a node that broke within the window is requeued once too: Slurm's
-MaxBatchRequeue (5 by default) bounds a job that keeps failing.
+drain (host_ledger.hardware_failure: the health check's check ids or a burn-in verdict against the host, whether or
+not the node's physical host is known; a node that hung is set DOWN under its jobs, which Slurm requeues itself).
+`scontrol requeue` refuses a job submitted `--no-requeue` (sbatch(1): "Specifies that the batch job should never be
+requeued under any circumstances"); that refusal is logged, not retried. Requeued, the job's newest run is a new
+one: it is not requeued twice for one failure. Accounting says which jobs ran on the node and how they ended
+(sacct --nodelist --state FAILED, ndfleet_node.sacct); slurmctld must still hold the job (MinJobAge,
+ndfleet.slurm.conf.min_job_age_s). A job that failed for its own reasons on a node that broke within the window is
+requeued once too: Slurm's MaxBatchRequeue (5 by default) bounds a job that keeps failing.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ndfleet_node.host_ledger import Failure, stamp_s
+from ndfleet_node.host_ledger import hardware_failure, stamp_s
 from ndfleet_node.sacct import JobRecord, Sacct, SacctError
-from ndfleet_node.scontrol import Scontrol, SlurmError
+from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
 # scontrol's answer for a job that may not be requeued (ESLURM_DISABLED, "Requested operation is presently disabled").
 NOT_REQUEUABLE = "presently disabled"
@@ -52,25 +52,26 @@ def failed_within(records: Sequence[JobRecord], drained_at: float, within_s: int
     return sorted(jobs, key=int)
 
 
-def requeue_failed(slurm: Scontrol, sacct: Sacct, failed: Sequence[Failure], within_s: int,
+def requeue_failed(slurm: Scontrol, sacct: Sacct, nodes: Sequence[SlurmNode], within_s: int,
                    log: Callable[[str], None], now: float | None = None) -> bool:  # fmt: skip
-    """Requeue the jobs that failed on each recently drained node; False when a call failed (tried again next run)."""
+    """Requeue the jobs that failed on each node drained for a hardware failure lately; False when a call failed
+    (tried again at the next run)."""
     now = time.time() if now is None else now
     ok = True
-    for failure in failed:
-        drained_at = stamp_s(failure.time)
+    for failure in filter(hardware_failure, nodes):
+        drained_at = stamp_s(failure.reason_time)
         if drained_at is None or now - drained_at > within_s + 2 * 60:
             continue  # an old drain: its jobs were dealt with (or forgotten by slurmctld) long ago
         try:
             # The runs that failed on the node, then every run of those jobs: a job requeued already has a newer run,
             # which may run on other nodes (and must not be requeued again: that would end it).
-            on_node = sacct.records(f"--nodelist={failure.node}", "--state=FAILED",
+            on_node = sacct.records(f"--nodelist={failure.name}", "--state=FAILED",
                                     f"--starttime={_sacct_time(drained_at - within_s)}",
                                     f"--endtime={_sacct_time(drained_at + CLOCK_SLACK_S)}")  # fmt: skip
             candidates = failed_within(on_node, drained_at, within_s)
             jobs = failed_within(sacct.runs(candidates), drained_at, within_s) if candidates else []
         except SacctError as error:
-            log(f"{failure.node}: cannot read the jobs that failed on it: {error}")
+            log(f"{failure.name}: cannot read the jobs that failed on it: {error}")
             ok = False
             continue
         for job in jobs:
@@ -78,10 +79,10 @@ def requeue_failed(slurm: Scontrol, sacct: Sacct, failed: Sequence[Failure], wit
                 slurm.call("requeue", job)
             except SlurmError as error:
                 if NOT_REQUEUABLE in str(error):
-                    log(f"{failure.node}: job {job} failed on it and was submitted --no-requeue: left as it is")
+                    log(f"{failure.name}: job {job} failed on it and was submitted --no-requeue: left as it is")
                     continue
-                log(f"{failure.node}: job {job} failed on it; requeue failed: {error}")
+                log(f"{failure.name}: job {job} failed on it; requeue failed: {error}")
                 ok = False
                 continue
-            log(f"{failure.node}: job {job} failed on it before it was drained ({failure.reason}): requeued")
+            log(f"{failure.name}: job {job} failed on it before it was drained ({failure.reason}): requeued")
     return ok

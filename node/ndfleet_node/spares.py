@@ -278,7 +278,7 @@ def handle(args: argparse.Namespace) -> int:
         return 2
     if within_s is not None:
         sacct = Sacct(args.sacct, args.timeout)
-        ok = requeue_failed(slurm, sacct, failures(nodes.values()), within_s, log) and ok
+        ok = requeue_failed(slurm, sacct, list(nodes.values()), within_s, log) and ok
     ok = keep_spares(slurm, islands, nodes, reservations, log) and ok
     return 0 if ok else 1
 

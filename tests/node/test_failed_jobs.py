@@ -8,15 +8,15 @@ import time
 from collections.abc import Sequence
 
 from ndfleet_node import failed_jobs
-from ndfleet_node.host_ledger import Failure, stamp_s
+from ndfleet_node.host_ledger import stamp_s
 from ndfleet_node.sacct import JobRecord, Sacct, SacctError, parse_records
-from ndfleet_node.scontrol import Scontrol, SlurmError
+from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 
 DRAINED = "2026-12-05T03:00:00"  # the drain's stamp, as scontrol shows it (the controller's local time)
 AT = stamp_s(DRAINED)
 assert AT is not None
 WITHIN = 405  # HealthCheckInterval 300 s and the check's own bound (ndfleet.slurm.conf.requeue_failed_within_s)
-FAILURE = Failure("HOSTA", "prod-ib00-000001", "ndfleet:gpu.ecc", DRAINED)
+FAILURE = SlurmNode("prod-ib00-000001", "IDLE+DRAIN+DYNAMIC_NORM", "ndfleet:gpu.ecc", DRAINED, ("ib00",))
 
 
 def utc(offset_s: float) -> str:
@@ -75,7 +75,7 @@ def test_sacct_is_asked_for_the_nodes_failed_runs_in_the_window_in_utc() -> None
     sacct = FakeSacct([run(11, -40, "FAILED")], [run(11, -40, "FAILED")])
     requeue(sacct, FakeScontrol())
     first, second = sacct.asked
-    assert first == (f"--nodelist={FAILURE.node}", "--state=FAILED", f"--starttime={utc(-WITHIN)}",
+    assert first == (f"--nodelist={FAILURE.name}", "--state=FAILED", f"--starttime={utc(-WITHIN)}",
                      f"--endtime={utc(failed_jobs.CLOCK_SLACK_S)}")  # fmt: skip
     assert second == ("--jobs=11",)
 
@@ -109,6 +109,19 @@ def test_an_old_drain_is_not_looked_at() -> None:
     sacct, slurm = FakeSacct([run(11, -40, "FAILED")], [run(11, -40, "FAILED")]), FakeScontrol()
     ok, _ = requeue(sacct, slurm, now_s=WITHIN + 3600)
     assert ok and sacct.asked == [] and slurm.calls == []
+
+
+def test_only_a_hardware_drain_requeues_whether_or_not_its_host_is_known() -> None:
+    on_node = [run(11, -40, "FAILED")]
+    for reason in ("ndfleet:burnin:awaiting", "maintenance by hand", "ndfleet:host:repeat-failure"):
+        sacct, slurm = FakeSacct(on_node, on_node), FakeScontrol()
+        other = SlurmNode(FAILURE.name, FAILURE.state, reason, DRAINED, ("ib00",))
+        assert failed_jobs.requeue_failed(slurm, sacct, [other], WITHIN, print, now=AT + 60)
+        assert sacct.asked == [] and slurm.calls == [], reason
+    # FAILURE has no Comment= (no physical host published): it is still a hardware drain.
+    slurm = FakeScontrol()
+    assert failed_jobs.requeue_failed(slurm, FakeSacct(on_node, on_node), [FAILURE], WITHIN, print, now=AT + 60)
+    assert slurm.calls == [("requeue", "11")]
 
 
 def test_the_newest_run_decides() -> None:
