@@ -75,6 +75,10 @@ from tests.twin.twin import Twin
 LOOP_TIMEOUT_S = 1800  # grace and probes (~2 min), slurmctld's SlurmdTimeout (300 s) for a hung node, the
 # replacement's boot and burn-in (~3 min), the grace period of a young replacement (PT10M), on a loaded machine
 POLL_S = 3
+JOB_SLEEP_S = 3000  # each loop's job: one step of `sleep` on every node
+# How accounting records the run of a job that ended FAILED on its own and was then requeued by the controller
+# (`scontrol requeue` of a finished job): the run's state, lower-cased as the job series carry it.
+RESTARTED_OWN_EXIT = "requeued"
 # The failed-validation node is replaced after the extension's 2,400-s grace from its creation, then burned in.
 FAULTY_WAIT_S = 3600
 WITH_SPARE, NO_SPARE = "ib00", "ib01"  # the twin stack's islands: ib00 keeps one spare, ib01 has none
@@ -86,10 +90,15 @@ class FaultKind:
     reason: str  # what the node's Slurm reason names: the validator's check id, or slurmctld's "Not responding"
     app_health: str  # what the Application Health extension reports: the node's own Unhealthy, or Unknown (no answer)
     files_impact: bool = True  # a hung node files nothing (docs/operations.md says who reports it)
+    # The fault kills the job's processes on the node, as a GPU error ends the process that meets it (a CUDA error
+    # in the rank): `srun --kill-on-bad-exit` ends the step and the job ends FAILED on its own, before the health
+    # check looks. The node's Epilog takes it out and the controller requeues the job (ndfleet_node.failed_jobs).
+    kills_job: bool = False
 
 
 KINDS = {
     "gpu-ecc": FaultKind(("ecc_uncorrectable",), "gpu.ecc", "Unhealthy"),
+    "gpu-ecc-kills-job": FaultKind(("ecc_uncorrectable",), "gpu.ecc", "Unhealthy", kills_job=True),
     "ib-port-down": FaultKind(("ib_port_down",), "ib.ports", "Unhealthy"),
     "gpu-slow": FaultKind(("thermal",), "gpu.throttle", "Unhealthy"),
     "unresponsive": FaultKind((), "Not responding", "Unknown", files_impact=False),
@@ -104,7 +113,8 @@ KINDS = {
 EVERY_KIND = os.environ.get("NDFLEET_TWIN_REPAIR_LOOPS", "") == "every"
 # Each island's hung node goes first: the host ledger counts a hang only when no other node went silent within 10
 # minutes (host_ledger.HANG_WINDOW_S), and ib01's loops start about half an hour after ib00's.
-LOOPS = [(NO_SPARE, "unresponsive"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "gpu-ecc"), (WITH_SPARE, "gpu-slow")]
+LOOPS = [(NO_SPARE, "unresponsive"), (NO_SPARE, "ib-port-down"), (WITH_SPARE, "gpu-ecc"), (WITH_SPARE, "gpu-slow"),
+         (WITH_SPARE, "gpu-ecc-kills-job")]  # fmt: skip
 if EVERY_KIND:
     LOOPS += [(NO_SPARE, "gpu-ecc"), (NO_SPARE, "gpu-slow"), (WITH_SPARE, "ib-port-down")]
     LOOPS.insert(2, (WITH_SPARE, "unresponsive"))
@@ -327,9 +337,11 @@ def go_round(
     serving = island_in_service(twin, island)
     spares = reserved(twin, island) if island == WITH_SPARE else []
     size = len(serving) - len(spares)
+    # A training job's launch: one rank's death ends the step (srun(1) --kill-on-bad-exit), so the job ends.
+    step = f"srun{' --kill-on-bad-exit=1' if KINDS[kind].kills_job else ''} sleep {JOB_SLEEP_S}"
     job = (
         login(twin)
-        .run(f"sbatch --parsable --requeue -p {island} -N {size} -o /dev/null --wrap {shlex.quote('srun sleep 3000')}")
+        .run(f"sbatch --parsable --requeue -p {island} -N {size} -o /dev/null --wrap {shlex.quote(step)}")
         .stdout.strip()
         .split(";")[0]
     )
@@ -349,6 +361,8 @@ def go_round(
     loop = Loop(island, kind, node, job, twin.hosts[node], time.time(), len(serving), spares, repeat_of=repeat_of)
     if KINDS[kind].faults:
         twin.inject_fault(node, list(KINDS[kind].faults))
+        if KINDS[kind].kills_job:
+            twin.machine(node).run(f"pkill -KILL -f '^sleep {JOB_SLEEP_S}$'")
     else:
         twin.stop_answering(node)
     deadline = time.monotonic() + LOOP_TIMEOUT_S
@@ -591,8 +605,9 @@ def test_the_host_ledger_holds_each_broken_nodes_host(loops: dict[str, Loop], re
 def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop], repairs_resumed: Twin) -> None:
     """The controller's job series (docs/goodput.md, "Jobs"), from the twin's own slurmdbd through the exporter's real
     `sacct` questions: each loop's job, requeued when its node was taken out, has a run 0 that ended node_fail after
-    the fault (Slurm writes the killed run to accounting as NODE_FAIL) and a run 1 that started after that; the
-    restart time they give is within the loop's own measure of fault to running again."""
+    the fault (Slurm writes the killed run to accounting as NODE_FAIL; a job that ended on its own and that the
+    controller requeued, as accounting has it: RESTARTED_OWN_EXIT) and a run 1 that started after that; the restart
+    time they give is within the loop's own measure of fault to running again."""
     ctl = controller(repairs_resumed)
     end_of = {loop.job: re.compile(rf'^{JOB_RUN_END_METRIC}{{{JOB_LABEL}="{loop.job}",run="0",state="(\w+)"}} (\d+)$',
                                    re.M) for loop in loops.values()}  # fmt: skip
@@ -615,7 +630,7 @@ def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop]
         ended, started = end_of[loop.job].search(text), start_of[loop.job].search(text)
         assert ended and started, loop.explain("job series")
         state, end, start = ended.group(1), int(ended.group(2)), int(started.group(1))
-        assert state == "node_fail", (loop.job, state)
+        assert state == (RESTARTED_OWN_EXIT if KINDS[loop.kind].kills_job else "node_fail"), (loop.job, state)
         assert loop.fault_at - 2 <= end <= start, (loop.job, loop.fault_at, end, start)  # whole seconds in sacct
         assert start - end <= loop.took("running_again") + 2, (loop.job, start - end, loop.explain("restart"))
         repairs_resumed.record(f"repair loop, {loop.kind} ({loop.island}): job restart time from accounting",
@@ -694,7 +709,8 @@ def test_goodput_reads_each_loops_job_as_accounting_recorded_it(loops: dict[str,
     for job, loop in want.items():
         assert job in jobs, (job, sorted(jobs), loop.explain("goodput"))
         figures = jobs[job]
-        restarts = [r for r in figures["restarts"] if r["cause"] == "node_fail"]
+        cause = RESTARTED_OWN_EXIT if KINDS[loop.kind].kills_job else "node_fail"
+        restarts = [r for r in figures["restarts"] if r["cause"] == cause]
         assert figures["runs"] >= 2 and len(restarts) == 1, (figures, loop.explain("goodput"))
         assert 0 < restarts[0]["seconds"] <= loop.took("running_again") + 2, (figures, loop.explain("goodput"))
         assert figures["ettr"] is not None and 0 < figures["ettr"] < 1, figures
