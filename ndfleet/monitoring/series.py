@@ -11,6 +11,9 @@ SLURM_METRIC = "ndfleet_slurm_node_state"
 # The accounting states (lower case, the job series' `state` label) of a run that ends in a restart of its job: the
 # goodput report's job restart times and the fleet dashboard's restart panel count these.
 RESTART_CAUSES = ("node_fail", "preempted", "requeued")
+# A run that ended FAILED and was followed by another run of its job: the controller requeued the job after it failed
+# on a node its health check then took out (node/ndfleet_node/failed_jobs.py); accounting keeps that run FAILED.
+FAILED_THEN_REQUEUED = "failed"
 
 
 def label_value(value: str) -> str:

@@ -15,12 +15,19 @@ one: it is not requeued twice for one failure. Accounting says which jobs ran on
 (sacct --nodelist --state FAILED, ndfleet_node.sacct); slurmctld must still hold the job (MinJobAge,
 ndfleet.slurm.conf.min_job_age_s). A job that failed for its own reasons on a node that broke within the window is
 requeued once too: Slurm's MaxBatchRequeue (5 by default) bounds a job that keeps failing.
+
+Accounting keeps such a job's run FAILED: a finished job's requeue writes no record of its own (SchedMD
+src/slurmctld/job_mgr.c, `_job_requeue_op`: the completion logger runs only for a job not yet completed), so sacct
+cannot tell it from a job that failed and was never restarted. Each requeue is remembered in REQUEUED_JOBS, which
+the controller's job series read (ndfleet_node.slurm_export) so that `ndfleet goodput` counts the restart.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ndfleet_node.host_ledger import hardware_failure, stamp_s
 from ndfleet_node.sacct import JobRecord, Sacct, SacctError
@@ -30,6 +37,42 @@ from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 NOT_REQUEUABLE = "presently disabled"
 # A drain stamp and sacct's End are whole seconds, the drain written after the job ended.
 CLOCK_SLACK_S = 5
+# The jobs requeued here: "<job id> <unix seconds>" a line, oldest first, the newest MAX_REMEMBERED kept.
+REQUEUED_JOBS = "/var/lib/ndfleet/requeued-jobs"
+MAX_REMEMBERED = 500
+_MAX_FILE_BYTES = MAX_REMEMBERED * 40
+
+
+def remembered(path: Path, since: float) -> list[str]:
+    """The jobs requeued here since `since` (unix seconds), newest first; lines of another shape are skipped, and a
+    missing, unreadable or oversized file is no job (the job series do without)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(_MAX_FILE_BYTES + 1)
+    except OSError:
+        return []
+    if len(data) > _MAX_FILE_BYTES:
+        return []
+    jobs: dict[str, float] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0].isdigit() and len(fields[0]) <= 12 and fields[1].isdigit():
+            jobs[fields[0]] = float(fields[1])
+    return sorted((job for job, at in jobs.items() if at >= since), key=int, reverse=True)
+
+
+def remember(path: Path, job: str, at: float) -> None:
+    """Add the job to the file (written whole: a temporary file renamed), keeping the newest MAX_REMEMBERED."""
+    try:
+        with path.open("rb") as f:
+            lines = f.read(_MAX_FILE_BYTES).decode("ascii", "replace").splitlines()
+    except OSError:
+        lines = []
+    lines = [*lines, f"{job} {int(at)}"][-MAX_REMEMBERED:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in lines), encoding="ascii")
+    os.replace(tmp, path)
 
 
 def _sacct_time(at: float) -> str:
@@ -53,7 +96,8 @@ def failed_within(records: Sequence[JobRecord], drained_at: float, within_s: int
 
 
 def requeue_failed(slurm: Scontrol, sacct: Sacct, nodes: Sequence[SlurmNode], within_s: int,
-                   log: Callable[[str], None], now: float | None = None) -> bool:  # fmt: skip
+                   log: Callable[[str], None], now: float | None = None,
+                   requeued: Path | None = None) -> bool:  # fmt: skip
     """Requeue the jobs that failed on each node drained for a hardware failure lately; False when a call failed
     (tried again at the next run)."""
     now = time.time() if now is None else now
@@ -85,4 +129,9 @@ def requeue_failed(slurm: Scontrol, sacct: Sacct, nodes: Sequence[SlurmNode], wi
                 ok = False
                 continue
             log(f"{failure.name}: job {job} failed on it before it was drained ({failure.reason}): requeued")
+            if requeued is not None:
+                try:
+                    remember(requeued, job, now)
+                except OSError as error:
+                    log(f"{requeued}: cannot note job {job}'s requeue for the job series: {error}")
     return ok

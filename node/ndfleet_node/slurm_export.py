@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ndfleet_node.failed_jobs import REQUEUED_JOBS, remembered
 from ndfleet_node.metrics import escape_label, write_atomically
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
@@ -104,10 +105,13 @@ def node_states(text: str, spares: frozenset[str] = frozenset()) -> list[tuple[s
     return out
 
 
-def job_runs(sacct: Sacct) -> JobRuns:
+def job_runs(sacct: Sacct, requeued: Sequence[str] = ()) -> JobRuns:
     """The started runs of the newest MAX_JOBS jobs requeued or ended by a node failure in the last FOLLOW_DAYS
-    days, each job's last MAX_RUNS_PER_JOB; a run's index counts every run of its job in start order."""
-    jobs = sacct.restarted_jobs(f"now-{FOLLOW_DAYS}days")
+    days, and of the `requeued` ones (the controller requeued them after they failed on a broken node: accounting
+    keeps that run FAILED, ndfleet_node.failed_jobs), each job's last MAX_RUNS_PER_JOB; a run's index counts every
+    run of its job in start order."""
+    found = sacct.restarted_jobs(f"now-{FOLLOW_DAYS}days")
+    jobs = sorted({*found, *requeued}, key=int, reverse=True)
     kept = jobs[:MAX_JOBS]
     by_job: dict[str, list[JobRecord]] = {}
     for record in sacct.runs(kept):
@@ -192,7 +196,8 @@ def handle(args: argparse.Namespace) -> int:
         states = node_states(listing, spares)
     jobs: JobRuns | None = None
     try:
-        jobs = job_runs(Sacct(args.sacct, min(args.timeout, SACCT_TIMEOUT_S)))
+        requeued = remembered(Path(args.requeued_jobs), time.time() - FOLLOW_DAYS * 86400)
+        jobs = job_runs(Sacct(args.sacct, min(args.timeout, SACCT_TIMEOUT_S)), requeued)
     except SacctError as error:
         print(f"slurm-export: jobs not read: {error}", file=sys.stderr)
     write_atomically(Path(args.out), render(states, time.time(), jobs))
@@ -214,6 +219,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--out", default=DEFAULT_OUT, help="node_exporter textfile to write")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"])
     p.add_argument("--sacct", nargs="+", default=["sacct"])
+    p.add_argument("--requeued-jobs", default=REQUEUED_JOBS, help="the jobs the controller requeued (failed_jobs)")
     p.add_argument("--timeout", type=_seconds, default=30.0, help="seconds for the scontrol call")
     p.set_defaults(handler=handle)
 

@@ -318,6 +318,20 @@ def test_a_restart_counts_in_the_period_its_failure_falls_in() -> None:
     assert build_jobs(starts, ends, since=T0 - H, until=T0 + 2 * H, step_s=H).restart_s == {"node_fail": [2 * H]}
 
 
+def test_a_failed_run_with_a_next_run_is_the_controllers_requeue_and_a_last_one_is_no_restart() -> None:
+    # The controller requeued job 7 after it failed on a broken node (accounting keeps that run FAILED); job 8
+    # failed and was never run again.
+    start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
+    starts = [job_series(start, "7", 0, T0, T0), job_series(start, "7", 1, T0 + 2 * H, T0 + 2 * H),
+              job_series(start, "8", 0, T0, T0)]  # fmt: skip
+    ends = [job_series(end, "7", 0, T0 + H, T0 + H, state="failed"),
+            job_series(end, "8", 0, T0 + H, T0 + H, state="failed")]  # fmt: skip
+    report = build_jobs(starts, ends, since=T0, until=T0 + 4 * H, step_s=H)
+    assert report.restart_s == {"failed": [H]}
+    job8 = next(j for j in report.jobs if j.job == "8")
+    assert job8.restarts(T0, T0 + 4 * H) == [] and not job8.waiting
+
+
 def test_a_node_that_left_slurm_while_out_is_not_still_out() -> None:
     # Automatic repairs replaced the drained node: its series ends at hour 2, while its replacement's goes on.
     old = [sample(0, "idle", node="prod-ib00-000000"), sample(1, "drained", "ndfleet:gpu.ecc", "prod-ib00-000000"),

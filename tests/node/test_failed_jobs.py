@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ndfleet_node import failed_jobs
 from ndfleet_node.host_ledger import stamp_s
@@ -128,3 +129,26 @@ def test_the_newest_run_decides() -> None:
     records = parse_records("\n".join([run(11, -900, "FAILED"), run(11, -40, "FAILED"), run(12, -40, "NODE_FAIL")]))
     assert failed_jobs.failed_within(records, AT, WITHIN) == ["11"]
     assert failed_jobs.failed_within(records, AT, 30) == []
+
+
+def test_each_requeue_is_noted_for_the_job_series(tmp_path: Path) -> None:
+    noted = tmp_path / "state" / "requeued-jobs"
+    on_node = [run(11, -40, "FAILED")]
+    log: list[str] = []
+    assert failed_jobs.requeue_failed(FakeScontrol(), FakeSacct(on_node, on_node), [FAILURE], WITHIN, log.append,
+                                      now=AT + 60, requeued=noted)  # fmt: skip
+    assert noted.read_text() == f"11 {int(AT + 60)}\n"
+    assert failed_jobs.remembered(noted, AT) == ["11"] and failed_jobs.remembered(noted, AT + 61) == []
+
+
+def test_the_note_is_bounded_and_read_by_shape(tmp_path: Path) -> None:
+    noted = tmp_path / "requeued-jobs"
+    for job in range(failed_jobs.MAX_REMEMBERED + 20):
+        failed_jobs.remember(noted, str(job), 1000 + job)
+    lines = noted.read_text().splitlines()
+    assert len(lines) == failed_jobs.MAX_REMEMBERED and lines[0].startswith("20 ")
+    noted.write_text("12 1000\nnot a line\n-3 1000\n13 soon\n14 1001\n")
+    assert failed_jobs.remembered(noted, 0) == ["14", "12"]
+    noted.write_text("1 1\n" * failed_jobs.MAX_REMEMBERED * 20)  # past the bound: not ours, no job
+    assert failed_jobs.remembered(noted, 0) == []
+    assert failed_jobs.remembered(tmp_path / "missing", 0) == []

@@ -4,10 +4,11 @@ accounting (sacct), bounded, for `ndfleet goodput`'s per-job ETTR and job-restar
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
-from ndfleet_node import slurm_export
+from ndfleet_node import failed_jobs, slurm_export
 from ndfleet_node.names import (
     JOB_EXPORT_LEFT_OUT_METRIC,
     JOB_EXPORT_SUCCESS_METRIC,
@@ -164,3 +165,27 @@ def test_no_series_carries_a_label_the_scrape_gives_itself(tmp_path: Path) -> No
     for line in labelled:
         labels = {kv.split("=", 1)[0] for kv in line[line.index("{") + 1 : line.rindex("}")].split(",")}
         assert not labels & {"job", "instance"}, line
+
+
+def test_the_jobs_the_controller_requeued_are_published_with_the_restarted_ones(tmp_path: Path) -> None:
+    # Job 1010 failed on a broken node and the controller requeued it: accounting has no NODE_FAIL or REQUEUED run for
+    # it (the first run stays FAILED), so the export follows it from the controller's note (failed_jobs.remember).
+    runs = tmp_path / "runs.txt"
+    runs.write_text((DATA / "sacct-runs.txt").read_text() + "1010|2026-12-03T06:00:00|2026-12-03T07:00:00|FAILED\n"
+                    "1010|2026-12-03T07:10:00|Unknown|RUNNING\n")  # fmt: skip
+    sacct = fake_tool(tmp_path, "sacct", f"""case "$*" in
+  *--state=*) cat '{DATA / "sacct-restarted.txt"}' ;;
+  *--jobs=*1010*) cat '{runs}' ;;
+  *) echo "sacct: error: unexpected question" >&2; exit 1 ;;
+esac""")
+    noted = tmp_path / "requeued-jobs"
+    failed_jobs.remember(noted, "1010", time.time())
+    out = tmp_path / "textfile" / "ndfleet_slurm.prom"
+    scontrol = fake_tool(tmp_path, "scontrol", f"cat '{DATA / 'scontrol-show-node-states.txt'}'")
+    code = slurm_export.main(["--out", str(out), "--scontrol", str(scontrol), "--sacct", str(sacct),
+                              "--requeued-jobs", str(noted)])  # fmt: skip
+    text = out.read_text()
+    assert code == 0, text
+    ends = series(text, JOB_RUN_END_METRIC)
+    assert ends['slurm_job="1010",run="0",state="failed"'] == T0 - 1 * H
+    assert 'slurm_job="1010",run="1"' in series(text, JOB_RUN_START_METRIC)

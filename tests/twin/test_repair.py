@@ -65,6 +65,7 @@ from ndfleet_node.names import (
 from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 
 from ndfleet.goodput.compute import cause
+from ndfleet.monitoring.series import FAILED_THEN_REQUEUED
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE
 from tests.twin.repairs import Repair
 from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
@@ -77,8 +78,8 @@ LOOP_TIMEOUT_S = 1800  # grace and probes (~2 min), slurmctld's SlurmdTimeout (3
 POLL_S = 3
 JOB_SLEEP_S = 3000  # each loop's job: one step of `sleep` on every node
 # How accounting records the run of a job that ended FAILED on its own and was then requeued by the controller
-# (`scontrol requeue` of a finished job): the run's state, lower-cased as the job series carry it.
-RESTARTED_OWN_EXIT = "requeued"
+# (`scontrol requeue` of a finished job writes no record of its own): FAILED, lower-cased as the job series carry it.
+RESTARTED_OWN_EXIT = FAILED_THEN_REQUEUED
 # The failed-validation node is replaced after the extension's 2,400-s grace from its creation, then burned in.
 FAULTY_WAIT_S = 3600
 WITH_SPARE, NO_SPARE = "ib00", "ib01"  # the twin stack's islands: ib00 keeps one spare, ib01 has none
