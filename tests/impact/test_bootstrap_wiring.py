@@ -44,6 +44,7 @@ def test_the_slurm_health_check_starts_the_same_impact_report() -> None:
     launch = stop_post.split("then ", 1)[1].rsplit("; fi'", 1)[0]
     script = next(f.content for f in slurm_node_files(spec, spec.islands[0])
                   if f.path == "/usr/local/sbin/ndfleet-slurm-health")
-    words = shlex.split(script.split("exec ", 1)[1].replace("\\\n", " "))
+    command = next(ln for ln in script.replace("\\\n", " ").splitlines() if " slurm-health " in ln)
+    words = shlex.split(command)
     assert words[words.index("--impact-launch") + 1] == launch
     assert shlex.split(launch)[:3] == ["systemd-run", "--no-block", "--unit=ndfleet-impact"]

@@ -14,6 +14,8 @@ from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
+    REQUEUE_SLACK_S,
+    SPARES_EVERY_S,
     config_files,
     dynamic_node_conf,
     island_partitions,
@@ -615,3 +617,49 @@ def test_suspend_timeout_leaves_the_suspend_program_time_to_retry_a_refused_dele
     timeout_s = int(next(line for line in conf_lines(elastic) if line.startswith("SuspendTimeout=")).split("=")[1])
     budget_s = json.loads(elastic_config(elastic))["delete_budget_s"]
     assert 3 * MAX_RETRY_AFTER_S <= budget_s <= timeout_s - 60
+
+
+def _health_script(prod: ClusterSpec, tmp_path: Path, exit_code: int) -> tuple[Path, Path, Path]:
+    """The rendered health-check script, its node program replaced by one that notes its run and exits
+    `exit_code`, and its lock moved under tmp_path: (script, the note, the lock)."""
+    note, lock = tmp_path / "ran", tmp_path / "health.lock"
+    program = tmp_path / "ndfleet-node"
+    program.write_text(f"#!/bin/sh\necho \"$1\" >> '{note}'\nexit {exit_code}\n")
+    program.chmod(0o755)
+    text = _compute_files(prod)["/usr/local/sbin/ndfleet-slurm-health"]
+    assert "/opt/ndfleet/bin/ndfleet-node slurm-health" in text and "/run/ndfleet-slurm-health.lock" in text
+    script = tmp_path / "ndfleet-slurm-health"
+    script.write_text(text.replace("/opt/ndfleet/bin/ndfleet-node", str(program))
+                      .replace("/run/ndfleet-slurm-health.lock", str(lock)))  # fmt: skip
+    script.chmod(0o755)
+    return script, note, lock
+
+
+def test_as_the_epilog_the_health_check_exits_0_and_as_the_health_check_it_tells_the_truth(
+    prod: ClusterSpec, tmp_path: Path
+) -> None:
+    # slurm.conf(5) Epilog: a failing epilog drains the node "Epilog error" over the check's own reason.
+    script, note, _ = _health_script(prod, tmp_path, 1)
+    health = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin"}, timeout=60, check=False)
+    epilog = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
+                            timeout=60, check=False)  # fmt: skip
+    assert (health.returncode, epilog.returncode) == (1, 0)
+    assert note.read_text() == "slurm-health\nslurm-health\n"
+    conf = config_files(slurm_site(prod))["slurm.conf"].splitlines()
+    assert "Epilog=/usr/local/sbin/ndfleet-slurm-health" in conf
+    # The controller's requeue needs the failed job's record: MinJobAge past its window and two of its runs.
+    assert f"MinJobAge={300 + REQUEUE_SLACK_S + 2 * SPARES_EVERY_S}" in conf  # HealthCheckInterval 300 s
+
+
+def test_a_second_health_check_leaves_it_to_the_one_running(prod: ClusterSpec, tmp_path: Path) -> None:
+    script, note, lock = _health_script(prod, tmp_path, 1)
+    with subprocess.Popen(["flock", str(lock), "sleep", "30"]) as holder:
+        try:
+            for _ in range(100):  # until the holder has the lock
+                if subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode != 0:
+                    break
+                subprocess.run(["sleep", "0.1"], check=False)
+            second = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin"}, timeout=60, check=False)
+        finally:
+            holder.kill()
+    assert second.returncode == 0 and not note.exists()
