@@ -50,11 +50,18 @@ SPARES_EVERY_S = 30
 # The health check's bound on the node's quick validation: slurmd kills its HealthCheckProgram after 60 s, and the
 # program's scontrol calls and impact launch come after the validation.
 HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
+# The health check is the Epilog too: one run at a time on a node. A periodic check that finds another run leaves it
+# to that one; an epilog waits for it (at most slurmd's 60-s bound on a periodic run) and then checks: the job that
+# just ended may have met the fault after that run's look.
+EPILOG_LOCK_WAIT_S = 60
 # A batch job that ended FAILED on a node within this many seconds before the node's hardware drain is requeued by
 # the controller (node/ndfleet_node/failed_jobs.py): the fault killed its processes before the health check (or the
 # node's epilog at the job's end) looked. The check runs every HealthCheckInterval and takes up to its validation
 # bound and its scontrol calls.
 REQUEUE_SLACK_S = HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60
+# A controller run can be late: the spares timer's period, and a run held up by a repeat's impact report over ssh
+# (ndfleet_node.spares.IMPACT_TIMEOUT_S, 180 s) or a slow sacct.
+REQUEUE_RUN_LATE_S = 2 * SPARES_EVERY_S + 180
 
 
 def requeue_failed_within_s(health_check_interval_s: int) -> int:
@@ -64,8 +71,10 @@ def requeue_failed_within_s(health_check_interval_s: int) -> int:
 def min_job_age_s(health_check_interval_s: int) -> int:
     """slurm.conf MinJobAge: slurmctld forgets a finished job this long after it ended, and `scontrol requeue` needs
     the job's record (slurm.conf(5): default 300 s). Long enough for the controller's requeue, run every
-    SPARES_EVERY_S, to find a job that failed up to `requeue_failed_within_s` before its node's drain."""
-    return max(300, requeue_failed_within_s(health_check_interval_s) + 2 * SPARES_EVERY_S)
+    SPARES_EVERY_S and sometimes late, to find a job that failed up to `requeue_failed_within_s` before its node's
+    drain. slurmctld holds every job ended within it (MaxJobCount, 10,000 by default, bounds them all): with the
+    longest HealthCheckInterval (3,600 s) about 75 minutes of finished jobs."""
+    return max(300, requeue_failed_within_s(health_check_interval_s) + REQUEUE_RUN_LATE_S)
 
 
 def island_feature(island: str) -> str:

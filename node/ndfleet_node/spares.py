@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.failed_jobs import REQUEUED_JOBS, requeue_failed
+from ndfleet_node.failed_jobs import REQUEUED_JOBS, requeue_failed, squeue_state
 from ndfleet_node.host_ledger import (
     DEFAULT_LEDGER,
     NOT_RESPONDING_REASON,
@@ -278,8 +278,8 @@ def handle(args: argparse.Namespace) -> int:
         return 2
     if within_s is not None:
         sacct = Sacct(args.sacct, args.timeout)
-        ok = requeue_failed(slurm, sacct, list(nodes.values()), within_s, log,
-                            requeued=Path(args.requeued_jobs)) and ok  # fmt: skip
+        ok = requeue_failed(slurm, sacct, list(nodes.values()), within_s, log, requeued=Path(args.requeued_jobs),
+                            state_of=lambda job: squeue_state(job, args.squeue, args.timeout)) and ok  # fmt: skip
     ok = keep_spares(slurm, islands, nodes, reservations, log) and ok
     return 0 if ok else 1
 
@@ -290,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ledger", default="", help="the host ledger (default: the spares JSON's)")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--sacct", nargs="+", default=["sacct"], help="sacct command")
+    p.add_argument("--squeue", nargs="+", default=["squeue"], help="squeue command")
     p.add_argument("--requeued-jobs", default=REQUEUED_JOBS, help="where the jobs requeued here are noted")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each scontrol call")
     p.add_argument("--report-impact", action="store_true", help="ask a repeat's node to file its impact report")

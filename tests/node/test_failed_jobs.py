@@ -58,9 +58,14 @@ class FakeScontrol(Scontrol):
         return ""
 
 
-def requeue(sacct: FakeSacct, slurm: FakeScontrol, now_s: float = 60) -> tuple[bool, list[str]]:
+def failed_now(job: str) -> str:
+    return "FAILED"
+
+
+def requeue(sacct: FakeSacct, slurm: FakeScontrol, now_s: float = 60,
+            state_of=failed_now) -> tuple[bool, list[str]]:  # noqa: ANN001 - fmt: skip
     log: list[str] = []
-    ok = failed_jobs.requeue_failed(slurm, sacct, [FAILURE], WITHIN, log.append, now=AT + now_s)
+    ok = failed_jobs.requeue_failed(slurm, sacct, [FAILURE], WITHIN, log.append, now=AT + now_s, state_of=state_of)
     return ok, log
 
 
@@ -117,11 +122,12 @@ def test_only_a_hardware_drain_requeues_whether_or_not_its_host_is_known() -> No
     for reason in ("ndfleet:burnin:awaiting", "maintenance by hand", "ndfleet:host:repeat-failure"):
         sacct, slurm = FakeSacct(on_node, on_node), FakeScontrol()
         other = SlurmNode(FAILURE.name, FAILURE.state, reason, DRAINED, ("ib00",))
-        assert failed_jobs.requeue_failed(slurm, sacct, [other], WITHIN, print, now=AT + 60)
+        assert failed_jobs.requeue_failed(slurm, sacct, [other], WITHIN, print, now=AT + 60, state_of=failed_now)
         assert sacct.asked == [] and slurm.calls == [], reason
     # FAILURE has no Comment= (no physical host published): it is still a hardware drain.
     slurm = FakeScontrol()
-    assert failed_jobs.requeue_failed(slurm, FakeSacct(on_node, on_node), [FAILURE], WITHIN, print, now=AT + 60)
+    assert failed_jobs.requeue_failed(slurm, FakeSacct(on_node, on_node), [FAILURE], WITHIN, print, now=AT + 60,
+                                      state_of=failed_now)
     assert slurm.calls == [("requeue", "11")]
 
 
@@ -136,7 +142,7 @@ def test_each_requeue_is_noted_for_the_job_series(tmp_path: Path) -> None:
     on_node = [run(11, -40, "FAILED")]
     log: list[str] = []
     assert failed_jobs.requeue_failed(FakeScontrol(), FakeSacct(on_node, on_node), [FAILURE], WITHIN, log.append,
-                                      now=AT + 60, requeued=noted)  # fmt: skip
+                                      now=AT + 60, requeued=noted, state_of=failed_now)  # fmt: skip
     assert noted.read_text() == f"11 {int(AT + 60)}\n"
     assert failed_jobs.remembered(noted, AT) == ["11"] and failed_jobs.remembered(noted, AT + 61) == []
 
@@ -152,3 +158,36 @@ def test_the_note_is_bounded_and_read_by_shape(tmp_path: Path) -> None:
     noted.write_text("1 1\n" * failed_jobs.MAX_REMEMBERED * 20)  # past the bound: not ours, no job
     assert failed_jobs.remembered(noted, 0) == []
     assert failed_jobs.remembered(tmp_path / "missing", 0) == []
+
+
+def test_a_job_slurmctld_no_longer_calls_failed_is_left_alone() -> None:
+    # Accounting lags: sacct's newest run is FAILED, but slurmctld has the job PENDING or RUNNING again (a requeue
+    # would end that run), or forgot it.
+    on_node = [run(11, -40, "FAILED")]
+    for now in ("PENDING", "RUNNING", ""):
+        slurm = FakeScontrol()
+        ok, log = requeue(FakeSacct(on_node, on_node), slurm, state_of=lambda job, s=now: s)
+        assert ok and slurm.calls == [], now
+        assert any(f"slurmctld says {now or 'nothing'} now" in entry for entry in log)
+
+
+def test_a_job_on_two_drained_nodes_is_requeued_once_and_an_allocation_is_no_failure() -> None:
+    on_node = [run(11, -40, "FAILED"), run(12, -40, "FAILED")]
+    other = SlurmNode("prod-ib00-000002", FAILURE.state, FAILURE.reason, DRAINED, ("ib00",))
+    slurm = FakeScontrol({"12": "Only batch jobs are accepted or processed"})
+    log: list[str] = []
+    assert failed_jobs.requeue_failed(slurm, FakeSacct(on_node, on_node), [FAILURE, other], WITHIN, log.append,
+                                      now=AT + 60, state_of=failed_now)  # fmt: skip
+    assert slurm.calls.count(("requeue", "11")) == 1
+
+
+def test_squeue_is_asked_for_one_state_word(tmp_path: Path) -> None:
+    tool = tmp_path / "squeue"
+    tool.write_text('#!/bin/sh\necho "$*" > "$(dirname "$0")/asked"\necho FAILED\n')
+    tool.chmod(0o755)
+    assert failed_jobs.squeue_state("11", [str(tool)]) == "FAILED"
+    assert (tmp_path / "asked").read_text().split() == ["--noheader", "--jobs=11", "--states=all", "--format=%T"]
+    tool.write_text('#!/bin/sh\necho "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n')
+    assert failed_jobs.squeue_state("11", [str(tool)]) == ""
+    tool.write_text("#!/bin/sh\necho 'FAILED RUNNING'\n")
+    assert failed_jobs.squeue_state("11", [str(tool)]) == ""

@@ -263,6 +263,9 @@ def test_a_failed_job_can_be_requeued_unless_it_said_no_requeue(cluster: SlurmSa
     for job in jobs.values():
         cluster.run(["scontrol", "release", job])
         wait_for(f"job {job} to fail", lambda j=job: cluster.job(j)["JobState"] == "FAILED", timeout_s=90)
+    # The controller asks slurmctld's own word first (failed_jobs.squeue_state's question, as it asks it).
+    said = cluster.run(["squeue", "--noheader", f"--jobs={jobs['--requeue']}", "--states=all", "--format=%T"])
+    assert said.stdout.strip() == "FAILED", said
     cluster.run(["scontrol", "requeue", jobs["--requeue"]])
     assert cluster.job(jobs["--requeue"])["Restarts"] == "1"
     assert cluster.job(jobs["--requeue"])["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "FAILED")

@@ -14,8 +14,8 @@ from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
+    REQUEUE_RUN_LATE_S,
     REQUEUE_SLACK_S,
-    SPARES_EVERY_S,
     config_files,
     dynamic_node_conf,
     island_partitions,
@@ -648,7 +648,7 @@ def test_as_the_epilog_the_health_check_exits_0_and_as_the_health_check_it_tells
     conf = config_files(slurm_site(prod))["slurm.conf"].splitlines()
     assert "Epilog=/usr/local/sbin/ndfleet-slurm-health" in conf
     # The controller's requeue needs the failed job's record: MinJobAge past its window and two of its runs.
-    assert f"MinJobAge={300 + REQUEUE_SLACK_S + 2 * SPARES_EVERY_S}" in conf  # HealthCheckInterval 300 s
+    assert f"MinJobAge={300 + REQUEUE_SLACK_S + REQUEUE_RUN_LATE_S}" in conf  # HealthCheckInterval 300 s
 
 
 def test_a_second_health_check_leaves_it_to_the_one_running(prod: ClusterSpec, tmp_path: Path) -> None:
@@ -663,3 +663,17 @@ def test_a_second_health_check_leaves_it_to_the_one_running(prod: ClusterSpec, t
         finally:
             holder.kill()
     assert second.returncode == 0 and not note.exists()
+
+
+def test_an_epilog_waits_for_the_check_that_runs_then_checks(prod: ClusterSpec, tmp_path: Path) -> None:
+    # The job that just ended may have met the fault after the running check looked.
+    script, note, lock = _health_script(prod, tmp_path, 1)
+    with subprocess.Popen(["flock", str(lock), "sleep", "3"]) as holder:
+        for _ in range(100):
+            if subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode != 0:
+                break
+            subprocess.run(["sleep", "0.1"], check=False)
+        epilog = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
+                                timeout=120, check=False)  # fmt: skip
+        assert holder.poll() is not None  # it waited for the holder
+    assert epilog.returncode == 0 and note.read_text() == "slurm-health\n"
