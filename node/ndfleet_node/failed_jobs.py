@@ -20,18 +20,18 @@ a job that keeps failing.
 
 Accounting keeps such a job's run FAILED: a finished job's requeue writes no record of its own (SchedMD
 src/slurmctld/job_mgr.c, `_job_requeue_op`: the completion logger runs only for a job not yet completed), so sacct
-cannot tell it from a job that failed and was never restarted. Each requeue is remembered in REQUEUED_JOBS, which
-the controller's job series read (ndfleet_node.slurm_export) so that `ndfleet goodput` counts the restart.
+cannot tell it from a job that failed and was never restarted. Each requeue is noted (ndfleet_node.requeued_jobs)
+for the controller's job series (ndfleet_node.slurm_export), so that `ndfleet goodput` counts the restart.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ndfleet_node.host_ledger import hardware_failure, stamp_s
+from ndfleet_node.requeued_jobs import remember
 from ndfleet_node.runner import run_tool
 from ndfleet_node.sacct import JobRecord, Sacct, SacctError
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
@@ -43,42 +43,6 @@ NOT_REQUEUABLE = "presently disabled"
 NOTHING_TO_DO = ("Only batch jobs are accepted", "Job is pending execution", "Invalid job id specified")
 # A drain stamp and sacct's End are whole seconds, the drain written after the job ended.
 CLOCK_SLACK_S = 5
-# The jobs requeued here: "<job id> <unix seconds>" a line, oldest first, the newest MAX_REMEMBERED kept.
-REQUEUED_JOBS = "/var/lib/ndfleet/requeued-jobs"
-MAX_REMEMBERED = 500
-_MAX_FILE_BYTES = MAX_REMEMBERED * 40
-
-
-def remembered(path: Path, since: float) -> list[str]:
-    """The jobs requeued here since `since` (unix seconds), newest first; lines of another shape are skipped, and a
-    missing, unreadable or oversized file is no job (the job series do without)."""
-    try:
-        with path.open("rb") as f:
-            data = f.read(_MAX_FILE_BYTES + 1)
-    except OSError:
-        return []
-    if len(data) > _MAX_FILE_BYTES:
-        return []
-    jobs: dict[str, float] = {}
-    for line in data.decode("ascii", "replace").splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[0].isdigit() and len(fields[0]) <= 12 and fields[1].isdigit():
-            jobs[fields[0]] = float(fields[1])
-    return sorted((job for job, at in jobs.items() if at >= since), key=int, reverse=True)
-
-
-def remember(path: Path, job: str, at: float) -> None:
-    """Add the job to the file (written whole: a temporary file renamed), keeping the newest MAX_REMEMBERED."""
-    try:
-        with path.open("rb") as f:
-            lines = f.read(_MAX_FILE_BYTES).decode("ascii", "replace").splitlines()
-    except OSError:
-        lines = []
-    lines = [*lines, f"{job} {int(at)}"][-MAX_REMEMBERED:]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in lines), encoding="ascii")
-    os.replace(tmp, path)
 
 
 def _sacct_time(at: float) -> str:

@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ndfleet_node.failed_jobs import REQUEUED_JOBS, remembered
 from ndfleet_node.metrics import escape_label, write_atomically
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
@@ -45,6 +44,7 @@ from ndfleet_node.names import (
     JOB_RUN_START_METRIC,
     SPARES_RESERVATION_PREFIX,
 )
+from ndfleet_node.requeued_jobs import REQUEUED_JOBS, remembered
 from ndfleet_node.sacct import JobRecord, Sacct, SacctError
 from ndfleet_node.scontrol import MAX_LIST_BYTES, Scontrol, SlurmError, parse_nodes
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.failed_jobs import REQUEUED_JOBS, requeue_failed, squeue_state
+from ndfleet_node.failed_jobs import requeue_failed, squeue_state
 from ndfleet_node.host_ledger import (
     DEFAULT_LEDGER,
     NOT_RESPONDING_REASON,
@@ -53,6 +53,7 @@ from ndfleet_node.host_ledger import (
     write_ledger,
 )
 from ndfleet_node.names import REPEAT_HOST_REASON, SPARES_RESERVATION_PREFIX
+from ndfleet_node.requeued_jobs import REQUEUED_JOBS
 from ndfleet_node.runner import run_tool
 from ndfleet_node.sacct import Sacct
 from ndfleet_node.scontrol import Reservation, Scontrol, SlurmError, SlurmNode

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ndfleet_node import failed_jobs, slurm_export
+from ndfleet_node import requeued_jobs, slurm_export
 from ndfleet_node.names import (
     JOB_EXPORT_LEFT_OUT_METRIC,
     JOB_EXPORT_SUCCESS_METRIC,
@@ -179,7 +179,7 @@ def test_the_jobs_the_controller_requeued_are_published_with_the_restarted_ones(
   *) echo "sacct: error: unexpected question" >&2; exit 1 ;;
 esac""")
     noted = tmp_path / "requeued-jobs"
-    failed_jobs.remember(noted, "1010", time.time())
+    requeued_jobs.remember(noted, "1010", time.time())
     out = tmp_path / "textfile" / "ndfleet_slurm.prom"
     scontrol = fake_tool(tmp_path, "scontrol", f"cat '{DATA / 'scontrol-show-node-states.txt'}'")
     code = slurm_export.main(["--out", str(out), "--scontrol", str(scontrol), "--sacct", str(sacct),
