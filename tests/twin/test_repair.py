@@ -24,8 +24,9 @@ a collective): the health check, not the job's own exit, takes the node out.
 `ib01` has no spare: the requeued job waits for the replacement (a node that stops answering, then an InfiniBand
 port down). `ib00` keeps one warm spare (`spares: 1`, the reservation `ndfleet-spares-ib00`,
 node/ndfleet_node/spares.py): the spare takes the failed node's place within the controller's 30 s spares timer, and
-the repaired node refills the spares (an uncorrectable ECC error, a slow GPU). The two islands' loops run at once
-(their scale sets repair independently).
+the repaired node refills the spares (an uncorrectable ECC error, a slow GPU, and an ECC error that kills the job's
+processes, so that the job ends FAILED on its own: the node's Epilog drains the node and the controller requeues the
+job, ndfleet_node.failed_jobs). The two islands' loops run at once (their scale sets repair independently).
 
 A host that fails twice: the hung node reports nothing, so the repair stand-in puts its replacement on the same host
 (Twin.hosts); `ib01`'s second loop breaks that replacement, and the controller's host ledger holds the host, has the
