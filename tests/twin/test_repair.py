@@ -19,7 +19,8 @@ core clocks by a factor of two or more, temperature being one cause; check `gpu.
 failures, host maintenance 7.6 %, CPU, system memory, power supply and chassis (a node that stops answering: every
 process of the machine stopped, tests/twin/machine.py `freeze`).
 Like a GPU that fell off the bus, the stand-in's hardware faults leave the job's processes where they are (stuck in
-a collective): the health check, not the job's own exit, takes the node out.
+a collective): the health check, not the job's own exit, takes the node out; but in `gpu-ecc-kills-job` the error
+ends the job's processes on the node, as a CUDA error ends the rank that meets it.
 
 `ib01` has no spare: the requeued job waits for the replacement (a node that stops answering, then an InfiniBand
 port down). `ib00` keeps one warm spare (`spares: 1`, the reservation `ndfleet-spares-ib00`,
