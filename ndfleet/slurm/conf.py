@@ -54,6 +54,7 @@ HEALTH_CHECK_VALIDATE_TIMEOUT_S = 45
 # to that one; an epilog waits for it (at most slurmd's 60-s bound on a periodic run) and then checks: the job that
 # just ended may have met the fault after that run's look.
 EPILOG_LOCK_WAIT_S = 60
+HEALTH_CHECK_LOCK = "/run/ndfleet-slurm-health.lock"
 # A batch job that ended FAILED on a node within this many seconds before the node's hardware drain is requeued by
 # the controller (node/ndfleet_node/failed_jobs.py): the fault killed its processes before the health check (or the
 # node's epilog at the job's end) looked. The check runs every HealthCheckInterval and takes up to its validation

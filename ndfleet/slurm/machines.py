@@ -48,6 +48,7 @@ from ndfleet.slurm.conf import (
     BURNIN_LEVEL,
     CONTROLLER_STATE_MOUNT,
     EPILOG_LOCK_WAIT_S,
+    HEALTH_CHECK_LOCK,
     HEALTH_CHECK_PROGRAM,
     HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     HOST_LEDGER,
@@ -256,6 +257,7 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         # (a hung validation counts as a failure) before that.
         "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
         "epilog_lock_wait_s": EPILOG_LOCK_WAIT_S,
+        "health_check_lock": HEALTH_CHECK_LOCK,
         # A hardware fault found by the health check files the impact report as a failed boot validation does.
         "impact_launch": impact_launch(),
     }

@@ -7,9 +7,9 @@ hardware failure drain with the physical host Azure reports for the node (Hyper-
 node's health check publishes as the Slurm node's Comment `ndfleet-host:<name>`), and:
 
 - a second failure on the same host (another node, or the same node drained again later) is a *repeat*: the node is
-  asked to file its impact report with the category that takes the host out of service for diagnosis
-  (`REPEAT_CATEGORY`), and drained `ndfleet:host:repeat-failure`, which neither the health check nor the burn-in
-  lifts;
+  drained `ndfleet:host:repeat-failure`, which neither the health check nor the burn-in lifts, and its health check,
+  seeing that drain, files its impact report with the category that takes the host out of service for diagnosis
+  (`REPEAT_CATEGORY`);
 - a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`).
 
 A node that stops answering files no report of its own (its kernel or its host is hung). slurmctld sets it DOWN with
@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.impact_categories import BURNIN_CATEGORIES, HOST_CATEGORIES, PREFIX
+from ndfleet_node.impact_categories import BURNIN_CATEGORIES, HOST_CATEGORIES, PREFIX, REPEAT_CHECK
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
@@ -55,7 +55,6 @@ REPEAT_AFTER = 2
 # generic HPC hardware failure, which like every Resource.Hpc.Unhealthy.* category takes the host out of production
 # for diagnosis and repair (Microsoft Learn, "Guest Health Reporting impact categories",
 # https://learn.microsoft.com/azure/azure-impact-reporting/guest-health-impact-categories).
-REPEAT_CHECK = "host.repeat-failure"
 REPEAT_CATEGORY = PREFIX + str(HOST_CATEGORIES[REPEAT_CHECK])
 # The health check's drain reason: "ndfleet:" and check ids (ndfleet_node.slurm_health.OWN_REASON).
 _CHECK_REASON = re.compile(r"ndfleet:([A-Za-z0-9_.+-]+(?:,[A-Za-z0-9_.+-]+)*)")

@@ -30,7 +30,8 @@ BURNIN_CATEGORIES: dict[str, str | None] = {
 # The controller's host ledger (ndfleet_node.host_ledger): a host that failed twice. HpcGenericFailure: the host's
 # faults had different checks (or one with no category of its own); every Unhealthy category takes the host out of
 # production for diagnosis and repair (guest-health-impact-categories), which is what a repeat calls for.
-HOST_CATEGORIES: dict[str, str | None] = {"host.repeat-failure": "HpcGenericFailure"}
+REPEAT_CHECK = "host.repeat-failure"  # filed by the node whose drain says so (names.REPEAT_HOST_REASON)
+HOST_CATEGORIES: dict[str, str | None] = {REPEAT_CHECK: "HpcGenericFailure"}
 
 
 def check_categories() -> dict[str, str | None]:

@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from ndfleet_node.impact import KVP_POOL_3, ImpactError, physical_host_name
-from ndfleet_node.impact_categories import category_for
+from ndfleet_node.impact_categories import REPEAT_CHECK, category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
     DRAIN_MARKER,
     DRAIN_REASON_PREFIX,
     HOST_COMMENT_PREFIX,
+    REPEAT_HOST_REASON,
 )
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
@@ -146,13 +147,18 @@ class Outcome:
     drained: bool  # whether the node is out of service afterwards (drained, or DOWN by us), for whatever reason
     queued_for_burnin: bool = False  # the node is (now) in the burn-in's hands: write the burn-in marker
     took_out: bool = False  # this pass drained it or set it DOWN for the verdict's reason: the fault is new
-    burnin_check: str = ""  # the burn-in drained it for a host fault Azure takes reports for: burnin.<reason>
+    # The burn-in drained it for a host fault Azure takes reports for (burnin.<reason>), or the controller's host
+    # ledger for its host's second failure (impact_categories.REPEAT_CHECK): the node files that report itself.
+    burnin_check: str = ""
 
 
 def burnin_failure(state: SlurmNode) -> str:
     """`burnin.<reason>` when the burn-in drained the node for a fault of its host (a bad cable, a slow link): the
     node reports that itself (it holds the identity and the KVP data), as the controller cannot reach it. Not for
-    `awaiting`, nor for verdicts without a category (`unresolved`, `island-below-floor`: the fabric, not this host)."""
+    `awaiting`, nor for verdicts without a category (`unresolved`, `island-below-floor`: the fabric, not this host).
+    A drain for the host's second failure (names.REPEAT_HOST_REASON, the controller's ledger) is reported alike."""
+    if state.drained and state.reason == REPEAT_HOST_REASON:
+        return REPEAT_CHECK
     if not state.drained or not state.reason.startswith(BURNIN_REASON_PREFIX):
         return ""
     check = "burnin." + state.reason.removeprefix(BURNIN_REASON_PREFIX).split()[0]
@@ -278,7 +284,8 @@ def handle(args: argparse.Namespace) -> int:
     marker = Path(args.burnin_impact_marker)
     if outcome.burnin_check and args.impact_launch and not _has_line(marker, outcome.burnin_check):
         # Once per verdict on this disk: the report marks the node Unhealthy for good (its failure marker).
-        launch_impact([*args.impact_launch, "--check", outcome.burnin_check, "--detail", "drained by the burn-in"])
+        why = "its host failed twice" if outcome.burnin_check == REPEAT_CHECK else "drained by the burn-in"
+        launch_impact([*args.impact_launch, "--check", outcome.burnin_check, "--detail", why])
         mark_line(marker, outcome.burnin_check)
     return code
 

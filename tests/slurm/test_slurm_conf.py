@@ -14,6 +14,7 @@ from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
+    HEALTH_CHECK_LOCK,
     REQUEUE_RUN_LATE_S,
     REQUEUE_SLACK_S,
     config_files,
@@ -627,10 +628,10 @@ def _health_script(prod: ClusterSpec, tmp_path: Path, exit_code: int) -> tuple[P
     program.write_text(f"#!/bin/sh\necho \"$1\" >> '{note}'\nexit {exit_code}\n")
     program.chmod(0o755)
     text = _compute_files(prod)["/usr/local/sbin/ndfleet-slurm-health"]
-    assert "/opt/ndfleet/bin/ndfleet-node slurm-health" in text and "/run/ndfleet-slurm-health.lock" in text
+    assert "/opt/ndfleet/bin/ndfleet-node slurm-health" in text and HEALTH_CHECK_LOCK in text
     script = tmp_path / "ndfleet-slurm-health"
     script.write_text(text.replace("/opt/ndfleet/bin/ndfleet-node", str(program))
-                      .replace("/run/ndfleet-slurm-health.lock", str(lock)))  # fmt: skip
+                      .replace(HEALTH_CHECK_LOCK, str(lock)))  # fmt: skip
     script.chmod(0o755)
     return script, note, lock
 

@@ -209,6 +209,9 @@ PASSING = 'json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "statu
         ("ndfleet:burnin:island-below-floor", []),  # the fabric at scale, not this host
         ("ndfleet:burnin:unresolved", []),
         ("ops: reseat cable", []),  # an administrator's drain
+        # The controller's host ledger held the host (its second failure): the node files the report that takes the
+        # host out; the controller has no ssh trust to ask it (the twin's repeat loop found its request failing).
+        ("ndfleet:host:repeat-failure", ["--check host.repeat-failure"]),
     ],
 )
 def test_a_burn_in_verdict_against_the_host_is_reported_once_by_the_node(
