@@ -371,7 +371,8 @@ def go_round(
     loop = Loop(island, kind, node, job, twin.hosts[node], time.time(), len(serving), spares, repeat_of=repeat_of)
     if KINDS[kind].kills_job:
         twin.inject_fault(node, list(KINDS[kind].faults))
-        tm.run(f"pkill -KILL -f '^sleep {JOB_SLEEP_S}$'")
+        # srun starts the step by its full path (/usr/bin/sleep 3000); pkill's pattern is an extended regex.
+        tm.run(f"pkill -KILL -f '(^|/)sleep {JOB_SLEEP_S}$'")
         ctl.wait_for(f"job {job} ended on its own", lambda: job_fields(ctl, job).get("JobState") != "RUNNING", 120)
         tm.run("systemctl stop twin-hold-health-check", check=False)
         loop.log.append(f"+{time.time() - loop.fault_at:.0f} s: job {job} {job_fields(ctl, job).get('JobState')}")
