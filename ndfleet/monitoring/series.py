@@ -12,7 +12,7 @@ SLURM_METRIC = "ndfleet_slurm_node_state"
 # goodput report's job restart times and the fleet dashboard's restart panel count these.
 RESTART_CAUSES = ("node_fail", "preempted", "requeued")
 # A run that ended FAILED and was followed by another run of its job: the controller requeued the job after it failed
-# on a node its health check then took out (node/ndfleet_node/failed_jobs.py); accounting keeps that run FAILED.
+# on a node its health check then took out (node/ndfleet_node/failed_jobs.py), once slurmctld had completed it.
 FAILED_THEN_REQUEUED = "failed"
 
 

@@ -18,9 +18,10 @@ slurmctld must still hold the job (MinJobAge, ndfleet.slurm.conf.min_job_age_s).
 reasons on a node that broke within the window is requeued once too: Slurm's MaxBatchRequeue (5 by default) bounds
 a job that keeps failing.
 
-Accounting keeps such a job's run FAILED: a finished job's requeue writes no record of its own (SchedMD
-src/slurmctld/job_mgr.c, `_job_requeue_op`: the completion logger runs only for a job not yet completed), so sacct
-cannot tell it from a job that failed and was never restarted. Each requeue is noted (ndfleet_node.requeued_jobs)
+Requeued while slurmctld still has the job completing (its epilog running), accounting writes the run REQUEUED
+(seen in the twin); requeued once it has completed, the run stays FAILED: a completed job's requeue writes no
+record of its own (SchedMD src/slurmctld/job_mgr.c, `_job_requeue_op`), and sacct cannot tell it from a job that
+failed and was never restarted. Each requeue is noted (ndfleet_node.requeued_jobs)
 for the controller's job series (ndfleet_node.slurm_export), so that `ndfleet goodput` counts the restart.
 """
 

@@ -1,5 +1,5 @@
 """The jobs the controller requeued after they failed on a broken node (ndfleet_node.failed_jobs), one
-"<job id> <unix seconds>" a line, oldest first: accounting keeps such a job's run FAILED, so the controller's job
+"<job id> <unix seconds>" a line, oldest first: accounting may keep such a job's run FAILED, so the controller's job
 series (ndfleet_node.slurm_export) follow these jobs by this note. Standard library only, and nothing else of the
 node program: the exporter imports it."""
 

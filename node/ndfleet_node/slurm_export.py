@@ -108,7 +108,7 @@ def node_states(text: str, spares: frozenset[str] = frozenset()) -> list[tuple[s
 def job_runs(sacct: Sacct, requeued: Sequence[str] = ()) -> JobRuns:
     """The started runs of the newest MAX_JOBS jobs requeued or ended by a node failure in the last FOLLOW_DAYS
     days, and of the `requeued` ones (the controller requeued them after they failed on a broken node: accounting
-    keeps that run FAILED, ndfleet_node.failed_jobs), each job's last MAX_RUNS_PER_JOB; a run's index counts every
+    may keep that run FAILED, ndfleet_node.failed_jobs), each job's last MAX_RUNS_PER_JOB; a run's index counts every
     run of its job in start order."""
     found = sacct.restarted_jobs(f"now-{FOLLOW_DAYS}days")
     jobs = sorted({*found, *requeued}, key=int, reverse=True)
