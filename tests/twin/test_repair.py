@@ -68,7 +68,7 @@ from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 
 from ndfleet.goodput.compute import cause
 from ndfleet.monitoring.series import FAILED_THEN_REQUEUED
-from ndfleet.slurm.conf import HEALTH_CHECK_LOCK
+from ndfleet.slurm.conf import HEALTH_CHECK_LOCK, HOST_LEDGER
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE, MEASURING_REPAIRS
 from tests.twin.repairs import Repair
 from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
@@ -177,6 +177,11 @@ def spares_of(twin: Twin, island: str) -> int:
     """The island's spares, as the controller's spares timer reads them (its spares JSON, from the plan)."""
     doc = json.loads(controller(twin).run(f"cat {SPARES_CONFIG}").stdout)
     return sum(int(i["spares"]) for i in doc["islands"] if i["island"] == island)
+
+
+def read_ledger(twin: Twin) -> dict[str, Any]:
+    """The controller's host ledger as it is now (node/ndfleet_node/host_ledger.py)."""
+    return dict(json.loads(controller(twin).run(f"cat {shlex.quote(HOST_LEDGER)}").stdout))
 
 
 def reserved(twin: Twin, island: str) -> list[str]:
@@ -389,9 +394,7 @@ def go_round(
     login(twin).run(f"scancel {job}", check=False)
     if repeat_of is not None and not loop.drain_reason:
         # The ledger's repeat drain can replace the health check's reason between two polls; the ledger keeps it.
-        from ndfleet.slurm.conf import HOST_LEDGER
-
-        doc = json.loads(ctl.run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+        doc = read_ledger(twin)
         entries = [e["reason"] for e in doc["hosts"].get(loop.host, []) if e["node"] == node]
         loop.drain_reason = entries[0] if entries else ""
     label = "spare" if island == WITH_SPARE else "no spare"
@@ -585,10 +588,8 @@ def test_a_host_that_fails_twice_is_held_reported_and_never_resumed(
     both failures under the host, drains the node `ndfleet:host:repeat-failure`, has it file the report that takes
     the host out (`Resource.Hpc.Unhealthy.HpcGenericFailure`), and nothing resumes it: it leaves only by its repair,
     whose replacement is on another host."""
-    from ndfleet.slurm.conf import HOST_LEDGER
-
     twin = repairs_resumed
-    doc = json.loads(controller(twin).run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+    doc = read_ledger(twin)
     for island, kind in REPEATS:
         loop = loops[loop_id(island, kind)]
         first = loop.repeat_of
@@ -606,10 +607,7 @@ def test_the_host_ledger_holds_each_broken_nodes_host(loops: dict[str, Loop], re
     slurmctld's "Not responding" for the node that hung (it reported nothing itself)."""
     from ndfleet_node.host_ledger import NOT_RESPONDING_REASON
 
-    from ndfleet.slurm.conf import HOST_LEDGER
-
-    ctl = controller(repairs_resumed)
-    doc = json.loads(ctl.run(f"cat {shlex.quote(HOST_LEDGER)}").stdout)
+    doc = read_ledger(repairs_resumed)
     for loop in loops.values():
         want = loop.drain_reason if KINDS[loop.kind].files_impact else NOT_RESPONDING_REASON
         entries = [e for e in doc["hosts"].get(loop.host, []) if e["node"] == loop.node]
