@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ndfleet_node.names import JOB_LABEL, JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
 from ndfleet.goodput.stats import percentile
-from ndfleet.monitoring.series import FAILED_THEN_REQUEUED, RESTART_CAUSES
+from ndfleet.monitoring.series import RESTART_CAUSES
 from ndfleet.status.prometheus import QueryFailed, Series
 
 # RESTART_CAUSES (ndfleet.monitoring.series, shared with the dashboard): the run states that put the job back in the
@@ -83,13 +83,11 @@ class JobFigures:
 
     def restarts(self, since: float, until: float) -> list[tuple[str, float]]:
         """(cause, seconds from the run's end to the next run's start) for each run that ended in [since, until) by
-        a restart cause, or FAILED before a next run of its job (the controller requeued it), and whose next run was
-        seen."""
+        a restart cause and whose next run was seen."""
         out = []
         ordered = self._ordered()
         for (i, run), (j, after) in zip(ordered, ordered[1:], strict=False):
-            restarted = run.state in RESTART_CAUSES or run.state == FAILED_THEN_REQUEUED
-            if j == i + 1 and run.end is not None and restarted and since <= run.end < until:
+            if j == i + 1 and run.end is not None and run.state in RESTART_CAUSES and since <= run.end < until:
                 out.append((run.state, after.start - run.end))
         return out
 

@@ -9,11 +9,10 @@ from ndfleet.stackconfig.names import computer_name_prefix
 # node/ndfleet_node/slurm_export.py writes it.
 SLURM_METRIC = "ndfleet_slurm_node_state"
 # The accounting states (lower case, the job series' `state` label) of a run that ends in a restart of its job: the
-# goodput report's job restart times and the fleet dashboard's restart panel count these.
+# goodput report's job restart times and the fleet dashboard's restart panel count these. A run that ended FAILED
+# and that the controller then requeued (node/ndfleet_node/failed_jobs.py) is published as `requeued` by the
+# exporter (node/ndfleet_node/slurm_export.py, `job_runs`), whatever accounting kept.
 RESTART_CAUSES = ("node_fail", "preempted", "requeued")
-# A run that ended FAILED and was followed by another run of its job: the controller requeued the job after it failed
-# on a node its health check then took out (node/ndfleet_node/failed_jobs.py), once slurmctld had completed it.
-FAILED_THEN_REQUEUED = "failed"
 
 
 def label_value(value: str) -> str:

@@ -14,22 +14,23 @@ MAX_REMEMBERED = 500
 _MAX_FILE_BYTES = MAX_REMEMBERED * 40
 
 
-def remembered(path: Path, since: float) -> list[str]:
-    """The jobs requeued here since `since` (unix seconds), newest first; lines of another shape are skipped, and a
-    missing, unreadable or oversized file is no job (the job series do without)."""
+def remembered(path: Path, since: float) -> dict[str, float]:
+    """The jobs requeued here since `since` (unix seconds), newest job first, each with its latest requeue's time;
+    lines of another shape are skipped, and a missing, unreadable or oversized file is no job (the job series do
+    without)."""
     try:
         with path.open("rb") as f:
             data = f.read(_MAX_FILE_BYTES + 1)
     except OSError:
-        return []
+        return {}
     if len(data) > _MAX_FILE_BYTES:
-        return []
+        return {}
     jobs: dict[str, float] = {}
     for line in data.decode("ascii", "replace").splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[0].isdigit() and len(fields[0]) <= 12 and fields[1].isdigit():
-            jobs[fields[0]] = float(fields[1])
-    return sorted((job for job, at in jobs.items() if at >= since), key=int, reverse=True)
+            jobs[fields[0]] = max(float(fields[1]), jobs.get(fields[0], 0.0))
+    return {job: jobs[job] for job in sorted((j for j, at in jobs.items() if at >= since), key=int, reverse=True)}
 
 
 def remember(path: Path, job: str, at: float) -> None:

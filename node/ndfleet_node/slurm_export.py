@@ -14,6 +14,7 @@ ETTR and job-restart times (docs/goodput.md):
 
   ndfleet_slurm_job_run_start_seconds{slurm_job, run}          a started run's start (run 0 is the job's first)
   ndfleet_slurm_job_run_end_seconds{slurm_job, run, state}     an ended run's end and its accounting state
+                                                               (a FAILED run this controller requeued: REQUEUED)
   ndfleet_slurm_job_export_success 0|1                     0: sacct failed, hung or said something unreadable
   ndfleet_slurm_job_export_left_out_jobs                   such jobs past MAX_JOBS (the oldest), not published
 
@@ -30,8 +31,8 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ndfleet_node.metrics import escape_label, write_atomically
@@ -105,16 +106,26 @@ def node_states(text: str, spares: frozenset[str] = frozenset()) -> list[tuple[s
     return out
 
 
-def job_runs(sacct: Sacct, requeued: Sequence[str] = ()) -> JobRuns:
+def job_runs(sacct: Sacct, requeued: Mapping[str, float] | None = None) -> JobRuns:
     """The started runs of the newest MAX_JOBS jobs requeued or ended by a node failure in the last FOLLOW_DAYS
-    days, and of the `requeued` ones (the controller requeued them after they failed on a broken node: accounting
-    may keep that run FAILED, ndfleet_node.failed_jobs), each job's last MAX_RUNS_PER_JOB; a run's index counts every
-    run of its job in start order."""
+    days, and of the `requeued` ones (job -> when the controller last requeued it after it failed on a broken node,
+    ndfleet_node.failed_jobs), each job's last MAX_RUNS_PER_JOB; a run's index counts every run of its job in start
+    order.
+
+    A FAILED run of a `requeued` job that ended by its requeue is given the state REQUEUED: that is what happened
+    to it. Accounting writes REQUEUED itself only when the requeue came while slurmctld still had the job
+    completing; after that, the run stays FAILED, as a failed job that nobody requeued does (SchedMD
+    src/slurmctld/job_mgr.c, `_job_requeue_op`). Without this a job waiting to start again would read as a job that
+    failed and ended, and its restart would not count as one."""
+    requeued = requeued or {}
     found = sacct.restarted_jobs(f"now-{FOLLOW_DAYS}days")
     jobs = sorted({*found, *requeued}, key=int, reverse=True)
     kept = jobs[:MAX_JOBS]
     by_job: dict[str, list[JobRecord]] = {}
     for record in sacct.runs(kept):
+        at = requeued.get(record.job)
+        if at is not None and record.state.upper() == "FAILED" and record.end is not None and record.end <= at:
+            record = replace(record, state="REQUEUED")
         by_job.setdefault(record.job, []).append(record)
     out: list[tuple[int, JobRecord]] = []
     for job in kept:

@@ -318,18 +318,16 @@ def test_a_restart_counts_in_the_period_its_failure_falls_in() -> None:
     assert build_jobs(starts, ends, since=T0 - H, until=T0 + 2 * H, step_s=H).restart_s == {"node_fail": [2 * H]}
 
 
-def test_a_failed_run_with_a_next_run_is_the_controllers_requeue_and_a_last_one_is_no_restart() -> None:
-    # The controller requeued job 7 after it failed on a broken node (accounting keeps that run FAILED); job 8
-    # failed and was never run again.
+def test_a_failed_run_is_no_restart_and_ends_its_job() -> None:
+    # Job 8 failed and was never run again: its ETTR is known, it is not waiting. (A failed run the controller
+    # requeued is published as requeued: tests/node/test_slurm_export_jobs.py.)
     start, end = "ndfleet_slurm_job_run_start_seconds", "ndfleet_slurm_job_run_end_seconds"
-    starts = [job_series(start, "7", 0, T0, T0), job_series(start, "7", 1, T0 + 2 * H, T0 + 2 * H),
-              job_series(start, "8", 0, T0, T0)]  # fmt: skip
-    ends = [job_series(end, "7", 0, T0 + H, T0 + H, state="failed"),
-            job_series(end, "8", 0, T0 + H, T0 + H, state="failed")]  # fmt: skip
+    starts = [job_series(start, "8", 0, T0, T0)]
+    ends = [job_series(end, "8", 0, T0 + H, T0 + H, state="failed")]
     report = build_jobs(starts, ends, since=T0, until=T0 + 4 * H, step_s=H)
-    assert report.restart_s == {"failed": [H]}
-    job8 = next(j for j in report.jobs if j.job == "8")
-    assert job8.restarts(T0, T0 + 4 * H) == [] and not job8.waiting
+    job8 = report.jobs[0]
+    assert report.restart_s == {} and job8.restarts(T0, T0 + 4 * H) == [] and not job8.waiting
+    assert job8.ettr == 1.0
 
 
 def test_a_node_that_left_slurm_while_out_is_not_still_out() -> None:

@@ -144,7 +144,8 @@ def test_each_requeue_is_noted_for_the_job_series(tmp_path: Path) -> None:
     assert failed_jobs.requeue_failed(FakeScontrol(), FakeSacct(on_node, on_node), [FAILURE], WITHIN, log.append,
                                       now=AT + 60, requeued=noted, state_of=failed_now)  # fmt: skip
     assert noted.read_text() == f"11 {int(AT + 60)}\n"
-    assert requeued_jobs.remembered(noted, AT) == ["11"] and requeued_jobs.remembered(noted, AT + 61) == []
+    assert requeued_jobs.remembered(noted, AT) == {"11": int(AT + 60)}
+    assert requeued_jobs.remembered(noted, AT + 61) == {}
 
 
 def test_the_note_is_bounded_and_read_by_shape(tmp_path: Path) -> None:
@@ -154,10 +155,10 @@ def test_the_note_is_bounded_and_read_by_shape(tmp_path: Path) -> None:
     lines = noted.read_text().splitlines()
     assert len(lines) == requeued_jobs.MAX_REMEMBERED and lines[0].startswith("20 ")
     noted.write_text("12 1000\nnot a line\n-3 1000\n13 soon\n14 1001\n")
-    assert requeued_jobs.remembered(noted, 0) == ["14", "12"]
+    assert list(requeued_jobs.remembered(noted, 0)) == ["14", "12"]
     noted.write_text("1 1\n" * requeued_jobs.MAX_REMEMBERED * 20)  # past the bound: not ours, no job
-    assert requeued_jobs.remembered(noted, 0) == []
-    assert requeued_jobs.remembered(tmp_path / "missing", 0) == []
+    assert requeued_jobs.remembered(noted, 0) == {}
+    assert requeued_jobs.remembered(tmp_path / "missing", 0) == {}
 
 
 def test_a_job_slurmctld_no_longer_calls_failed_is_left_alone() -> None:

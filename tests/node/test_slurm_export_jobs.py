@@ -169,7 +169,8 @@ def test_no_series_carries_a_label_the_scrape_gives_itself(tmp_path: Path) -> No
 
 def test_the_jobs_the_controller_requeued_are_published_with_the_restarted_ones(tmp_path: Path) -> None:
     # Job 1010 failed on a broken node and the controller requeued it: accounting has no NODE_FAIL or REQUEUED run for
-    # it (the first run stays FAILED), so the export follows it from the controller's note (failed_jobs.remember).
+    # it (the first run stays FAILED), so the export follows it from the controller's note (failed_jobs.remember), and
+    # publishes that run as what happened to it: requeued.
     runs = tmp_path / "runs.txt"
     runs.write_text((DATA / "sacct-runs.txt").read_text() + "1010|2026-12-03T06:00:00|2026-12-03T07:00:00|FAILED\n"
                     "1010|2026-12-03T07:10:00|Unknown|RUNNING\n")  # fmt: skip
@@ -187,5 +188,38 @@ esac""")
     text = out.read_text()
     assert code == 0, text
     ends = series(text, JOB_RUN_END_METRIC)
-    assert ends['slurm_job="1010",run="0",state="failed"'] == T0 - 1 * H
+    assert ends['slurm_job="1010",run="0",state="requeued"'] == T0 - 1 * H
     assert 'slurm_job="1010",run="1"' in series(text, JOB_RUN_START_METRIC)
+
+
+class RecordedSacct:
+    """sacct's two answers as records (the line format is tested above)."""
+
+    def __init__(self, records: list[JobRecord]) -> None:
+        self.records = records
+
+    def restarted_jobs(self, since: str) -> list[str]:
+        return []
+
+    def runs(self, jobs: list[str]) -> list[JobRecord]:
+        return [r for r in self.records if r.job in jobs]
+
+
+def test_only_the_failed_runs_that_ended_by_the_controllers_requeue_read_requeued() -> None:
+    # Job 7: run 0 failed on a broken node, the controller requeued it at T0 + 100; run 1 then failed on its own (a
+    # bug in the script) and nobody requeued it: it stays failed. Job 8 was requeued and has not started again: its
+    # last run reads requeued, so goodput sees it waiting, not ended.
+    records = [JobRecord("7", T0 - H, T0 + 60, "FAILED"), JobRecord("7", T0 + 200, T0 + 900, "FAILED"),
+               JobRecord("8", T0 - H, T0 + 30, "FAILED"), JobRecord("8", None, None, "PENDING")]
+    runs = slurm_export.job_runs(RecordedSacct(records), {"7": T0 + 100, "8": T0 + 90})  # type: ignore[arg-type]
+    states = {(r.job, index): r.state for index, r in runs.runs}
+    assert states == {("7", 0): "REQUEUED", ("7", 1): "FAILED", ("8", 0): "REQUEUED"}
+
+
+def test_a_job_noted_twice_keeps_its_latest_requeue(tmp_path: Path) -> None:
+    noted = tmp_path / "requeued-jobs"
+    for job, at in (("7", 1000), ("9", 1500), ("7", 2000)):
+        requeued_jobs.remember(noted, job, at)
+    assert requeued_jobs.remembered(noted, 0) == {"9": 1500.0, "7": 2000.0}
+    assert list(requeued_jobs.remembered(noted, 0)) == ["9", "7"]  # newest job first
+    assert requeued_jobs.remembered(noted, 1600) == {"7": 2000.0}

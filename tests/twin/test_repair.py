@@ -67,7 +67,6 @@ from ndfleet_node.names import (
 from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 
 from ndfleet.goodput.compute import cause
-from ndfleet.monitoring.series import FAILED_THEN_REQUEUED
 from ndfleet.slurm.conf import HEALTH_CHECK_LOCK, HOST_LEDGER
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE, MEASURING_REPAIRS
 from tests.twin.repairs import Repair
@@ -80,11 +79,12 @@ LOOP_TIMEOUT_S = 1800  # grace and probes (~2 min), slurmctld's SlurmdTimeout (3
 # replacement's boot and burn-in (~3 min), the grace period of a young replacement (PT10M), on a loaded machine
 POLL_S = 3
 JOB_SLEEP_S = 3000  # each loop's job: one step of `sleep` on every node
-# How accounting records the run of a job that ended FAILED on its own and was then requeued by the controller,
-# lower-cased as the job series carry it: REQUEUED when slurmctld still had the job completing (its epilog running:
-# seen in the twin, the requeue's time as the run's end), FAILED when it had completed (a completed job's requeue
-# writes no record of its own: SchedMD src/slurmctld/job_mgr.c, _job_requeue_op).
-RESTARTED_OWN_EXIT = ("requeued", FAILED_THEN_REQUEUED)
+# The job series' state of the run of a job that ended FAILED on its own and was then requeued by the controller:
+# accounting writes REQUEUED when slurmctld still had the job completing (its epilog running: seen in the twin, the
+# requeue's time as the run's end) and keeps FAILED when it had completed (a completed job's requeue writes no record
+# of its own: SchedMD src/slurmctld/job_mgr.c, _job_requeue_op); the exporter publishes either as requeued, from the
+# controller's note of its requeues (ndfleet_node.slurm_export.job_runs).
+RESTARTED_OWN_EXIT = ("requeued",)
 WITH_SPARE, NO_SPARE = "ib00", "ib01"  # the twin stack's islands: ib00 keeps one spare, ib01 has none
 
 
@@ -618,7 +618,7 @@ def test_the_controller_publishes_each_requeued_jobs_runs(loops: dict[str, Loop]
     """The controller's job series (docs/goodput.md, "Jobs"), from the twin's own slurmdbd through the exporter's real
     `sacct` questions: each loop's job, requeued when its node was taken out, has a run 0 that ended node_fail after
     the fault (Slurm writes the killed run to accounting as NODE_FAIL; a job that ended on its own and that the
-    controller requeued, as accounting has it: RESTARTED_OWN_EXIT) and a run 1 that started after that; the restart
+    controller requeued: requeued, RESTARTED_OWN_EXIT) and a run 1 that started after that; the restart
     time they give is within the loop's own measure of fault to running again."""
     ctl = controller(repairs_resumed)
     end_of = {loop.job: re.compile(rf'^{JOB_RUN_END_METRIC}{{{JOB_LABEL}="{loop.job}",run="0",state="(\w+)"}} (\d+)$',
