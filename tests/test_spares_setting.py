@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from ndfleet_node.spares import IslandSpares, load_islands, load_requeue_within_s
+from ndfleet_node.spares import IslandSpares, load_config
 
 from ndfleet.commands.plan import render_table
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
@@ -66,9 +66,9 @@ def test_the_controller_gets_each_islands_spares_in_its_user_data() -> None:
 def test_the_node_program_reads_what_the_tool_renders(tmp_path: Any) -> None:
     path = tmp_path / "spares.json"
     path.write_text(spares_config(load_spec(slurm_config(ISLANDS), "test")))
-    islands, ledger = load_islands(path)
+    islands, ledger, within_s = load_config(path)
     assert islands == [IslandSpares("ib00", "ib00", 10, 2)] and ledger == HOST_LEDGER
-    assert load_requeue_within_s(path) == 300 + REQUEUE_SLACK_S  # the default HealthCheckInterval, 300 s
+    assert within_s == 300 + REQUEUE_SLACK_S  # the default HealthCheckInterval, 300 s
 
 
 def test_spares_are_priced_and_shown_by_plan() -> None:

@@ -60,8 +60,8 @@ HEALTH_CHECK_LOCK = "/run/ndfleet-slurm-health.lock"
 # node's epilog at the job's end) looked. The check runs every HealthCheckInterval and takes up to its validation
 # bound and its scontrol calls.
 REQUEUE_SLACK_S = HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60
-# A controller run can be late: the spares timer's period, and a run held up by a repeat's impact report over ssh
-# (ndfleet_node.spares.IMPACT_TIMEOUT_S, 180 s) or a slow sacct.
+# A controller run can be late: the spares timer's period, and a run held up by its own calls before it asks about
+# failed jobs (the node listing, the reservations, a repeat's drain, sacct, squeue: six calls at their 30-s bound).
 REQUEUE_RUN_LATE_S = 2 * SPARES_EVERY_S + 180
 
 
@@ -235,7 +235,7 @@ def partition_lines(islands: tuple[SlurmIsland, ...]) -> list[str]:
 
 
 def spares_config(spec: ClusterSpec) -> str:
-    """The controller's spares JSON (ndfleet_node.spares.load_islands): every fixed island with spares, its
+    """The controller's spares JSON (ndfleet_node.spares.load_config): every fixed island with spares, its
     partition and size, the host ledger's path, and how long before a node's hardware drain a job that failed on it
     is requeued. Each island's spares are held in the reservation
     `ndfleet-spares-<island>` (names.SPARES_RESERVATION_PREFIX); with no spares anywhere the program keeps only the

@@ -19,8 +19,11 @@ fail ("Requested nodes are busy"), and the next run tries again. The reservation
 (Slurm keeps no reservation without nodes).
 
 Before the spares, the host ledger (ndfleet_node.host_ledger) records every hardware failure drain with its physical
-host; a repeat is drained `ndfleet:host:repeat-failure` and, with `--report-impact`, asked over ssh to file its
-impact report (`ndfleet-node impact report --check host.repeat-failure`). Then a batch job that ended FAILED on a
+host; a repeat is drained `ndfleet:host:repeat-failure`, and the node's own health check, seeing that drain, files
+the impact report that takes the host out (ndfleet_node.slurm_health; the controller has neither the node's identity
+nor its VM's facts, nor ssh trust to it). A repeat that does not answer cannot: its host is held, and the next VM
+Azure places there is refused by the burn-in, drained alike, and files the report (docs/operations.md). Then a batch
+job that ended FAILED on a
 node shortly before its hardware failure drain is requeued (ndfleet_node.failed_jobs, with the spares JSON's
 `requeue_failed_within_s`).
 
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,8 +45,6 @@ from ndfleet_node.failed_jobs import requeue_failed, squeue_state
 from ndfleet_node.host_ledger import (
     DEFAULT_LEDGER,
     NOT_RESPONDING_REASON,
-    REPEAT_CHECK,
-    Failure,
     LedgerError,
     failures,
     read_capped,
@@ -54,15 +54,12 @@ from ndfleet_node.host_ledger import (
 )
 from ndfleet_node.names import REPEAT_HOST_REASON, SPARES_RESERVATION_PREFIX
 from ndfleet_node.requeued_jobs import REQUEUED_JOBS
-from ndfleet_node.runner import run_tool
 from ndfleet_node.sacct import Sacct
 from ndfleet_node.scontrol import Reservation, Scontrol, SlurmError, SlurmNode
 from ndfleet_node.text import clip
 
 DEFAULT_CONFIG = "/etc/ndfleet/spares.json"
 MAX_CONFIG_BYTES = 1024 * 1024
-IMPACT_TIMEOUT_S = 180
-NODE_PROGRAM = "/opt/ndfleet/bin/ndfleet-node"
 # What scontrol says about a reservation that does not exist (ESLURM_RESERVATION_INVALID, SchedMD
 # src/common/slurm_errno.c).
 GONE = "Requested reservation is invalid"
@@ -137,8 +134,9 @@ def decide(island: IslandSpares, nodes: Sequence[SlurmNode], reserved: Sequence[
                     len(serving) + len(released) - len(added))
 
 
-def load_islands(path: Path) -> tuple[list[IslandSpares], str]:
-    """The islands with spares, and the ledger path, from the spares JSON; ValueError naming what is wrong."""
+def load_config(path: Path) -> tuple[list[IslandSpares], str, int | None]:
+    """From the spares JSON, read once: the islands with spares, the ledger's path, and `requeue_failed_within_s`
+    (None: absent, no requeue); ValueError naming what is wrong."""
     try:
         data = read_capped(path, MAX_CONFIG_BYTES)
     except OSError as error:
@@ -148,23 +146,15 @@ def load_islands(path: Path) -> tuple[list[IslandSpares], str]:
         islands = [IslandSpares(str(i["island"]), str(i["partition"]), int(i["nodes"]), int(i["spares"]))
                    for i in doc["islands"]]
         ledger = str(doc.get("ledger", DEFAULT_LEDGER))
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: not a spares configuration ({type(error).__name__}: {error})") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise ValueError(f"{path}: not a spares configuration ({type(error).__name__}: {clip(str(error), 200)})") \
+            from None
     if bad := [i.island for i in islands if not 0 <= i.spares < i.nodes]:
         raise ValueError(f"{path}: islands {', '.join(bad)}: spares must be between 0 and nodes - 1")
-    return islands, ledger
-
-
-def load_requeue_within_s(path: Path) -> int | None:
-    """The spares JSON's `requeue_failed_within_s` (None: absent, no requeue); ValueError when it is not seconds."""
-    try:
-        doc: Any = json.loads(read_capped(path, MAX_CONFIG_BYTES))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: {error}") from None
-    within = doc.get("requeue_failed_within_s") if isinstance(doc, dict) else None
+    within = doc.get("requeue_failed_within_s")
     if within is not None and (isinstance(within, bool) or not isinstance(within, int) or not 0 < within <= 86400):
         raise ValueError(f"{path}: requeue_failed_within_s {clip(repr(within), 40)} is not 1 to 86400 seconds")
-    return within
+    return islands, ledger, within
 
 
 class SparesSlurm(Scontrol):
@@ -189,24 +179,8 @@ class SparesSlurm(Scontrol):
         self.call("update", f"ReservationName={name}", nodes)
 
 
-Run = Callable[[Sequence[str], float], bool]
-
-
-def ask_impact(host_node: str, failure: Failure, node_program: str, run: Run) -> bool:
-    """Ask the node to file its impact report for the repeat (the report must come from the node: its identity, its
-    KVP data; ndfleet_node.burnin.notify does the same for the burn-in)."""
-    detail = f"physical host {failure.host} failed again: {failure.reason} at {failure.time or 'unknown time'}"
-    remote = shlex.join(["sudo", node_program, "impact", "report", "--check", REPEAT_CHECK, "--detail", detail])
-    return run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "--", host_node, remote], IMPACT_TIMEOUT_S)
-
-
-def _run_ok(argv: Sequence[str], timeout_s: float) -> bool:
-    return run_tool(argv, timeout_s).ok
-
-
-def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, report_impact: bool, node_program: str,
-                log: Callable[[str], None], run: Run = _run_ok) -> bool:
-    """Record the hardware failures; drain each repeat (and ask it to report). False: a call failed."""
+def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, log: Callable[[str], None]) -> bool:
+    """Record the hardware failures; drain each repeat. False: a drain failed."""
     ok = True
     known = read_ledger(path)
     ledger, repeats = record(known, failures(nodes.values()))
@@ -215,17 +189,13 @@ def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, report
     for failure in repeats:
         log(f"{failure.node}: physical host {failure.host} failed {len(ledger[failure.host])} times; "
             f"drained {REPEAT_HOST_REASON}, never resumed")
+        if failure.reason == NOT_RESPONDING_REASON:
+            log(f"{failure.node}: does not answer, so files no report for {failure.host}; the host is held, and "
+                "the next VM on it is refused by the burn-in and files it")
         try:
             slurm.drain(failure.node, REPEAT_HOST_REASON)
         except SlurmError as error:
             log(f"{failure.node}: could not drain: {error}")
-            ok = False
-        if report_impact and failure.reason == NOT_RESPONDING_REASON:
-            # It cannot file a report: it does not answer. The host is held all the same: the burn-in refuses
-            # any node on it (host_ledger.refusal).
-            log(f"{failure.node}: does not answer, cannot report {failure.host}; the host is held")
-        elif report_impact and not ask_impact(failure.node, failure, node_program, run):
-            log(f"{failure.node}: impact report for {failure.host} not confirmed")
             ok = False
     return ok
 
@@ -260,8 +230,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"ndfleet-spares: {line}", flush=True)
 
     try:
-        islands, ledger = load_islands(Path(args.config))
-        within_s = load_requeue_within_s(Path(args.config))
+        islands, ledger, within_s = load_config(Path(args.config))
     except ValueError as error:
         log(str(error))
         return 2
@@ -273,7 +242,7 @@ def handle(args: argparse.Namespace) -> int:
         log(f"cannot list Slurm: {error}")
         return 2
     try:
-        ok = keep_ledger(slurm, nodes, Path(args.ledger or ledger), args.report_impact, args.node_program, log)
+        ok = keep_ledger(slurm, nodes, Path(args.ledger or ledger), log)
     except LedgerError as error:
         log(str(error))
         return 2
@@ -294,8 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--squeue", nargs="+", default=["squeue"], help="squeue command")
     p.add_argument("--requeued-jobs", default=REQUEUED_JOBS, help="where the jobs requeued here are noted")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each scontrol call")
-    p.add_argument("--report-impact", action="store_true", help="ask a repeat's node to file its impact report")
-    p.add_argument("--node-program", default=NODE_PROGRAM, help="ndfleet-node's path on the nodes")
     return handle(p.parse_args(argv))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -147,10 +146,16 @@ def test_the_controller_config_is_checked(tmp_path: Path) -> None:
     bad = tmp_path / "spares.json"
     bad.write_text(json.dumps({"islands": [{"island": "ib00", "partition": "ib00", "nodes": 2, "spares": 2}]}))
     with pytest.raises(ValueError, match="ib00: spares must be between 0 and nodes - 1"):
-        spares.load_islands(bad)
+        spares.load_config(bad)
     bad.write_text("[]")
     with pytest.raises(ValueError, match="not a spares configuration"):
-        spares.load_islands(bad)
+        spares.load_config(bad)
+    for within in ("300", 0, True, 86401):
+        bad.write_text(json.dumps({"islands": [], "requeue_failed_within_s": within}))
+        with pytest.raises(ValueError, match="requeue_failed_within_s .* is not 1 to 86400 seconds"):
+            spares.load_config(bad)
+    bad.write_text(json.dumps({"islands": []}))
+    assert spares.load_config(bad) == ([], host_ledger.DEFAULT_LEDGER, None)
 
 
 # --- the host ledger ---------------------------------------------------------------------------------------------
@@ -204,27 +209,25 @@ def test_a_deleted_node_that_was_drained_counts_once(reason: str) -> None:
     assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == [reason]
 
 
-def keep_ledger_after_one_failure(tmp_path: Path, node_line: str) -> tuple[bool, FakeScontrol, list, list[str], Path]:
-    """keep_ledger with impact reporting on, over a ledger that holds one failure on HOSTA and a listing of
-    `node_line`: (its result, the fake scontrol, the ssh commands it asked to run, its log, the ledger's path)."""
+def keep_ledger_after_one_failure(tmp_path: Path, node_line: str) -> tuple[bool, FakeScontrol, list[str], Path]:
+    """keep_ledger over a ledger that holds one failure on HOSTA and a listing of `node_line`: (its result, the fake
+    scontrol, its log, the ledger's path)."""
     path = tmp_path / "host-ledger.json"
     host_ledger.write_ledger(path, {"HOSTA": [host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid",
                                                                   "2026-12-04T01:00:00")]})
     slurm = FakeScontrol(node_line)
-    asked: list[Sequence[str]] = []
     log: list[str] = []
-    ok = spares.keep_ledger(slurm, slurm.nodes(), path, True, "/opt/ndfleet/bin/ndfleet-node", log.append,
-                            lambda argv, _t: asked.append(argv) is None)
-    return ok, slurm, asked, log, path
+    ok = spares.keep_ledger(slurm, slurm.nodes(), path, log.append)
+    return ok, slurm, log, path
 
 
-def test_a_hung_repeat_is_drained_and_not_asked_to_report(tmp_path: Path) -> None:
-    ok, slurm, asked, log, path = keep_ledger_after_one_failure(
+def test_a_hung_repeat_is_drained_and_its_host_held_for_the_next_vm_to_report(tmp_path: Path) -> None:
+    ok, slurm, log, path = keep_ledger_after_one_failure(
         tmp_path, hung_line("prod-ib00-000007", "HOSTA", "2026-12-05T03:00:00"))
-    assert ok and asked == []
+    assert ok
     assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
     assert host_ledger.held_hosts(host_ledger.read_ledger(path)) == {"HOSTA"}
-    assert any("does not answer" in entry for entry in log), log
+    assert any("does not answer" in entry and "next VM on it" in entry for entry in log), log
 
 
 def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: Path) -> None:
@@ -245,14 +248,18 @@ def test_a_second_failure_on_a_host_is_a_repeat_and_the_host_is_held(tmp_path: P
     assert host_ledger.held_hosts(host_ledger.read_ledger(path)) == {"HOSTA"}
 
 
-def test_a_repeat_is_drained_and_asked_to_report_with_the_category_that_removes_the_host(tmp_path: Path) -> None:
-    ok, slurm, asked, _, _ = keep_ledger_after_one_failure(
-        tmp_path, failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports"))
-    assert ok
+def test_a_repeat_is_drained_with_the_reason_its_health_check_reports_under_the_category_that_removes_the_host(
+    tmp_path: Path,
+) -> None:
+    again = failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports")
+    ok, slurm, log, _ = keep_ledger_after_one_failure(tmp_path, again)
+    assert ok and not any("does not answer" in entry for entry in log), log
     assert ("update", "NodeName=prod-ib00-000007", "State=DRAIN", f"Reason={REPEAT_HOST_REASON}") in slurm.calls
-    [ssh] = asked
-    assert ssh[-2] == "prod-ib00-000007" and "--check host.repeat-failure" in ssh[-1]
+    # The node's health check reads that drain as this check (tests/slurm/test_slurm_health_requeue.py files it).
     from ndfleet_node.impact_categories import category_for
+    from ndfleet_node.slurm_health import burnin_failure
+    [node] = nodes(line("prod-ib00-000007", "IDLE+DRAIN", REPEAT_HOST_REASON, "ndfleet-host:HOSTA"))
+    assert burnin_failure(node) == host_ledger.REPEAT_CHECK
     assert category_for(host_ledger.REPEAT_CHECK) == "Resource.Hpc.Unhealthy.HpcGenericFailure"
 
 
