@@ -10,7 +10,8 @@ node's health check publishes as the Slurm node's Comment `ndfleet-host:<name>`)
   drained `ndfleet:host:repeat-failure`, which neither the health check nor the burn-in lifts, and its health check,
   seeing that drain, files its impact report with the category that takes the host out of service for diagnosis
   (`REPEAT_CATEGORY`);
-- a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`).
+- a node on a host the ledger holds is never resumed: the burn-in refuses it (`refusal`), and one that was resumed
+  before its host was published is drained as soon as it is (`on_held_hosts`).
 
 A node that stops answering files no report of its own (its kernel or its host is hung). slurmctld sets it DOWN with
 `Reason=Not responding` after SlurmdTimeout. A node that already had a reason keeps it (SchedMD/slurm
@@ -195,6 +196,17 @@ def record(ledger: dict[str, list[Failure]], seen: Iterable[Failure]) -> tuple[d
 def held_hosts(ledger: dict[str, list[Failure]]) -> set[str]:
     """Hosts that failed REPEAT_AFTER times or more: never taken back."""
     return {h for h, entries in ledger.items() if len(entries) >= REPEAT_AFTER}
+
+
+def on_held_hosts(nodes: Iterable[SlurmNode], ledger: dict[str, list[Failure]]) -> list[SlurmNode]:
+    """The answering nodes on a host the ledger holds that are not drained for it yet. The burn-in refuses such a
+    node only when its host is published by then, and a node's health check publishes it at its first pass after
+    registration, up to HealthCheckInterval later, while the burn-in looks every 2 minutes: a VM Azure placed on a held
+    host (one whose repeat hung, so nothing reported the host) can be burned in and resumed first. The controller
+    drains it when its host shows. A node that does not answer is left alone: it is the repeat itself, or a VM
+    that is gone."""
+    held = held_hosts(ledger)
+    return [n for n in nodes if node_host(n) in held and n.reason != REPEAT_HOST_REASON and not n.not_responding]
 
 
 def refusal(node: SlurmNode, ledger: dict[str, list[Failure]]) -> str:

@@ -47,6 +47,8 @@ from ndfleet_node.host_ledger import (
     NOT_RESPONDING_REASON,
     LedgerError,
     failures,
+    node_host,
+    on_held_hosts,
     read_capped,
     read_ledger,
     record,
@@ -180,7 +182,8 @@ class SparesSlurm(Scontrol):
 
 
 def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, log: Callable[[str], None]) -> bool:
-    """Record the hardware failures; drain each repeat. False: a drain failed."""
+    """Record the hardware failures; drain each repeat, and each other node found on a held host. False: a drain
+    failed."""
     ok = True
     known = read_ledger(path)
     ledger, repeats = record(known, failures(nodes.values()))
@@ -196,6 +199,18 @@ def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, log: C
             slurm.drain(failure.node, REPEAT_HOST_REASON)
         except SlurmError as error:
             log(f"{failure.node}: could not drain: {error}")
+            ok = False
+    drained = {failure.node for failure in repeats}
+    for node in on_held_hosts(nodes.values(), ledger):
+        if node.name in drained:
+            continue
+        was = f"{node.state}, {node.reason}" if node.reason else node.state
+        log(f"{node.name}: on physical host {node_host(node)}, which failed {len(ledger[node_host(node)])} times; "
+            f"drained {REPEAT_HOST_REASON}, never resumed (was {was})")
+        try:
+            slurm.drain(node.name, REPEAT_HOST_REASON)
+        except SlurmError as error:
+            log(f"{node.name}: could not drain: {error}")
             ok = False
     return ok
 

@@ -263,6 +263,29 @@ def test_a_repeat_is_drained_with_the_reason_its_health_check_reports_under_the_
     assert category_for(host_ledger.REPEAT_CHECK) == "Resource.Hpc.Unhealthy.HpcGenericFailure"
 
 
+def test_a_node_resumed_before_its_held_host_showed_is_drained_when_it_shows(tmp_path: Path) -> None:
+    # HOSTA failed twice, the second time hung (prod-ib00-000002, its VM gone since). prod-ib00-000009 was burned in
+    # before its health check published its host (the burn-in looks every 2 minutes, the check every
+    # HealthCheckInterval) and is in service there; -000010 awaits burn-in there; -000011 on another host, the hung
+    # -000002 and -000003, already drained for the host, are left alone.
+    path = tmp_path / "host-ledger.json"
+    host_ledger.write_ledger(path, {"HOSTA": [
+        host_ledger.Failure("HOSTA", "prod-ib00-000000", "ndfleet:gpu.xid", "2026-12-04T01:00:00"),
+        host_ledger.Failure("HOSTA", "prod-ib00-000002", "Not responding", "2026-12-04T05:00:00")]})
+    listing = "\n".join([line("prod-ib00-000009", "ALLOCATED+DYNAMIC_NORM", "", "ndfleet-host:HOSTA"),
+                         line("prod-ib00-000010", "IDLE+DRAIN+DYNAMIC_NORM", "ndfleet:burnin:awaiting",
+                              "ndfleet-host:HOSTA"),
+                         line("prod-ib00-000011", "IDLE+DYNAMIC_NORM", "", "ndfleet-host:HOSTB"),
+                         hung_line("prod-ib00-000002", "HOSTA", "2026-12-04T05:00:00"),
+                         line("prod-ib00-000003", "IDLE+DRAIN+DYNAMIC_NORM", REPEAT_HOST_REASON, "ndfleet-host:HOSTA")])
+    slurm = FakeScontrol(listing)
+    log: list[str] = []
+    assert spares.keep_ledger(slurm, slurm.nodes(), path, log.append)
+    drains = [c[1] for c in slurm.calls if c[0] == "update" and f"Reason={REPEAT_HOST_REASON}" in c]
+    assert drains == ["NodeName=prod-ib00-000009", "NodeName=prod-ib00-000010"], slurm.calls
+    assert any("prod-ib00-000009: on physical host HOSTA, which failed 2 times" in entry for entry in log), log
+
+
 def test_the_burnin_never_resumes_a_node_on_a_held_host() -> None:
     ledger = {"HOSTA": [host_ledger.Failure("HOSTA", f"prod-ib00-00000{i}", "ndfleet:gpu.xid", f"t{i}")
                         for i in range(2)]}
