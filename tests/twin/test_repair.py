@@ -38,10 +38,12 @@ One poll loop per fault watches every stage at once and records when each was fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -69,6 +71,7 @@ from ndfleet_node.spares import DEFAULT_CONFIG as SPARES_CONFIG
 from ndfleet.goodput.compute import cause
 from ndfleet.slurm.conf import HEALTH_CHECK_LOCK, HOST_LEDGER
 from tests.twin.conftest import BAD_CABLE_NODE, FAULTY_NODE, MEASURING_REPAIRS
+from tests.twin.machine import BootError
 from tests.twin.repairs import Repair
 from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
 from tests.twin.test_elastic import job_fields
@@ -416,6 +419,30 @@ def repairs_resumed(slurm_up: Twin) -> Twin:  # noqa: F811 - the imported fixtur
     return twin
 
 
+def repair_view(twin: Twin, name: str) -> str:
+    """What the Application Health and repair stand-ins make of `name`, and what the node itself says (its health
+    report, failure marker and burn-in report marker, the impacts filed, whether its systemd still starts processes):
+    a wait for a repair that never came says which step stopped."""
+    with twin.repairs.lock:
+        inst = twin.repairs.instances.get(name)
+        seen = (f"state {inst.state}, last probe answer {inst.last_raw or '-'} ({inst.streak} in a row), created "
+                f"{time.monotonic() - inst.created:.0f} s ago") if inst else "not an instance (gone, or repaired)"
+        repairs = [(r.scale_set, r.old, r.state, r.new) for r in twin.repairs.repairs]
+    lines = [f"--- repair stand-in: {name}: {seen}; repairs so far: {repairs}"]
+    filed = twin.impact.filed() if twin.impact else []
+    lines.append(f"--- impacts filed: {[(f.get('impactCategory'), f.get('impactedResourceId')) for f in filed]}")
+    tm = twin.machines.get(name)
+    if tm is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired, BootError):
+            shown = tm.run("tail -c 2000 /run/ndfleet/report.json; echo; cat /run/ndfleet/failed "
+                           "/var/lib/ndfleet/burnin-reported; journalctl --no-pager -n 30 -u slurmd", check=False,
+                           timeout=60)  # fmt: skip
+            lines += [f"--- {name}: report, failure marker, burn-in report marker, slurmd:", shown.stdout,
+                      shown.stderr]  # fmt: skip
+            lines.append(f"--- {name}: its systemd cannot start processes: {tm.pid1_cannot_spawn()}")
+    return "\n".join(lines)
+
+
 def replaced_into_service(twin: Twin, island: str, old: str, what: str) -> tuple[Repair, list[str]]:
     ctl = controller(twin)
     start = time.time()
@@ -424,8 +451,11 @@ def replaced_into_service(twin: Twin, island: str, old: str, what: str) -> tuple
         repair = next((r for r in twin.repairs.done() if r.old == old and r.new), None)
         return repair is not None and in_service(nodes_by_name(ctl).get(repair.new, {}))
 
-    ctl.wait_for(f"{old} replaced and its replacement in service", replacement_in_service, LOOP_TIMEOUT_S,
-                 ("ndfleet-burnin.service", "ndfleet-spares.service"))  # fmt: skip
+    try:
+        ctl.wait_for(f"{old} replaced and its replacement in service", replacement_in_service, LOOP_TIMEOUT_S,
+                     ("ndfleet-burnin.service", "ndfleet-spares.service"))  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{repair_view(twin, old)}") from None
     twin.record(f"repair: resumed to {what} replacement in service", time.time() - start)
     return next(r for r in twin.repairs.done() if r.old == old), island_in_service(twin, island)
 
