@@ -22,9 +22,9 @@ Before the spares, the host ledger (ndfleet_node.host_ledger) records every hard
 host; a repeat is drained `ndfleet:host:repeat-failure`, and the node's own health check, seeing that drain, files
 the impact report that takes the host out (ndfleet_node.slurm_health; the controller has neither the node's identity
 nor its VM's facts, nor ssh trust to it). A repeat that does not answer cannot: its host is held, and the next VM
-Azure places there is refused by the burn-in, drained alike, and files the report (docs/operations.md). Then a batch
-job that ended FAILED on a
-node shortly before its hardware failure drain is requeued (ndfleet_node.failed_jobs, with the spares JSON's
+Azure places there is drained alike once its host shows (or refused by the burn-in) and files the report
+(docs/operations.md). Then a batch job that ended FAILED on a node shortly before its hardware failure drain is
+requeued (ndfleet_node.failed_jobs, with the spares JSON's
 `requeue_failed_within_s`).
 
 Exit status: 0 done; 1 some island's or node's call failed (the others were still handled); 2 Slurm could not be
@@ -184,33 +184,27 @@ class SparesSlurm(Scontrol):
 def keep_ledger(slurm: Scontrol, nodes: dict[str, SlurmNode], path: Path, log: Callable[[str], None]) -> bool:
     """Record the hardware failures; drain each repeat, and each other node found on a held host. False: a drain
     failed."""
-    ok = True
     known = read_ledger(path)
     ledger, repeats = record(known, failures(nodes.values()))
     if ledger != known:  # written only when a failure is new: the state disk is not rewritten every 30 s
         write_ledger(path, ledger)
+    held: dict[str, str] = {}  # node -> what the log says of it
     for failure in repeats:
-        log(f"{failure.node}: physical host {failure.host} failed {len(ledger[failure.host])} times; "
-            f"drained {REPEAT_HOST_REASON}, never resumed")
+        held[failure.node] = f"physical host {failure.host} failed {len(ledger[failure.host])} times"
         if failure.reason == NOT_RESPONDING_REASON:
             log(f"{failure.node}: does not answer, so files no report for {failure.host}; the host is held, and "
-                "the next VM on it is refused by the burn-in and files it")
-        try:
-            slurm.drain(failure.node, REPEAT_HOST_REASON)
-        except SlurmError as error:
-            log(f"{failure.node}: could not drain: {error}")
-            ok = False
-    drained = {failure.node for failure in repeats}
+                "the next VM on it is drained for it and files it")
     for node in on_held_hosts(nodes.values(), ledger):
-        if node.name in drained:
-            continue
         was = f"{node.state}, {node.reason}" if node.reason else node.state
-        log(f"{node.name}: on physical host {node_host(node)}, which failed {len(ledger[node_host(node)])} times; "
-            f"drained {REPEAT_HOST_REASON}, never resumed (was {was})")
+        held.setdefault(node.name, f"on physical host {node_host(node)}, which failed "
+                                   f"{len(ledger[node_host(node)])} times (was {was})")  # fmt: skip
+    ok = True
+    for name, why in held.items():
+        log(f"{name}: {why}; drained {REPEAT_HOST_REASON}, never resumed")
         try:
-            slurm.drain(node.name, REPEAT_HOST_REASON)
+            slurm.drain(name, REPEAT_HOST_REASON)
         except SlurmError as error:
-            log(f"{node.name}: could not drain: {error}")
+            log(f"{name}: could not drain: {error}")
             ok = False
     return ok
 
