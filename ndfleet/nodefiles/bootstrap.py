@@ -126,14 +126,15 @@ NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
 # The impact report runs in a transient unit of its own, so that its starters (the validate unit's ExecStopPost; the
-# Slurm health check, killed at 60 s) do not wait; while one is loaded, a second start files nothing. RuntimeMaxSec,
+# Slurm health check, killed at 60 s) do not wait; while one is loaded, a second start files nothing; --collect
+# unloads one that failed, which would refuse every later start until the next boot (systemd-run(1)). RuntimeMaxSec,
 # not TimeoutStartSec: a transient service is Type=simple (systemd-run(1)), started at once (systemd.service(5)).
 IMPACT_UNIT = "ndfleet-impact"
 
 
 def impact_launch() -> str:
     """The one command line that starts the impact report from the validator's report (docs/burnin.md)."""
-    return (f"systemd-run --no-block --unit={IMPACT_UNIT} --property=RuntimeMaxSec={IMPACT_UNIT_TIMEOUT_S} "
+    return (f"systemd-run --no-block --collect --unit={IMPACT_UNIT} --property=RuntimeMaxSec={IMPACT_UNIT_TIMEOUT_S} "
             f"{NODE_APP_PATH} impact report --validator-report {REPORT_PATH} --config {NODE_CONFIG_PATH}")
 
 # Text files the node bundle carries: (template, path on the node, mode); each is shown under its base name.

@@ -12,6 +12,8 @@ not the bandwidth tests), then:
   it), once, by the pass that takes the node out (docs/slurm.md, "When a node breaks under a job");
 - a passing node that this program drained or set DOWN (reason "ndfleet:<check-id>[,...]") is resumed; a drain by an
   administrator or by the burn-in (any other reason) is left alone;
+- a node drained by the burn-in's verdict against its host, or for its host's second failure, starts the impact
+  report for that check at each pass until the report has run (the failure marker of the node JSON names it);
 - a passing node that has never been put in line for burn-in on this OS disk (no `--burnin-marker` file) is
   drained `ndfleet:burnin:awaiting` (names.AWAITING_BURNIN_REASON), then the marker is written. A new VM
   registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndfleet_node.impact import KVP_POOL_3, ImpactError, physical_host_name
+from ndfleet_node.impact import KVP_POOL_3, ImpactError, failed_marker_path, physical_host_name
 from ndfleet_node.impact_categories import REPEAT_CHECK, category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
@@ -59,7 +61,6 @@ DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
-BURNIN_IMPACT_MARKER = "/var/lib/ndfleet/burnin-reported"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
 # systemd-run --no-block returns once the transient unit is queued; slurmd kills this program at 60 s.
@@ -281,29 +282,25 @@ def handle(args: argparse.Namespace) -> int:
     print(f"ndfleet-slurm-health: {outcome.message}")
     if outcome.took_out and verdict.hardware and args.impact_launch:
         launch_impact(args.impact_launch)
-    marker = Path(args.burnin_impact_marker)
-    if outcome.burnin_check and args.impact_launch and not _has_line(marker, outcome.burnin_check):
-        # Once per verdict on this disk: the report marks the node Unhealthy for good (its failure marker).
-        why = "its host failed twice" if outcome.burnin_check == REPEAT_CHECK else "drained by the burn-in"
-        launch_impact([*args.impact_launch, "--check", outcome.burnin_check, "--detail", why])
-        mark_line(marker, outcome.burnin_check)
+    check = outcome.burnin_check
+    failed = failed_marker_path(None)
+    if check and args.impact_launch and failed and not _has_line(failed, f"impact: {check}:"):
+        # Until the report has run: it names the check in the failure marker, which keeps the node Unhealthy so that
+        # automatic repairs act. A start that failed (systemd could not spawn it, a report still loaded) is tried
+        # again at the next pass, not taken for done: such a node stayed drained, Healthy to Azure, never repaired.
+        # The marker is gone after a reboot (a Restart repair): reported again while the verdict holds the node.
+        why = "its host failed twice" if check == REPEAT_CHECK else "drained by the burn-in"
+        launch_impact([*args.impact_launch, "--check", check, "--detail", why])
     return code
 
 
-def _has_line(path: Path, line: str) -> bool:
+def _has_line(path: Path, start: str) -> bool:
+    """Whether a line of the file (its first 64 KiB) starts with `start`."""
     try:
-        return line in read_regular(str(path), 4096).decode("utf-8", "replace").splitlines()
+        lines = read_regular(str(path), 65536).decode("utf-8", "replace").splitlines()
     except OSError:
         return False
-
-
-def mark_line(path: Path, line: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
-    except OSError as error:
-        print(f"ndfleet-slurm-health: {path}: {error}", file=sys.stderr)
+    return any(line.startswith(start) for line in lines)
 
 
 def _seconds(text: str) -> float:
@@ -335,8 +332,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--burnin-marker", default=BURNIN_MARKER,
         help=f"present once this OS disk was put in line for burn-in ({BURNIN_MARKER}); absent: drain awaiting it",
     )
-    p.add_argument("--burnin-impact-marker", default=BURNIN_IMPACT_MARKER,
-                   help="the burn-in verdicts already reported from this disk, one per line")
     p.add_argument(
         "--impact-launch", type=shlex.split, default=[], help="command that starts the impact report, not waiting",
     )

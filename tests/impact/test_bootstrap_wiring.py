@@ -47,4 +47,5 @@ def test_the_slurm_health_check_starts_the_same_impact_report() -> None:
     command = next(ln for ln in script.replace("\\\n", " ").splitlines() if " slurm-health " in ln)
     words = shlex.split(command)
     assert words[words.index("--impact-launch") + 1] == launch
-    assert shlex.split(launch)[:3] == ["systemd-run", "--no-block", "--unit=ndfleet-impact"]
+    # --collect: a report that failed is unloaded, or it would refuse every later start until the next boot.
+    assert shlex.split(launch)[:4] == ["systemd-run", "--no-block", "--collect", "--unit=ndfleet-impact"]

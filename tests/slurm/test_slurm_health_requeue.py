@@ -8,6 +8,7 @@ COMPLETING, DOWN, DRAIN); `State=DOWN` on `scontrol update` kills the node's job
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ndfleet_node.__main__ import main
 from ndfleet_node.scontrol import parse_line
 from ndfleet_node.slurm_health import Verdict, act, held_by_health_check
 
+from tests.fakes.fleet import node_json_data
 from tests.slurm.test_slurm_health_unit import FakeScontrol
 
 XID = Verdict(False, ("gpu.xid",))  # Resource.Hpc.Unhealthy.GpuXIDError / XID79FallenOffBus
@@ -100,6 +102,7 @@ FAILING_MOUNTS = ('json.dump({"status": "unhealthy", "checks": [{"id": "host.mou
 # node afterwards (State=DRAIN keeps the jobs: MIXED+DRAIN; State=DOWN kills them and keeps the drain flag:
 # DOWN+DRAIN, as tests/slurm/test_real_scheduler.py sees Slurm do) and logs the call.
 SCONTROL = """
+import json
 import sys
 from pathlib import Path
 here = Path(sys.argv[0]).parent
@@ -143,13 +146,22 @@ def _script(tmp_path: Path, name: str, body: str) -> str:
     return str(path)
 
 
+@pytest.fixture(autouse=True)
+def node_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node JSON names the failure marker the impact report writes (paths.failed_marker)."""
+    doc = node_json_data()
+    doc["paths"]["failed_marker"] = str(tmp_path / "failed")
+    (tmp_path / "node.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("NDFLEET_NODE_CONFIG", str(tmp_path / "node.json"))
+
+
 def _pass(tmp_path: Path, validator_body: str) -> int:
     launch = f"{_script(tmp_path, 'systemd-run', SYSTEMD_RUN)} --no-block --unit=ndfleet-impact echo report"
     return main(["slurm-health", "--validator", _script(tmp_path, "validate", validator_body),
                  "--report", str(tmp_path / "r.json"), "--scontrol", _script(tmp_path, "scontrol", SCONTROL),
                  "--node-name", "n1", "--drain-marker", str(tmp_path / "drained"),
                  "--burnin-marker", str(tmp_path / "queued"), "--kvp-pool", str(tmp_path / "no-kvp"),
-                 "--burnin-impact-marker", str(tmp_path / "burnin-reported"), "--impact-launch", launch])  # fmt: skip
+                 "--impact-launch", launch])  # fmt: skip
 
 
 def _lines(path: Path) -> list[str]:
@@ -214,16 +226,49 @@ PASSING = 'json.dump({"status": "healthy", "checks": [{"id": "gpu.count", "statu
         ("ndfleet:host:repeat-failure", ["--check host.repeat-failure"]),
     ],
 )
-def test_a_burn_in_verdict_against_the_host_is_reported_once_by_the_node(
+def test_a_burn_in_verdict_against_the_host_is_reported_by_the_node_until_the_report_ran(
     tmp_path: Path, reason: str, reported: list[str]
 ) -> None:
     """The burn-in runs on the controller, which has neither the node's identity nor its KVP data (nor ssh to it):
-    the node's own health check files the report for the verdict, once per disk, and the report's failure marker keeps
-    the node Unhealthy so that automatic repairs replace it (the twin's repair loop found such a node left Healthy)."""
+    the node's own health check files the report for the verdict, and the report's failure marker keeps the node
+    Unhealthy so that automatic repairs replace it (the twin's repair loop found such a node left Healthy). Once that
+    marker names the check, the report has run: later passes start nothing."""
     (tmp_path / "queued").touch()
     (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason={reason} {STAMP}")
-    for _ in range(2):
-        assert _pass(tmp_path, PASSING) == 0
+    assert _pass(tmp_path, PASSING) == 0
+    for check in [ln.split()[5] for ln in _lines(tmp_path / "launches.log")]:
+        # What the report writes (ndfleet_node.impact.mark_failed), then a line of another check's.
+        with (tmp_path / "failed").open("a") as f:
+            f.write(f"impact: {check}: {reason}\nimpact: gpu.xid: other\n")
+    assert _pass(tmp_path, PASSING) == 0
     launches = _lines(tmp_path / "launches.log")
     assert [" ".join(ln.split()[4:6]) for ln in launches] == reported
     assert _lines(tmp_path / "updates.log") == []  # the burn-in's drain is the burn-in's: left as it is
+
+
+@pytest.mark.parametrize("mode", ["ok", "exists"])
+def test_a_verdict_report_that_never_ran_is_started_again_at_the_next_pass(tmp_path: Path, mode: str) -> None:
+    """systemd-run --no-block answers before the unit runs: a report that systemd could not spawn under load, or a
+    start refused because a unit of that name was loaded, left no failure marker. The node stayed drained and
+    Healthy to Azure, never repaired, when the first start counted as the report (suspected in a twin run)."""
+    (tmp_path / "queued").touch()
+    (tmp_path / "systemd-run.mode").write_text(mode)
+    (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason=ndfleet:burnin:hang {STAMP}")
+    (tmp_path / "failed").write_text("impact: burnin.hang-other: a check whose name starts alike\n")
+    for _ in range(3):
+        assert _pass(tmp_path, PASSING) == 0
+    assert [" ".join(ln.split()[4:6]) for ln in _lines(tmp_path / "launches.log")] == ["--check burnin.hang"] * 3
+
+
+def test_without_a_failure_marker_in_the_node_json_no_verdict_report_is_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report could not keep the node Unhealthy, and nothing could tell that it ran: it would be filed at every
+    pass. Every node JSON ndfleet renders names the marker (ndfleet.nodefiles.nodeconfig FAILED_MARKER)."""
+    doc = node_json_data()
+    doc["paths"].pop("failed_marker", None)
+    (tmp_path / "node.json").write_text(json.dumps(doc))
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason=ndfleet:burnin:hang {STAMP}")
+    assert _pass(tmp_path, PASSING) == 0
+    assert _lines(tmp_path / "launches.log") == []

@@ -434,10 +434,9 @@ def repair_view(twin: Twin, name: str) -> str:
     tm = twin.machines.get(name)
     if tm is not None:
         with contextlib.suppress(subprocess.TimeoutExpired, BootError):
-            shown = tm.run("tail -c 2000 /run/ndfleet/report.json; echo; cat /run/ndfleet/failed "
-                           "/var/lib/ndfleet/burnin-reported; journalctl --no-pager -n 30 -u slurmd", check=False,
-                           timeout=60)  # fmt: skip
-            lines += [f"--- {name}: report, failure marker, burn-in report marker, slurmd:", shown.stdout,
+            shown = tm.run("tail -c 2000 /run/ndfleet/report.json; echo; cat /run/ndfleet/failed; journalctl "
+                           "--no-pager -n 30 -u slurmd -u ndfleet-impact", check=False, timeout=60)  # fmt: skip
+            lines += [f"--- {name}: report, failure marker, slurmd and impact report:", shown.stdout,
                       shown.stderr]  # fmt: skip
             lines.append(f"--- {name}: its systemd cannot start processes: {tm.pid1_cannot_spawn()}")
     return "\n".join(lines)
