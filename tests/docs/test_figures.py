@@ -234,6 +234,24 @@ def test_bootstrap_xz_against_gzip_for_the_prod_bundle() -> None:
     says("docs/bootstrap.md", f"xz gives {kb(len(bundle))} KB where gzip gives {kb(len(gz))} KB for the prod bundle")
 
 
+def test_bootstrap_bundle_budget_and_the_node_program_sizes() -> None:
+    # The reasons given for where the bundle moves: how close prod is to the budget, and why the controller cannot
+    # carry the compute program (docs/bootstrap.md, "When the bundle outgrows userData").
+    from ndfleet.nodefiles import nodeapp
+
+    bundle = prepared("prod").islands[0].bootstrap.bundle
+    budget = USER_DATA_MAX_BYTES * 4 // 5  # tests/test_bootstrap.py test_user_data_headroom
+    says("docs/bootstrap.md", f"The prod bundle is {budget - len(bundle):,} bytes under the project's budget "
+                              f"({len(bundle):,} of {budget:,}:")  # fmt: skip
+    whole = nodeapp._archive(nodeapp.source_files(), app=True)
+    says("docs/bootstrap.md", f"the compute program alone is {kb(len(lzma.compress(nodeapp.build(), **XZ)))} KB "
+                              f"xz-compressed (the whole node program, controller modules included, "
+                              f"{kb(len(lzma.compress(whole, **XZ)))} KB")  # fmt: skip
+
+
+XZ = {"format": lzma.FORMAT_XZ, "filters": nodebundle.XZ_FILTERS}
+
+
 def test_bootstrap_fetch_budget() -> None:
     says("docs/bootstrap.md", f"the fetch budget ({nodebundle.fetch_budget_s()} s)")
 
