@@ -55,6 +55,9 @@ class ScaleSetTemplate:
     vm_size: str = ""  # sku.name
     # The REST body pulumi-azure-native PUTs for this resource as the plan holds it (put_body).
     body: dict[str, Any] = field(default_factory=dict)
+    # Its Application Health extension settings and automatic-repairs policy (health_policy): a new instance runs the
+    # extension as every instance of the model does, so the Application Health stand-in probes it too.
+    health: dict[str, Any] = field(default_factory=dict)
 
 
 # The top-level members of a scale set's REST body; pulumi-azure-native flattens `properties` into the resource's
@@ -153,6 +156,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
                 identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
                 vm_size=inputs["sku"]["name"],
                 body=put_body(inputs),
+                health=health_policy(inputs),
             )
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]

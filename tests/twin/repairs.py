@@ -131,7 +131,8 @@ class Repair:
 
 @dataclass
 class AutomaticRepairs:
-    """The Application Health extension and automatic repairs for the twin's fixed islands (module doc).
+    """The Application Health extension and automatic repairs (module doc): it probes every instance, an elastic
+    island's too; it repairs only on the scale sets resumed (the fixed islands', by the repair loop's tests).
 
     `probe(name, port, path)` returns the endpoint's answer body or None (run in the machine, as the extension runs
     in the guest); `replace(name)` deletes the machine and boots its replacement, returning the new computer name;
@@ -152,6 +153,11 @@ class AutomaticRepairs:
     def created(self, name: str, scale_set: str) -> None:
         with self.lock:
             self.instances[name] = Instance(name, scale_set, time.monotonic())
+
+    def deleted(self, name: str) -> None:
+        """The instance was deleted (an elastic island's scale-in): no longer probed or listed."""
+        with self.lock:
+            self.instances.pop(name, None)
 
     def resume(self, scale_set: str) -> None:
         with self.lock:

@@ -22,6 +22,7 @@ from tests.twin.conftest import STUCK_SCALE_SET
 from tests.twin.machine import TwinMachine
 from tests.twin.test_boot import BOOT_TIMEOUT_S
 from tests.twin.test_cluster import controller, login, nodes_by_name, slurm_up  # noqa: F401 - slurm_up: a fixture
+from tests.twin.test_status import status_now, wait_for
 from tests.twin.twin import Twin
 
 BURST = "burst"
@@ -247,6 +248,28 @@ def test_the_job_waits_until_its_new_nodes_are_burned_in(elastic_ready: Twin, sc
     log = controller(elastic_ready).run(f"cat {ELASTIC_LOG}").stdout
     assert f"job {scaled_out.job} held until its new nodes are burned in" in log
     assert f"job {scaled_out.job} released: its nodes are burned in" in log
+
+
+def test_status_shows_each_new_vm_with_the_health_its_extension_reports(
+    elastic_ready: Twin, scaled_out: Submitted
+) -> None:
+    """A new VM of an elastic island runs the scale set model's Application Health extension like any instance, so
+    Azure has its health (the instance view's vmHealth) and `ndfleet status` shows it: healthy once the node has
+    validated, as the Application Health stand-in reads the node's endpoint. Before, the twin's elastic VMs had no
+    vmHealth, which no VM of a scale set with the extension lacks."""
+    twin = elastic_ready
+    vms = sorted(tm.name for tm in twin.role("compute") if tm.spec.island == BURST)
+    seen: dict[str, object] = {}
+
+    def agrees() -> bool:
+        _, table, doc = status_now(twin)
+        shown = {n["name"]: n["vmHealth"] for n in doc.get("nodes", ()) if n.get("island") == BURST}
+        states = {name: twin.repairs.state(name) for name in vms}
+        seen.update(shown=shown, states=states, table=table)
+        return set(shown) == set(vms) and all(states[n] == "Healthy" and shown[n] == "healthy" for n in vms)
+
+    wait_for("status showing the new VMs healthy", agrees,
+             explain=lambda: f"status {seen.get('shown')}, the stand-in {seen.get('states')}\n{seen.get('table')}")
 
 
 def test_a_later_deployment_leaves_the_running_vms_and_their_job_alone(

@@ -300,7 +300,7 @@ class Twin:
     def status_scale_sets(self) -> list[StatusScaleSet]:
         """The plan's scale sets as Resource Manager would show them now: a fixed island's instances are the machines
         running with the Application Health stand-in's state; an elastic island's are the Resource Manager
-        stand-in's (no Application Health stand-in watches them: no vmHealth)."""
+        stand-in's, with the Application Health stand-in's state of the machine booted for each."""
         out = []
         for r in self.plan.doc.get("resources", ()):
             if r["type"] != VMSS:
@@ -313,8 +313,8 @@ class Twin:
                 assert self.arm is not None
                 with self.arm.lock:
                     listed = list(elastic.instances.values())
-                vms = [StatusVm(i.instance_id, i.computer_name, "", i.provisioning_state,
-                                "running" if i.computer_name in self.machines else "starting")
+                vms = [StatusVm(i.instance_id, i.computer_name, self.repairs.state(i.computer_name),
+                                i.provisioning_state, "running" if i.computer_name in self.machines else "starting")
                        for i in listed]  # fmt: skip
             else:
                 vms = [StatusVm(str(tm.spec.extra.get("instance_id", "")), tm.name, self.repairs.state(tm.name))
@@ -567,8 +567,15 @@ class Twin:
                 "resource_id": f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
                 f"{template.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{template.name}"
                 f"/virtualMachines/{inst.instance_id}",
+                # The model's Application Health extension and repairs policy: the stand-in probes the new VM, as the
+                # extension in every instance of the model reports to Azure (Microsoft Learn, "Using Application
+                # Health extension with Virtual Machine Scale Sets"); the scale set's AutomaticRepairs service stays
+                # Suspended (the twin's start), so nothing repairs it.
+                "app_health": template.health.get("app_health") or {},
+                "automatic_repairs": template.health.get("automatic_repairs") or {},
             },
         ))  # fmt: skip
+        self.repairs.created(inst.computer_name, template.name)
         inst.provisioning_state = "Succeeded"
 
     def _boot_machine(self, m: Machine) -> None:
@@ -590,6 +597,7 @@ class Twin:
         tm.start()
 
     def _remove_instance(self, name: str) -> None:
+        self.repairs.deleted(name)
         tm = self.machines.pop(name, None)
         if tm is None:
             return
