@@ -257,6 +257,7 @@ class Cluster(pulumi.ComponentResource):
                     tenant_id=client_config.tenant_id,
                     node_principal_id=identity.principal_id,
                     metrics=controller_metrics,
+                    node_bundle_parts={k: v for p in prepared.islands for k, v in p.bootstrap.bundle_parts.items()},
                 ),
                 opts=child,
             )

@@ -47,6 +47,9 @@ class SlurmClusterArgs:
     node_principal_id: pulumi.Input[str]  # the compute nodes' identity: reads the munge key
     # Monitoring on: the controller's agent publishes the Slurm states through the stack's data collection rule.
     metrics: ControllerMetrics | None = None
+    # The compute bundle in parts (secret name -> value, every island's; they share one bundle per shape): kept in
+    # the vault for the nodes' boot step (docs/bootstrap.md, "When the bundle outgrows userData").
+    node_bundle_parts: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -65,7 +68,7 @@ class SlurmCluster(pulumi.ComponentResource):
             f"{name}-secrets",
             SlurmVaultArgs(
                 resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
-                name_prefix=spec.name_prefix, **endpoints,
+                name_prefix=spec.name_prefix, bundle_parts=args.node_bundle_parts, **endpoints,
             ),
             opts=child,
         )
@@ -98,11 +101,23 @@ class SlurmCluster(pulumi.ComponentResource):
             role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
             opts=child,
         )
+        # ... and the parts of their bundle, each on its own (retained with the part: an earlier VM still reads it).
+        part_grants = [
+            authorization.RoleAssignment(
+                f"{name}-nodes-{part_name}",
+                scope=part_id,
+                principal_id=args.node_principal_id,
+                principal_type="ServicePrincipal",
+                role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+            for part_name, part_id in zip(args.node_bundle_parts, vault.bundle_part_ids, strict=True)
+        ]
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
         # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.
         machine_needs = [*vault.boot_dependencies, *share.boot_dependencies]
         # The compute nodes also need their munge-key role assignment: give this to IbIslandArgs.boot_dependencies.
-        self.node_boot_dependencies: list[pulumi.Resource] = [*machine_needs, munge_grant]
+        self.node_boot_dependencies: list[pulumi.Resource] = [*machine_needs, munge_grant, *part_grants]
         controller_ip, login_ips = slurm_addresses(spec)
         metrics = args.metrics
 

@@ -50,11 +50,15 @@ class SlurmVaultArgs:
     private_endpoint_subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]  # linked to the vault's private DNS zone
     tags: Mapping[str, str] = field(default_factory=dict)
+    # The compute nodes' bundle in parts (secret name -> base64 part: ndfleet.nodefiles.nodebundle.parts), which the
+    # nodes' boot step reads instead of userData (docs/bootstrap.md, "When the bundle outgrows userData").
+    bundle_parts: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmVault(pulumi.ComponentResource):
     vault_name: pulumi.Output[str]
     munge_secret_id: pulumi.Output[str]
+    bundle_part_ids: list[pulumi.Output[str]]
     db_secret_id: pulumi.Output[str]
     db_password: pulumi.Output[str]
     boot_dependencies: list[pulumi.Resource]
@@ -137,6 +141,23 @@ class SlurmVault(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # Named after the bundle's sha256 (a new bundle is new secrets) and kept when a later bundle replaces them
+        # (retain_on_delete): a VM created from an earlier model reads the parts its customData names, the vault's
+        # lock forbids deleting them, and a deleted secret's name stays taken for the soft-delete retention (a
+        # rollback to an earlier bundle would then fail to create it). They go with the vault.
+        bundle_parts = [
+            keyvault.Secret(
+                f"{name}-{part}",
+                resource_group_name=args.resource_group_name,
+                vault_name=vault.name,
+                secret_name=part,
+                properties=keyvault.SecretPropertiesArgs(
+                    value=value, content_type="ndfleet node bundle, base64 (its parts in name order)"
+                ),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+            for part, value in args.bundle_parts.items()
+        ]
         cannot_delete_lock(
             f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self,
             after=[*link.boot_dependencies, munge_secret, db_secret],
@@ -147,5 +168,6 @@ class SlurmVault(pulumi.ComponentResource):
         self.vault_id = vault.id
         self.munge_secret_id = munge_secret.id
         self.db_secret_id = db_secret.id
+        self.bundle_part_ids = [part.id for part in bundle_parts]
         self.db_password = pulumi.Output.secret(db_password.result)
         self.register_outputs({"vaultName": self.vault_name, "vaultId": self.vault_id})

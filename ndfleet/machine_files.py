@@ -38,6 +38,8 @@ class MachineFiles:
     files: dict[str, tuple[bytes, int]]  # name (may hold "/" for a subfolder) -> (content, mode)
     custom_data_bytes: int  # decoded, against CUSTOM_DATA_MAX_BYTES
     user_data_bytes: int  # decoded, against USER_DATA_MAX_BYTES; 0: no userData
+    # The node bundle in Key Vault parts (a Slurm stack's compute nodes): (its bytes, how many parts); (0, 0): none
+    vault_bundle: tuple[int, int] = (0, 0)
 
     def sizes(self) -> str:
         text = f"customData {self.custom_data_bytes:,} of {CUSTOM_DATA_MAX_BYTES:,} bytes, " + (
@@ -48,6 +50,8 @@ class MachineFiles:
                 f", userData {self.user_data_bytes:,} of {USER_DATA_MAX_BYTES:,} bytes, "
                 f"{USER_DATA_MAX_BYTES - self.user_data_bytes:,} to spare"
             )
+        if self.vault_bundle[1]:
+            text += f", node bundle {self.vault_bundle[0]:,} bytes in {self.vault_bundle[1]} Key Vault parts"
         return text
 
 
@@ -61,7 +65,10 @@ def _compute(prepared: PreparedCluster) -> list[MachineFiles]:
         else:
             many = f"{len(rendered)} identical islands" if len(rendered) > 1 else f"island {name}"
             folder, label = COMPUTE, f"compute, {many}"
-        machines.append(MachineFiles(COMPUTE, folder, label, r.output_files(), len(r.custom_data_bytes), len(r.bundle)))
+        vault = (len(r.bundle), len(r.bundle_parts)) if r.bundle_parts else (0, 0)
+        machines.append(
+            MachineFiles(COMPUTE, folder, label, r.output_files(), len(r.custom_data_bytes), r.user_data_bytes, vault)
+        )
         if not per_island:
             break
     return machines

@@ -30,7 +30,11 @@ def feature_file_names(stack: str) -> set[str]:
 def test_single_island_stack_writes_every_file(tmp_path):
     assert main(["render", "--stack", "dev", "--out", str(tmp_path)]) == 0
     names = {p.name for p in (tmp_path / "compute").iterdir()}
-    bundle = {"vm-user-data.b64", "nccl.conf", "node.json", *SCRIPTS, *UNITS, *feature_file_names("dev")}
+    spec = load_spec(load_stack("dev").ndfleet_config, "dev")
+    r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    parts = {f"{name}.b64" for name in r.bundle_parts}  # dev runs Slurm: its bundle travels in Key Vault parts
+    assert len(parts) >= 2
+    bundle = {*parts, "nccl.conf", "node.json", *SCRIPTS, *UNITS, *feature_file_names("dev")}
     assert names == {*BOOT_STEP, *bundle}
 
 
@@ -44,11 +48,21 @@ def test_a_drop_in_is_written_under_its_unit_and_name(tmp_path):
 
 
 def test_user_data_file_is_what_the_scale_set_receives(tmp_path):
+    main(["render", "--stack", "h200", "--out", str(tmp_path)])
+    tmp_path = tmp_path / "compute"
+    spec = load_spec(load_stack("h200").ndfleet_config, "h200")  # no Slurm: its bundle travels in userData
+    r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    assert r.vm_user_data and (tmp_path / "vm-user-data.b64").read_text() == r.vm_user_data + "\n"
+
+
+def test_each_key_vault_part_file_is_what_the_vault_receives(tmp_path):
     main(["render", "--stack", "dev", "--out", str(tmp_path)])
     tmp_path = tmp_path / "compute"
     spec = load_spec(load_stack("dev").ndfleet_config, "dev")
     r = bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
-    assert (tmp_path / "vm-user-data.b64").read_text() == r.vm_user_data + "\n"
+    assert r.bundle_parts
+    for name, value in r.bundle_parts.items():
+        assert (tmp_path / f"{name}.b64").read_text() == value + "\n"
 
 
 def test_written_files_are_the_rendered_ones(tmp_path):

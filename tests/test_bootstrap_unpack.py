@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -38,9 +39,13 @@ UNPACK = bootstrap.UNPACK_SOURCE
 TIMEOUT_S = 120  # generous: a loaded 2-core machine
 
 
-def rendered(stack: str) -> bootstrap.RenderedBootstrap:
+def rendered(stack: str, *, vault: bool = False) -> bootstrap.RenderedBootstrap:
+    """The stack's first island; its bundle in userData (as a stack without Slurm's vault has it) unless `vault`."""
     spec = load_spec(load_stack(stack).ndfleet_config, stack)
-    return bootstrap.render_bootstrap(spec, spec.islands[0], bootstrap_extensions(spec, spec.islands[0]))
+    ext = bootstrap_extensions(spec, spec.islands[0])
+    if ext is not None and not vault:
+        ext = dataclasses.replace(ext, bundle_vault=None)
+    return bootstrap.render_bootstrap(spec, spec.islands[0], ext)
 
 
 @pytest.fixture(scope="module")
@@ -296,10 +301,8 @@ def test_a_metadata_service_that_drips_user_data_is_cut_off_at_each_attempts_dea
 def test_the_boot_step_writes_its_own_island_into_the_bundle_every_island_shares(tmp_path):
     spec = load_spec(load_stack("prod").ndfleet_config, "prod")
     first, second = (p.bootstrap for p in prepare(spec).islands[:2])
-    assert first.vm_user_data == second.vm_user_data  # one bundle for both islands
-    with imds([(200, second.vm_user_data.encode())]) as service:
-        n = node(tmp_path, second, service.url)
-        done = n.run()
+    assert first.bundle_parts == second.bundle_parts and first.bundle_parts  # one bundle for both islands
+    n, done, service = boot_from_vault(tmp_path, second, second.bundle_parts)
     assert done.returncode == 0, done.stderr
     assert json.loads((n.root / "etc/ndfleet/node.json").read_text())["island"] == "ib01"
     assert "Feature=island-ib01 " in (n.root / "usr/local/sbin/ndfleet-slurm-setup").read_text()
@@ -402,3 +405,182 @@ def test_answering_unhealthy_needs_a_health_port(tmp_path):
     done = n.run("--serve-unhealthy")
     assert done.returncode == 1 and "names no health_port" in done.stderr and "Traceback" not in done.stderr
     assert "ndfleet-bundle-failed.service" not in boot.files and "OnFailure" not in boot.files["ndfleet-bundle.service"]
+
+
+# ------------------------------------------------------------------------------------ the bundle in Key Vault parts
+# A Slurm stack's compute bundle travels in its vault (docs/bootstrap.md, "When the bundle outgrows userData"). The
+# stand-ins answer as the services document: IMDS's tagsList (a JSON list of {name, value}) and managed-identity token
+# (Microsoft Learn, "Azure Instance Metadata Service"; "How to use managed identities on a VM to acquire an access
+# token": JSON with access_token; Metadata: true required, 400 without), Key Vault's Get Secret (Microsoft Learn, Key
+# Vault REST "Get Secret": 200 {"value", "id", "attributes"}; 401 without a bearer token, 403 for a caller without a
+# role, 404 SecretNotFound; Azure RBAC's assignments reach the vault after minutes, answered 403 until then).
+
+VAULT = "kvtwinabc123"
+CLIENT_ID = "11111111-2222-3333-4444-555555555555"
+
+
+@dataclass
+class VaultService:
+    parts: dict[str, str]
+    tags: list[dict[str, str]]
+    refusals: int = 0  # answer 403 to the first this many secret reads (a role assignment on its way)
+    answer: tuple[int, bytes] | None = None  # answer every secret read this instead
+    reads: list[str] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # the token requests' queries
+    base: str = ""
+
+
+@contextlib.contextmanager
+def vault_service(parts: dict[str, str], **kwargs: Any) -> Iterator[VaultService]:
+    tags = kwargs.pop("tags", None)
+    if tags is None:
+        tags = [{"name": "ndfleet:slurm-vault", "value": VAULT},
+                {"name": "ndfleet:identity-client-id", "value": CLIENT_ID}]
+    state = VaultService(parts, tags, **kwargs)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def reply(self, status: int, doc: Any) -> None:
+            body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            if path.startswith("/metadata/"):
+                if self.headers.get("Metadata") != "true":
+                    return self.reply(400, {"error": "Bad request. Required metadata header not specified"})
+                if path.endswith("/tagsList"):
+                    return self.reply(200, state.tags)
+                state.tokens.append(query)
+                return self.reply(200, {"access_token": "token-for-vault", "resource": "https://vault.azure.net"})
+            vault, _, name = path.strip("/").partition("/secrets/")
+            state.reads.append(name)
+            if self.headers.get("Authorization") != "Bearer token-for-vault" or vault != VAULT:
+                return self.reply(401, {"error": {"code": "Unauthorized"}})
+            if state.answer is not None:
+                return self.reply(*state.answer)
+            if len(state.reads) <= state.refusals:
+                return self.reply(403, {"error": {"code": "Forbidden", "message": "Caller is not authorized"}})
+            if name not in state.parts:
+                return self.reply(404, {"error": {"code": "SecretNotFound"}})
+            return self.reply(200, {"value": state.parts[name], "id": f"https://{VAULT}.vault.azure.net/secrets/{name}"})
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def boot_from_vault(
+    tmp_path: Path, r: bootstrap.RenderedBootstrap, parts: dict[str, str], **service: Any
+) -> tuple[Node, subprocess.CompletedProcess[str], VaultService]:
+    """Run the boot step of `r` against a vault stand-in serving `parts`: (the node, its run, the stand-in)."""
+    with vault_service(parts, **service) as state:
+        n = vault_node(tmp_path, r, state)
+        done = n.run()
+    return n, done, state
+
+
+def vault_node(tmp_path: Path, r: bootstrap.RenderedBootstrap, service: VaultService, **vault: Any) -> Node:
+    """A node whose manifest reads its bundle from the vault stand-in (plain http on loopback: the seam)."""
+    m = json.loads(r.files["bundle.json"])
+    v = {**m["vault"], "tags_url": f"{service.base}/metadata/instance/compute/tagsList?api-version=2021-02-01",
+         "token_url": f"{service.base}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=x",
+         "secret_url": service.base + "/{vault}/secrets/{name}?api-version=7.4", "retry_s": 1, "wait_s": 30, **vault}
+    return node(tmp_path, r, "http://127.0.0.1:9/unused", vault=v, attempts=2, timeout_s=5)
+
+
+@pytest.fixture(scope="module")
+def dev_vault() -> bootstrap.RenderedBootstrap:
+    return rendered("dev", vault=True)
+
+
+def test_a_slurm_stacks_compute_bundle_travels_in_vault_parts_not_user_data(dev_vault):
+    m = json.loads(dev_vault.files["bundle.json"])
+    assert dev_vault.vm_user_data == "" and "vm-user-data.b64" not in dev_vault.output_files()
+    assert list(dev_vault.bundle_parts) == m["vault"]["parts"] == nodebundle.part_names(dev_vault.bundle)
+    assert all(len(v) <= nodebundle.PART_CHARS for v in dev_vault.bundle_parts.values())
+    assert base64.b64decode("".join(dev_vault.bundle_parts.values())) == dev_vault.bundle
+    assert hashlib.sha256(dev_vault.bundle).hexdigest() == m["sha256"]
+    assert (m["vault"]["tag"], m["vault"]["client_id_tag"]) == ("ndfleet:slurm-vault", "ndfleet:identity-client-id")
+
+
+def test_the_boot_step_reads_the_parts_with_the_tagged_identity_and_unpacks(tmp_path, dev_vault):
+    n, done, service = boot_from_vault(tmp_path, dev_vault, dev_vault.bundle_parts)
+    assert done.returncode == 0, done.stderr
+    assert service.reads == list(dev_vault.bundle_parts)
+    assert all(f"client_id={CLIENT_ID}" in q for q in service.tokens)
+    files, activate = nodebundle.unpack(dev_vault.bundle, "ib00")
+    assert len(files) > 10
+    for f in files:
+        assert (n.root / f.path.lstrip("/")).read_bytes() == f.data, f.path
+    assert [["systemctl", *c] for c in n.activated()] == activate
+
+
+def test_a_vault_that_refuses_until_the_role_arrives_is_asked_again(tmp_path, dev_vault):
+    n, done, service = boot_from_vault(tmp_path, dev_vault, dev_vault.bundle_parts, refusals=2)
+    assert done.returncode == 0, done.stderr
+    assert service.reads[:3] == [next(iter(dev_vault.bundle_parts))] * 3
+    assert "HTTP 403; asking again in 1 s" in done.stderr
+
+
+def test_a_role_that_never_arrives_fails_the_boot_step_after_its_wait_with_the_reason(tmp_path, dev_vault):
+    with vault_service(dev_vault.bundle_parts, refusals=10**6) as service:
+        n = vault_node(tmp_path, dev_vault, service, wait_s=2)
+        done = n.run()
+    assert done.returncode == 1
+    assert "still HTTP 403 after 2 s (the node's role assignment on it missing?)" in n.marker()
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ((400, b'{"error": {"code": "BadParameter"}}'), "HTTP 400"),
+        ((200, b"<html>captive portal</html>"), "the answer is not a secret (no string value)"),
+        ((200, b'{"value": 17}'), "the answer is not a secret (no string value)"),
+        ((200, b'{"value": "' + b"A" * 70000 + b'"}'), "an answer over 65,536 bytes"),
+        ((301, b""), "HTTP 301"),
+    ],
+    ids=["refused", "not JSON", "no string value", "oversized", "redirect"],
+)
+def test_an_answer_that_is_not_a_secret_is_a_named_failure(tmp_path, dev_vault, answer, reason):
+    n, done, service = boot_from_vault(tmp_path, dev_vault, dev_vault.bundle_parts, answer=answer)
+    assert done.returncode == 1
+    assert reason in n.marker()
+    assert "Traceback" not in done.stderr
+
+
+def test_parts_of_another_bundle_are_refused_by_the_manifests_sha256(tmp_path, dev_vault):
+    other = nodebundle.parts(lzma.compress(b"{}"))
+    values = [*other.values(), *[""] * (len(dev_vault.bundle_parts) - len(other))]
+    swapped = dict(zip(dev_vault.bundle_parts, values, strict=True))
+    n, done, service = boot_from_vault(tmp_path, dev_vault, swapped)
+    assert done.returncode == 1
+    assert "the bundle read from Key Vault is not this node's bundle" in n.marker()
+
+
+@pytest.mark.parametrize(
+    ("tags", "reason"),
+    [
+        ([], "tag ndfleet:slurm-vault is not a Key Vault name: 'None'"),
+        ([{"name": "ndfleet:slurm-vault", "value": "evil.example.com/x"}], "is not a Key Vault name"),
+        ([{"name": "ndfleet:slurm-vault", "value": VAULT}, {"name": "ndfleet:identity-client-id", "value": "x&y=1"}],
+         "tag ndfleet:identity-client-id is not a client id"),
+    ],
+    ids=["no vault tag", "vault tag not a name", "client id not a GUID"],
+)
+def test_a_tag_that_could_send_the_token_elsewhere_is_refused(tmp_path, dev_vault, tags, reason):
+    n, done, service = boot_from_vault(tmp_path, dev_vault, dev_vault.bundle_parts, tags=tags)
+    assert done.returncode == 1
+    assert reason in n.marker()
+    assert service.reads == []

@@ -57,7 +57,11 @@ def test_json_has_the_documented_shape(capsys: pytest.CaptureFixture[str]) -> No
     plan = json.loads(capsys.readouterr().out)
     assert set(plan) == {"schemaVersion", "stack", "resources", "outputs", "summary", "cost"}
     assert plan["schemaVersion"] == SCHEMA_VERSION
-    assert all(set(r) == {"type", "name", "parent", "protect", "dependsOn", "inputs"} for r in plan["resources"])
+    base = {"type", "name", "parent", "protect", "dependsOn", "inputs"}
+    assert all(set(r) in (base, base | {"retainOnDelete"}) for r in plan["resources"])
+    # retain_on_delete, only where set: the compute bundle's Key Vault parts and their role assignments
+    kept = {r["name"] for r in plan["resources"] if r.get("retainOnDelete")}
+    assert kept and all("-ndfleet-bundle-" in name for name in kept), kept
     keys = [(r["type"], r["name"]) for r in plan["resources"]]
     assert keys == sorted(keys)
     vmss = next(r for r in plan["resources"] if r["type"] == VMSS)
@@ -170,3 +174,27 @@ def test_preflight_runs_first_outside_the_mock_runtime(monkeypatch: pytest.Monke
     monkeypatch.setattr(program, "under_mocks", lambda: False)
     with pytest.raises(program.ProgramError, match="192 vCPUs missing"):
         program.run_preflight_if_enabled(load_spec(base_config(preflight=True), "test"))
+
+
+def test_a_slurm_stacks_nodes_read_their_bundle_from_key_vault_parts_they_alone_may_read() -> None:
+    """docs/bootstrap.md, "When the bundle outgrows userData": the scale set carries no userData; each part is a
+    secret of the Slurm vault, kept when a later bundle replaces it; the nodes' identity gets Key Vault Secrets User
+    on each part (nothing wider: not the database password), and the scale set waits for those role assignments."""
+    plan = json.loads(run_plan(load_stack("dev")).to_json())
+    resources = {r["name"]: r for r in plan["resources"]}
+    (vmss,) = [r for r in plan["resources"] if r["type"] == VMSS]
+    assert "userData" not in vmss["inputs"]["virtualMachineProfile"]
+    parts = {r["name"]: r for r in plan["resources"] if r["type"] == "azure-native:keyvault:Secret"
+             and r["inputs"]["secretName"].startswith("ndfleet-bundle-")}  # fmt: skip
+    assert len(parts) >= 2 and all(r.get("retainOnDelete") for r in parts.values())
+    grants = [r for r in plan["resources"] if r["type"] == "azure-native:authorization:RoleAssignment"
+              and "-ndfleet-bundle-" in r["name"]]  # fmt: skip
+    assert len(grants) == len(parts) and all(g.get("retainOnDelete") for g in grants)
+    node_principal = next(r for r in plan["resources"] if r["name"] == "dev-slurm-nodes-munge")["inputs"]["principalId"]
+    for grant in grants:
+        assert grant["inputs"]["principalId"] == node_principal
+        assert grant["inputs"]["roleDefinitionId"].endswith("/4633458b-17de-408a-b874-0445c86b69e6")
+        assert grant["name"] in vmss["dependsOn"]
+        secret_name = grant["name"].removeprefix("dev-slurm-nodes-")
+        (part,) = [n for n in parts if n.removeprefix("dev-slurm-secrets-") == secret_name]
+        assert part in grant["dependsOn"] and resources[part]["inputs"]["properties"]["value"]

@@ -171,7 +171,7 @@ def test_the_user_data_diff_reaches_the_markdown_details(base: dict[str, Any], h
     with_user_data(base, node_bundle("MaxNodeCount=10\n"))
     with_user_data(head, node_bundle("MaxNodeCount=12\n"))
     md = plandiff.render_markdown([plandiff.diff_plans(base, head)])
-    assert "Node bundle changes (decoded userData):" in md and "+MaxNodeCount=12" in md
+    assert "Node bundle changes (decoded userData or Key Vault parts):" in md and "+MaxNodeCount=12" in md
 
 
 def test_user_data_lines_are_terminal_safe(base: dict[str, Any], head: dict[str, Any]) -> None:

@@ -124,7 +124,12 @@ def test_vm_size_change_replaces_the_island_only(tmp_path: Path) -> None:
     userData (an update), so it is not (its customData holds nothing of the GPU nodes)."""
     diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))
     assert {name for _, name in diff.replaced} == {"dev-ib00-vmss"}
-    assert plandiff.render_text([diff]).startswith("1 stack (dev: 0 to create, 2 to update, 1 to replace, 0 to delete")
+    # The nodes' bundle changes (their node JSON names the size): its new Key Vault parts and their role assignments
+    # are created, the earlier ones kept in Azure for VMs of the earlier model (retain_on_delete), nothing deleted.
+    assert plandiff.render_text([diff]).startswith(
+        "1 stack (dev: 6 to create, 2 to update, 1 to replace, 0 to delete, 6 to keep in Azure unmanaged")
+    moved = [ch.name for ch in diff.changes if ch.op in ("create", "retain")]
+    assert len(moved) == 12 and all("-ndfleet-bundle-" in name for name in moved), moved
 
 
 def test_markdown_of_a_real_diff_names_consequence_and_stack(tmp_path: Path) -> None:
@@ -145,3 +150,25 @@ def test_image_version_change_is_flagged_as_a_rolling_replacement(tmp_path: Path
     md = plandiff.render_markdown([diff])
     consequences, stack_table = md.index("`vmss-image`"), md.index("### Stack `dev`")
     assert consequences < stack_table and "rolling replacement" in md  # flagged at the top
+
+
+def test_a_bundle_in_key_vault_parts_diffs_file_by_file(tmp_path: Path) -> None:
+    """dev runs Slurm: its nodes' bundle travels in Key Vault parts (docs/bootstrap.md). The diff reassembles each
+    side's bundle from the parts its scale set's customData names and shows the files that change, not base64."""
+    diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))
+    (model,) = [c for c in diff.consequences if c.path and c.path.endswith("nodeBundleFromKeyVault")]
+    assert "node bundle:" in model.message and "/etc/ndfleet/node.json" in model.message
+    text = plandiff.render_text([diff])
+    assert "--- base/etc/ndfleet/node.json" in text and '+  "vm_size": "Standard_ND96isr_H200_v5",' in text
+
+
+def test_an_island_neutral_bundle_in_user_data_diffs_file_by_file() -> None:
+    """A stack without Slurm keeps its bundle in userData. Its island files hold the placeholder where each node writes
+    its island's name; the diff decodes them as they are (before, such a bundle was shown as two hashes)."""
+    from ndfleet.nodefiles import nodebundle
+    from ndfleet.plans.plandiff import bundle
+
+    plan = json.loads(example_plan_json("h200"))
+    (vmss,) = [r for r in plan["resources"] if r["type"] == "azure-native:compute:VirtualMachineScaleSet"]
+    files = bundle.decode_bundle(vmss["inputs"]["virtualMachineProfile"]["userData"])
+    assert files is not None and nodebundle.ISLAND_PLACEHOLDER.encode() in files["/etc/ndfleet/node.json"]

@@ -29,6 +29,8 @@ from tests.conftest import EXAMPLE_STACKS
 
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
 VM = "azure-native:compute:VirtualMachine"
+SECRET = "azure-native:keyvault:Secret"
+PART_FILE = re.compile(r"ndfleet-bundle-[0-9a-f]{16}-[0-9]+\.b64")  # a Key Vault part of the bundle, as it is sent
 
 
 @functools.lru_cache(maxsize=8)
@@ -58,13 +60,28 @@ def written_content(entry: dict[str, str]) -> bytes:
     return entry["content"].encode()
 
 
-def received(custom_data: str, user_data: str, compute: bool) -> list[bytes]:
-    """Every file the machine writes from its customData and userData, decoded as the machine decodes them."""
+def vault_secrets(stack: str) -> dict[str, str]:
+    """The Key Vault secrets whose value the plan holds (the compute bundle's parts): name -> value."""
+    found = {}
+    for r in plan_doc(stack)["resources"]:
+        props = r["inputs"].get("properties") if r["type"] == SECRET else None
+        if isinstance(props, dict) and isinstance(props.get("value"), str):  # a Pulumi secret is "[secret]"
+            found[r["inputs"]["secretName"]] = props["value"]
+    return found
+
+
+def received(custom_data: str, user_data: str, compute: bool, secrets: dict[str, str]) -> list[bytes]:
+    """Every file the machine writes from its customData and userData (a Slurm stack's compute node: the Key Vault
+    parts its manifest names, from the plan's secrets), decoded as the machine decodes them."""
     cloud_config = yaml.safe_load(gzip.decompress(base64.b64decode(custom_data)))
     files = [written_content(f) for f in cloud_config["write_files"]]
     if compute:  # the boot step fills in the island its manifest (customData) names
-        manifest = next(f for f in cloud_config["write_files"] if f["path"] == nodebundle.MANIFEST_PATH)
-        bundle_files, _ = nodebundle.unpack(user_data, json.loads(written_content(manifest))["island"])
+        manifest = json.loads(written_content(
+            next(f for f in cloud_config["write_files"] if f["path"] == nodebundle.MANIFEST_PATH)))  # fmt: skip
+        if "vault" in manifest:
+            assert not user_data
+            user_data = "".join(secrets[name] for name in manifest["vault"]["parts"])
+        bundle_files, _ = nodebundle.unpack(user_data, manifest["island"])
         files += [f.data for f in bundle_files]
     elif user_data:  # a Slurm machine: the controller's library bundle (its boot step unpacks it), the configuration
         library, doc = decompose(user_data)
@@ -112,8 +129,8 @@ def test_render_writes_exactly_the_files_each_machine_receives(stack: str, rende
     out = rendered(stack, str(render_root / stack))
     for folder, (custom_data, user_data, compute) in machines_in_plan(stack).items():
         files = written(out / folder)
-        carried = [data for name, data in files.items() if name not in RAW_FILES]
-        assert digests(carried) == digests(received(custom_data, user_data, compute)), folder
+        carried = [data for name, data in files.items() if name not in RAW_FILES and not PART_FILE.fullmatch(name)]
+        assert digests(carried) == digests(received(custom_data, user_data, compute, vault_secrets(stack))), folder
 
 
 @pytest.mark.parametrize("stack", EXAMPLE_STACKS)
@@ -124,3 +141,5 @@ def test_render_writes_the_machines_inputs_as_the_plan_has_them(stack: str, rend
         assert files["custom-data.b64"].decode() == custom_data + "\n", folder
         assert files["user-data"] == gzip.decompress(base64.b64decode(custom_data)), folder
         assert files.get("vm-user-data.b64", b"\n").decode() == user_data + "\n", folder
+        parts = {name.removesuffix(".b64"): data for name, data in files.items() if PART_FILE.fullmatch(name)}
+        assert parts == {n: (v + "\n").encode() for n, v in vault_secrets(stack).items() if n in parts}, folder

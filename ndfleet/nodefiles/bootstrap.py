@@ -63,6 +63,7 @@ from ndfleet import images
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
+from ndfleet.nodefiles.extensions import BootstrapExtensions, merge_extensions
 from ndfleet.nodefiles.machinefile import MachineFile, render_name
 from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
@@ -165,38 +166,6 @@ class BootstrapTooLarge(Exception):
 
 
 @dataclass(frozen=True)
-class BootstrapExtensions:
-    """What other features add to a node's bootstrap without editing the templates (all empty by default)."""
-
-    files: list[MachineFile] = field(default_factory=list)
-    enable_units: list[str] = field(default_factory=list)
-    start_units: list[str] = field(default_factory=list)
-    runcmd: list[Any] = field(default_factory=list)
-    node_sections: dict[str, Any] = field(default_factory=dict)
-
-
-def merge_extensions(parts: Sequence[BootstrapExtensions | None]) -> BootstrapExtensions | None:
-    """Several features' additions as one, each list in the order given; None when no feature adds anything.
-    Two features may not fill the same node JSON section (one would silently replace the other)."""
-    given = [p for p in parts if p is not None]
-    if not given:
-        return None
-    sections: dict[str, Any] = {}
-    for part in given:
-        taken = sections.keys() & part.node_sections.keys()
-        if taken:
-            raise ValueError(f"bootstrap extensions: node JSON section(s) {sorted(taken)} filled twice")
-        sections.update(part.node_sections)
-    return BootstrapExtensions(
-        files=[f for p in given for f in p.files],
-        enable_units=[u for p in given for u in p.enable_units],
-        start_units=[u for p in given for u in p.start_units],
-        runcmd=[c for p in given for c in p.runcmd],
-        node_sections=sections,
-    )
-
-
-@dataclass(frozen=True)
 class RenderedBootstrap:
     user_data: str  # the cloud-config: what customData decodes to
     files: dict[str, str] = field(default_factory=dict)  # text files by name, "user-data" included
@@ -207,15 +176,23 @@ class RenderedBootstrap:
     bundle: bytes = b""
     custom_data_names: tuple[str, ...] = ()  # files the cloud-config carries; the others travel in the bundle
     activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
+    # The bundle in Key Vault parts (secret name -> value, nodebundle.parts) where it travels there, not in userData.
+    bundle_parts: dict[str, str] = field(default_factory=dict)
 
     @property
     def vm_user_data(self) -> str:
-        """The scale set's userData (base64 of the node bundle); empty when there is no bundle."""
-        return base64.b64encode(self.bundle).decode()
+        """The scale set's userData (base64 of the node bundle); empty when there is no bundle, or it travels in
+        Key Vault parts."""
+        return "" if self.bundle_parts else base64.b64encode(self.bundle).decode()
+
+    @property
+    def user_data_bytes(self) -> int:
+        """What the scale set's userData decodes to."""
+        return 0 if self.bundle_parts else len(self.bundle)
 
     @property
     def user_data_headroom_bytes(self) -> int:
-        return USER_DATA_MAX_BYTES - len(self.bundle)
+        return USER_DATA_MAX_BYTES - self.user_data_bytes
 
     def node_files(self) -> dict[str, bytes]:
         """Every file the node receives, from customData and from the bundle alike: path on the node -> bytes."""
@@ -243,8 +220,10 @@ class RenderedBootstrap:
         for name, data in self.binary_files.items():
             out[name] = (data, int(self.modes.get(name, "0755"), 8) & 0o755)
         out["custom-data.b64"] = ((self.custom_data + "\n").encode(), 0o644)
-        if self.bundle:
+        if self.vm_user_data:
             out["vm-user-data.b64"] = ((self.vm_user_data + "\n").encode(), 0o644)
+        for name, value in self.bundle_parts.items():
+            out[f"{name}.b64"] = ((value + "\n").encode(), 0o644)
         return out
 
 
@@ -374,7 +353,8 @@ class NodeBundle:
     ctx: dict[str, Any]  # the template context, for the placeholder island
     files: tuple[MachineFile, ...]  # as packed: island files still hold the placeholder
     commands: tuple[tuple[str, ...], ...]  # the activation commands
-    bundle: bytes  # what userData decodes to
+    bundle: bytes  # what userData decodes to, or the Key Vault parts hold
+    vault: dict[str, str] | None = None  # BootstrapExtensions.bundle_vault: the bundle travels in Key Vault parts
 
 
 def bundle_shape(island: IslandSpec) -> Any:
@@ -417,6 +397,7 @@ def render_bundle(
         files=tuple(node),
         commands=tuple(tuple(c) for c in commands),
         bundle=nodebundle.pack(node, commands),
+        vault=ext.bundle_vault,
     )
 
 
@@ -431,8 +412,9 @@ def boot_step(manifest: dict[str, Any], commands: Sequence[Sequence[str]]) -> li
     names a health port (a probe watches the machine), the unit answering it Unhealthy when unpacking failed."""
     port = manifest.get("health_port")
     units = _BOOT_UNITS if port is not None else _BOOT_UNITS[:1]
+    timeout_s = nodebundle.unit_timeout_s(commands, from_vault="vault" in manifest)
     ctx = {"unpack_path": nodebundle.UNPACK_PATH, "manifest_path": nodebundle.MANIFEST_PATH, "health_port": port,
-           "bundle_timeout_s": nodebundle.unit_timeout_s(commands),
+           "bundle_timeout_s": timeout_s,
            "on_failure": render_name(_BOOT_UNITS[1][1]) if port is not None else ""}  # fmt: skip
     return [
         MachineFile.text(nodebundle.UNPACK_PATH, 0o755, _unpack_source(), UNPACK_NAME),
@@ -445,7 +427,8 @@ def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) 
     """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData), and every
     file a node of the island writes; raises BootstrapTooLarge over either limit."""
     node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
-    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name), bundle.commands)
+    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault),
+                     bundle.commands)
     boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
     user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
     if nodebundle.ISLAND_PLACEHOLDER in user_data:
@@ -466,12 +449,13 @@ def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) 
         bundle=bundle.bundle,
         custom_data_names=tuple(f.name for f in boot),
         activate=bundle.commands,
+        bundle_parts=nodebundle.parts(bundle.bundle) if bundle.vault else {},
     )
     problems = []
     size = len(rendered.custom_data_bytes)
     if size > CUSTOM_DATA_MAX_BYTES:
         problems.append(_too_large(spec, island, "customData", size, len(rendered.custom_data), CUSTOM_DATA_MAX_BYTES))
-    if len(bundle.bundle) > USER_DATA_MAX_BYTES:
+    if rendered.user_data_bytes > USER_DATA_MAX_BYTES:
         problems.append(
             _too_large(spec, island, "userData", len(bundle.bundle), len(rendered.vm_user_data), USER_DATA_MAX_BYTES)
         )

@@ -16,6 +16,10 @@ travel alike and the JSON stays ASCII; `activate` are the commands the boot step
 customData carries the bundle's size and sha256 (`manifest`), so a node refuses a userData that is not the one
 rendered with its customData (a userData from another deployment).
 
+On a stack that runs Slurm the bundle travels in the Slurm vault instead (`parts`, `manifest(vault=...)`): its
+base64 cut into Key Vault secrets the deployment writes, which the boot step reads with the node's identity
+(docs/bootstrap.md, "When the bundle outgrows userData"); the same size and sha256 decide.
+
 The bundle is island-neutral: every island's files are rendered with ISLAND_PLACEHOLDER where the island's name goes
 (node.json's "island", slurmd's `Feature=island-<name>`, the metrics label, a comment), and `island.paths` lists the
 files that hold it. customData, which is per scale set anyway, carries the name (the manifest's "island"), and the
@@ -36,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ndfleet.nodefiles.machinefile import MachineFile
-from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH
+from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH, IMDS_TAGS_URL
 
 FORMAT = 2
 # Where an island's name goes in the bundle's files: the boot step replaces it with the manifest's "island". Only
@@ -62,6 +66,25 @@ FETCH_TIMEOUT_S = 10
 FETCH_BACKOFF_MAX_S = 20
 # Each activation command (systemctl daemon-reload, enable, start --no-block) is bounded by this.
 COMMAND_TIMEOUT_S = 60
+# Where the Slurm stacks' compute bundle travels instead (docs/bootstrap.md, "When the bundle outgrows userData"): Key
+# Vault secrets the deployer writes through Resource Manager, read by the node with its managed identity. A secret
+# holds at most 25 KB (Microsoft Learn, "About Azure Key Vault secrets"); the bundle's base64 is cut into parts of at
+# most this many characters (bytes), named after the bundle's sha256 so that a new bundle is new secrets.
+PART_CHARS = 24_000
+PART_PREFIX = "ndfleet-bundle-"
+# Role assignments take minutes to reach Key Vault: 401/403/404 (and 429, 5xx, no answer) are retried this long,
+# pausing this long between tries; the Slurm set-up waits for the munge key the same (ndfleet.slurm.machines).
+VAULT_WAIT_S = 600
+VAULT_RETRY_S = 15
+# A secret's JSON answer (25 KB of value and its attributes) is read up to this much.
+MAX_SECRET_ANSWER_BYTES = 64 << 10
+KEYVAULT_API_VERSION = "7.4"
+# Key Vault's Get Secret (Microsoft Learn, Key Vault REST API "Get Secret"): the boot step fills in the vault's name
+# (from the scale set's tag, checked as a vault name) and the part's.
+SECRET_URL = "https://{vault}.vault.azure.net/secrets/{name}?api-version=" + KEYVAULT_API_VERSION
+IMDS_VAULT_TOKEN_URL = (
+    "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
+)
 # The decompressed bundle is about 200 KB; anything past this is refused before it is parsed.
 MAX_UNPACKED_BYTES = 4 << 20
 XZ_FILTERS: list[dict[str, Any]] = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "dict_size": 1 << 20}]
@@ -77,9 +100,25 @@ def fetch_budget_s(attempts: int = FETCH_ATTEMPTS) -> int:
     return attempts * FETCH_TIMEOUT_S + pauses
 
 
-def unit_timeout_s(activate: Sequence[Sequence[str]]) -> int:
-    """The boot step unit's TimeoutStartSec: fetching plus every activation command at its timeout."""
-    return fetch_budget_s() + COMMAND_TIMEOUT_S * max(1, len(activate))
+def unit_timeout_s(activate: Sequence[Sequence[str]], *, from_vault: bool = False) -> int:
+    """The boot step unit's TimeoutStartSec: fetching (the tags and token from IMDS, then, from the vault, the wait
+    for the role assignment with one more try at its bound) plus every activation command at its timeout."""
+    vault = VAULT_WAIT_S + VAULT_RETRY_S + FETCH_TIMEOUT_S if from_vault else 0
+    return fetch_budget_s() + vault + COMMAND_TIMEOUT_S * max(1, len(activate))
+
+
+def part_names(bundle: bytes) -> list[str]:
+    """The Key Vault secrets that hold `bundle` (parts): `ndfleet-bundle-<sha256, 16 hex>-<n>`; a secret name is
+    1-127 letters, digits and dashes (Microsoft Learn, "Naming rules for Azure resources", Microsoft.KeyVault)."""
+    count = -(-len(base64.b64encode(bundle)) // PART_CHARS)
+    digest = hashlib.sha256(bundle).hexdigest()[:16]
+    return [f"{PART_PREFIX}{digest}-{n}" for n in range(count)]
+
+
+def parts(bundle: bytes) -> dict[str, str]:
+    """Secret name -> value: the bundle's base64 in order, PART_CHARS characters each (the last may be shorter)."""
+    text = base64.b64encode(bundle).decode()
+    return {name: text[n * PART_CHARS : (n + 1) * PART_CHARS] for n, name in enumerate(part_names(bundle))}
 
 
 def island_paths(files: Iterable[MachineFile]) -> list[str]:
@@ -117,17 +156,27 @@ def _compress(text: bytes) -> bytes:
 
 
 def manifest(
-    bundle: bytes, health_port: int | None, island: str | None, *, more_follows: bool = False
-) -> dict[str, Any]:
+    bundle: bytes, health_port: int | None, island: str | None, *, more_follows: bool = False,
+    vault: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept, where, and the island
     whose name replaces ISLAND_PLACEHOLDER in the bundle's files.
 
     The Slurm controller's manifest names no island (its bundle holds no island file) and no health port (no health
     probe watches it), and says `more_follows`: its userData is the bundle followed by the Slurm configuration
-    (ndfleet/slurm/userdata.py), so only the first `size` bytes are checked against the sha256."""
+    (ndfleet/slurm/userdata.py), so only the first `size` bytes are checked against the sha256.
+
+    `vault` (a Slurm stack's compute node): the bundle is read from Key Vault secrets (part_names), not userData;
+    its `tag` and `client_id_tag` are the scale set's tags naming the vault and the identity to read it with."""
     optional: dict[str, Any] = {"island": island, "health_port": health_port}
     if more_follows:
         optional["more_follows"] = True
+    if vault is not None:
+        optional["vault"] = {
+            "tag": vault["tag"], "client_id_tag": vault["client_id_tag"], "parts": part_names(bundle),
+            "tags_url": IMDS_TAGS_URL, "token_url": IMDS_VAULT_TOKEN_URL, "secret_url": SECRET_URL,
+            "wait_s": VAULT_WAIT_S, "retry_s": VAULT_RETRY_S, "max_answer_bytes": MAX_SECRET_ANSWER_BYTES,
+        }  # fmt: skip
     return {
         **{key: value for key, value in optional.items() if value is not None},
         "sha256": hashlib.sha256(bundle).hexdigest(),
@@ -215,6 +264,8 @@ __all__ = [
     "island_paths",
     "manifest",
     "pack",
+    "part_names",
+    "parts",
     "split",
     "unit_timeout_s",
     "unpack",

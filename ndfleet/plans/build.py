@@ -75,9 +75,11 @@ class PlannedResource:
     inputs: dict[str, Any]
     # Logical names of the resources this one waits for (`depends_on` and input references), sorted.
     depends_on: list[str] = field(default_factory=list)
+    # `retain_on_delete`: when the program no longer declares it, Pulumi forgets it and Azure keeps it.
+    retain_on_delete: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "name": self.name,
             "parent": self.parent,
@@ -85,6 +87,9 @@ class PlannedResource:
             "dependsOn": self.depends_on,
             "inputs": self.inputs,
         }
+        if self.retain_on_delete:
+            out["retainOnDelete"] = True
+        return out
 
 
 @dataclass
@@ -233,8 +238,8 @@ class RecordingMonitor(MockMonitor):
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
-        # (type, name, parent name, protect), in registration order.
-        self.order: list[tuple[str, str, str | None, bool]] = []
+        # (type, name, parent name, protect, retain on delete), in registration order.
+        self.order: list[tuple[str, str, str | None, bool, bool]] = []
         # "type::name" -> logical names of what it waits for
         self.depends_on: dict[str, list[str]] = {}
 
@@ -244,7 +249,9 @@ class RecordingMonitor(MockMonitor):
             parent_name = _urn_name(parent_urn) if parent_urn else None
             if parent_urn and parent_urn.split("::")[2].split("$")[-1] == "pulumi:pulumi:Stack":
                 parent_name = None
-            self.order.append((request.type, request.name, parent_name, bool(request.protect)))
+            self.order.append(
+                (request.type, request.name, parent_name, bool(request.protect), bool(request.retainOnDelete))
+            )
             self.depends_on[f"{request.type}::{request.name}"] = dependency_names(request)
         return super().RegisterResource(request)
 
@@ -288,8 +295,9 @@ class ProgramRun:
                 protect=prot,
                 inputs=self.mocks.registered.get(f"{t}::{n}", {}),
                 depends_on=self.monitor.depends_on.get(f"{t}::{n}", []),
+                retain_on_delete=retain,
             )
-            for t, n, p, prot in self.monitor.order
+            for t, n, p, prot, retain in self.monitor.order
         ]
 
 

@@ -129,6 +129,7 @@ RESOURCE: Schema = {
     "protect": (_bool, False, None, None),
     "inputs": (_dict, False, INPUTS, None),
     "dependsOn": (_list, False, None, _str),
+    "retainOnDelete": (_bool, False, None, None),
 }
 SUMMARY_ISLAND: Schema = {"name": (_str, True, None, None), "nodes": (_int, True, None, None),
                           "gpus": (_int, False, None, None), "spares": (_int, False, None, None)}

@@ -41,6 +41,7 @@ from ndfleet.nodefiles.bootstrap import (
 )
 from ndfleet.nodefiles.machinefile import MachineFile, unique_names
 from ndfleet.nodefiles.nodeapp import library
+from ndfleet.nodefiles.nodebundle import IMDS_VAULT_TOKEN_URL, KEYVAULT_API_VERSION, VAULT_RETRY_S, VAULT_WAIT_S
 from ndfleet.nodefiles.nodeconfig import node_config, to_json
 from ndfleet.slurm.conf import (
     BURNIN_EVERY_S,
@@ -87,9 +88,10 @@ MICROSOFT_KEY_URL = f"https://{SLURM_REPO_HOST}/keys/microsoft.asc"
 MICROSOFT_KEYRING = "/usr/share/keyrings/microsoft-prod.asc"
 # cloud-init and unattended-upgrades hold the dpkg lock during first boot; apt waits this long for it.
 DPKG_LOCK_TIMEOUT_S = 300
-# Azure role assignments take minutes to reach Key Vault: 403/404 are retried this long (all secrets together).
-SECRET_WAIT_S = 600
-SECRET_RETRY_S = 15
+# Azure role assignments take minutes to reach Key Vault: 403/404 are retried this long (all secrets together), as
+# the boot step waits for the bundle's parts (one home: ndfleet/nodefiles/nodebundle.py).
+SECRET_WAIT_S = VAULT_WAIT_S
+SECRET_RETRY_S = VAULT_RETRY_S
 SLURM_UID = 11100
 ROLE_PACKAGES = {
     "controller": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmctld", "slurm-smd-slurmdbd"),
@@ -97,11 +99,8 @@ ROLE_PACKAGES = {
     "compute": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmd"),
 }
 # Values Azure computes at deployment, read by the machines from their tags (instance metadata).
-IMDS_TOKEN_URL = (
-    "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
-)
+IMDS_TOKEN_URL = IMDS_VAULT_TOKEN_URL
 IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"
-KEYVAULT_API_VERSION = "7.4"
 MUNGE_SECRET = "munge-key"
 DB_SECRET = "slurmdbd-password"
 DATABASE_USER = "slurmdbd"
@@ -312,6 +311,9 @@ def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExte
         files=slurm_node_files(spec, island),
         enable_units=[SETUP_UNIT],
         start_units=[SETUP_UNIT],
+        # The compute bundle travels in the Slurm vault, in parts (docs/bootstrap.md, "When the bundle outgrows
+        # userData"): the node reads it with the identity and from the vault its set-up reads the munge key with.
+        bundle_vault={"tag": TAG_VAULT, "client_id_tag": TAG_IDENTITY_CLIENT_ID},
     )
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""ndfleet boot step: fetch the node bundle from this VM's userData, check it, unpack it, activate it.
+"""ndfleet boot step: fetch the node bundle (userData, or Key Vault parts), check it, unpack it, activate it.
 
 Shipped verbatim in customData (ndfleet/nodefiles/bootstrap.py) as /usr/local/sbin/ndfleet-unpack, on the compute
 nodes and on the Slurm controller (whose bundle is its node-program library, followed in userData by its Slurm
@@ -11,7 +11,9 @@ configuration: manifest `more_follows`); Python 3.10 standard library only. Run 
 The manifest (customData) names the bundle's size and sha256 and this node's island. When the stamp file already
 holds that sha256 the bundle was unpacked and activated on this disk before: nothing is fetched (a reboot). Otherwise
 the userData is read from the instance metadata service (header Metadata: true, no proxy, each attempt bounded,
-retried with doubling pauses), refused unless its size and sha256 are the manifest's, decompressed (bounded), the
+retried with doubling pauses), or, when the manifest names a `vault` (a Slurm stack's compute node), the bundle's
+Key Vault parts with this VM's managed identity (fetch_from_vault); it is refused unless its size and sha256 are
+the manifest's, decompressed (bounded), the
 island's name put where the bundle's island files hold its placeholder (one bundle serves every island), and every
 file written atomically (temporary file, mode, fsync, rename); then the bundle's activation commands run (each
 bounded) and the stamp is written last, so an interrupted run is redone whole at the next boot. Exit 0 done, 1
@@ -30,6 +32,7 @@ import http.server
 import json
 import lzma
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,10 +53,27 @@ FORMAT = 2
 # ndfleet/stackconfig/settings.py), so nothing a shell or systemd reads as syntax can come in through the manifest.
 ISLAND_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 ISLAND_MAX = 64
+# The token goes only to <vault>.vault.azure.net: a vault name is 3-24 letters, digits and dashes, a secret's 1-127
+# (Microsoft Learn, "Naming rules for Azure resources", Microsoft.KeyVault), so no tag or manifest can point it at
+# another host or path; a client id is a GUID.
+VAULT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{1,22}[A-Za-z0-9]")
+SECRET_NAME = re.compile(r"[A-Za-z0-9-]{1,127}")
+CLIENT_ID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+# Key Vault answers while the node's role assignment has not reached it (Azure RBAC: minutes), or when busy: retried.
+VAULT_RETRY_STATUS = {401, 403, 404, 429, 500, 502, 503, 504}
+MAX_TAGS_BYTES = 64 << 10
+MAX_TOKEN_BYTES = 16 << 10
 
 
 class BundleError(Exception):
     pass
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error, not followed: urllib would send the Authorization header to wherever it points."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 class Late(BaseException):  # not an Exception: no handler inside urllib may take it for its own
@@ -98,6 +118,14 @@ def load_manifest(path: str) -> dict[str, Any]:
     for key, kind in optional.items():
         if key in m and not isinstance(m[key], kind):
             raise BundleError(f"the manifest {path} has a {key!r} that is no {kind.__name__}")
+    vault = m.get("vault")
+    if vault is not None:
+        fields = {"tag": str, "client_id_tag": str, "parts": list, "tags_url": str, "token_url": str,
+                  "secret_url": str, "wait_s": int, "retry_s": int, "max_answer_bytes": int}  # fmt: skip
+        if not isinstance(vault, dict) or any(not isinstance(vault.get(k), t) for k, t in fields.items()):
+            raise BundleError(f"the manifest {path} has a 'vault' without {', '.join(fields)} of their types")
+        if not vault["parts"] or not all(isinstance(n, str) and SECRET_NAME.fullmatch(n) for n in vault["parts"]):
+            raise BundleError(f"the manifest {path} names invalid Key Vault parts {str(vault['parts'])[:200]}")
     island = m.setdefault("island", None)
     if island is not None and (not 0 < len(island) <= ISLAND_MAX or not set(island) <= ISLAND_CHARS):
         raise BundleError(f"the manifest {path} names an invalid island {island[:ISLAND_MAX]!r}")
@@ -106,29 +134,34 @@ def load_manifest(path: str) -> dict[str, Any]:
 
 
 def fetch(m: dict[str, Any]) -> bytes:
-    """The userData text from the instance metadata service; BundleError after the last attempt. Each attempt,
-    answer and body included, ends within timeout_s (an interval timer: a service that drips its answer is cut
-    off), so every attempt and pause fit in the unit's TimeoutStartSec (nodebundle.unit_timeout_s) and the reason
-    is written before systemd would stop the unit."""
+    """The userData text from the instance metadata service; BundleError after the last attempt."""
+    return imds(m, m["url"], MAX_USER_DATA_CHARS, "userData", f"longer than Azure's {MAX_USER_DATA_CHARS:,} characters")
+
+
+def imds(m: dict[str, Any], url: str, limit: int, what: str, too_long: str) -> bytes:
+    """A non-empty answer of the instance metadata service at `url`; BundleError after the last attempt. Each
+    attempt, answer and body included, ends within timeout_s (an interval timer: a service that drips its answer is
+    cut off), so every attempt and pause fit in the unit's TimeoutStartSec (nodebundle.unit_timeout_s) and the
+    reason is written before systemd would stop the unit."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS is never reached through a proxy
     last = "no attempt"
     signal.signal(signal.SIGALRM, _late)
     for attempt in range(1, m["attempts"] + 1):
-        request = urllib.request.Request(m["url"], headers={"Metadata": "true"})
+        request = urllib.request.Request(url, headers={"Metadata": "true"})
         try:
             signal.setitimer(signal.ITIMER_REAL, m["timeout_s"])
             with opener.open(request, timeout=m["timeout_s"]) as reply:
-                text = reply.read(MAX_USER_DATA_CHARS + 1)
+                text = reply.read(limit + 1)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            if len(text) > MAX_USER_DATA_CHARS:
-                raise BundleError(f"userData is longer than Azure's {MAX_USER_DATA_CHARS:,} characters")
+            if len(text) > limit:
+                raise BundleError(f"{what} is {too_long}")
             if text.strip():
                 return bytes(text)
-            last = "the VM has no userData"
+            last = f"the VM has no {what}"
         except urllib.error.HTTPError as e:
             last = f"HTTP {e.code}"
             if e.code not in RETRY_STATUS:
-                raise BundleError(f"the instance metadata service answered {last}") from None
+                raise BundleError(f"the instance metadata service answered {last} for {what}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # HTTPException: a cut answer
             last = str(getattr(e, "reason", e)) or type(e).__name__
         except Late:
@@ -137,21 +170,91 @@ def fetch(m: dict[str, Any]) -> bytes:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if attempt < m["attempts"]:
             time.sleep(min(2 ** (attempt - 1), m["backoff_max_s"]))
-    raise BundleError(f"no userData from the instance metadata service after {m['attempts']} attempts: {last}")
+    raise BundleError(f"no {what} from the instance metadata service after {m['attempts']} attempts: {last}")
+
+
+def imds_json(m: dict[str, Any], url: str, limit: int, what: str) -> Any:
+    try:
+        return json.loads(imds(m, url, limit, what, f"larger than {limit:,} bytes"))
+    except ValueError:
+        raise BundleError(f"the instance metadata service's {what} is not JSON") from None
+
+
+def fetch_from_vault(m: dict[str, Any]) -> bytes:
+    """The bundle's base64 text from its Key Vault parts (the manifest's `vault`), read with this VM's managed
+    identity through the vault's private endpoint: the vault's name and the identity from the scale set's tags, a
+    token for https://vault.azure.net from the instance metadata service, then each part in order. A part that the
+    vault refuses or does not have yet (the role assignment takes minutes to arrive), or a busy vault, is asked
+    again every retry_s until wait_s has passed; any other answer, or one that is not what Key Vault answers (a JSON
+    object with a string `value`, at most max_answer_bytes), fails the boot step with what came back."""
+    v = m["vault"]
+    tags = imds_json(m, v["tags_url"], MAX_TAGS_BYTES, "tags")
+    tag = {t.get("name"): t.get("value") for t in tags if isinstance(t, dict)} if isinstance(tags, list) else {}
+    vault, client_id = tag.get(v["tag"]), tag.get(v["client_id_tag"])
+    if not isinstance(vault, str) or not VAULT_NAME.fullmatch(vault):
+        raise BundleError(f"the scale set's tag {v['tag']} is not a Key Vault name: {str(vault)[:40]!r}")
+    token_url = v["token_url"]
+    if client_id is not None:
+        if not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id):
+            raise BundleError(f"the scale set's tag {v['client_id_tag']} is not a client id: {str(client_id)[:40]!r}")
+        token_url += f"&client_id={client_id}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    deadline = time.monotonic() + v["wait_s"]
+    text = []
+    for name in v["parts"]:
+        while True:
+            token = imds_json(m, token_url, MAX_TOKEN_BYTES, "managed identity token")
+            access = token.get("access_token") if isinstance(token, dict) else None
+            if not isinstance(access, str) or not access:
+                raise BundleError("the instance metadata service's token answer has no access_token")
+            url = v["secret_url"].format(vault=vault, name=name)
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {access}"})
+            try:
+                signal.setitimer(signal.ITIMER_REAL, m["timeout_s"])
+                with opener.open(request, timeout=m["timeout_s"]) as reply:
+                    body = reply.read(v["max_answer_bytes"] + 1)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                if len(body) > v["max_answer_bytes"]:
+                    raise BundleError(f"Key Vault secret {name}: an answer over {v['max_answer_bytes']:,} bytes")
+                try:
+                    value = json.loads(body).get("value")
+                except (ValueError, AttributeError):
+                    value = None
+                if not isinstance(value, str):
+                    raise BundleError(f"Key Vault secret {name}: the answer is not a secret (no string value)")
+                text.append(value)
+                break
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+                if e.code not in VAULT_RETRY_STATUS:
+                    raise BundleError(f"Key Vault secret {name}: {last}") from None
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+                last = str(getattr(e, "reason", e)) or type(e).__name__
+            except Late:
+                last = f"no whole answer within {m['timeout_s']} s"
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            if time.monotonic() >= deadline:
+                raise BundleError(f"Key Vault secret {name}: still {last} after {v['wait_s']} s "
+                                  "(the node's role assignment on it missing?)")  # fmt: skip
+            log(f"Key Vault secret {name}: {last}; asking again in {v['retry_s']} s")
+            time.sleep(v["retry_s"])
+    return "".join(text).encode("ascii", "replace")
 
 
 def check(text: bytes, m: dict[str, Any]) -> bytes:
+    source = "the bundle read from Key Vault" if m.get("vault") else "userData"
     try:
         raw = base64.b64decode(text.strip(), validate=True)
     except (binascii.Error, ValueError):
-        raise BundleError("userData is not base64") from None
+        raise BundleError(f"{source} is not base64") from None
     if m["more_follows"]:  # the Slurm controller: its bundle, then its Slurm configuration (not this step's)
         raw = raw[: m["size"]]
     digest = hashlib.sha256(raw).hexdigest()
     if len(raw) != m["size"] or digest != m["sha256"]:
         raise BundleError(
-            f"userData is not this node's bundle ({len(raw)} bytes, sha256 {digest[:16]}; customData expects "
-            f"{m['size']} bytes, sha256 {m['sha256'][:16]}): customData and userData come from different deployments"
+            f"{source} is not this node's bundle ({len(raw)} bytes, sha256 {digest[:16]}; customData expects "
+            f"{m['size']} bytes, sha256 {m['sha256'][:16]}): customData and {source} come from different deployments"
         )
     return raw
 
@@ -232,7 +335,8 @@ def unpack(m: dict[str, Any], root: str) -> int:
             return 0
     except (OSError, BundleError):
         pass
-    files, commands = parse(check(fetch(m), m), m["max_unpacked_bytes"], m["island"])
+    fetched = fetch_from_vault(m) if m.get("vault") else fetch(m)
+    files, commands = parse(check(fetched, m), m["max_unpacked_bytes"], m["island"])
     for path, mode, data in files:
         write_atomic(under(root, path), data, mode)
     log(f"bundle {m['sha256'][:16]}: {len(files)} files written; activating")

@@ -19,6 +19,7 @@ NIC = "azure-native:network:NetworkInterface"
 SUBNET = "azure-native:network:Subnet"
 ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
+SECRET = "azure-native:keyvault:Secret"
 # Azure keeps the first four addresses and the last of every subnet (Microsoft Learn, virtual-networks-faq: "Are
 # there any restrictions on using IP addresses within these subnets?"); .1 is the default gateway.
 AZURE_RESERVED_LOW = 4
@@ -94,6 +95,9 @@ class PlanMachines:
     # the role definitions (the last segment of their id: a built-in role's GUID) the plan assigns to anyone
     assigned_roles: set[str] = field(default_factory=set)
     doc: dict[str, Any] = field(default_factory=dict)  # the plan JSON itself (the status stand-in's scale sets)
+    # The Key Vault secrets whose value the plan holds (the compute bundle's parts): name -> value. A value the plan
+    # cannot know (pulumi_random's, a Pulumi secret) is not here.
+    vault_secrets: dict[str, str] = field(default_factory=dict)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -187,6 +191,11 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         role_grants(plan),
         {str(r["inputs"].get("roleDefinitionId", "")).rsplit("/", 1)[-1] for r in _resources(plan, ROLE_ASSIGNMENT)},
         plan,
+        {
+            str(r["inputs"]["secretName"]): value
+            for r in _resources(plan, SECRET)
+            if isinstance(props := r["inputs"].get("properties"), dict) and isinstance(value := props.get("value"), str)
+        },
     )
 
 

@@ -40,8 +40,25 @@ def test_every_healthy_compute_node_reaches_the_validated_target(twin: Twin) -> 
         twin.record("boot to ndfleet-validated.target", tm.seconds_since_boot("ndfleet-validated.target"))
 
 
+def test_each_compute_node_reads_its_bundle_from_the_key_vault_parts_its_manifest_names(twin: Twin) -> None:
+    """The twin runs Slurm, so its compute nodes' bundle travels in the Slurm vault, not userData (docs/bootstrap.md,
+    "When the bundle outgrows userData"): each node read every part its manifest names from the Key Vault stand-in,
+    with its own identity's token (the stand-in answers 401 to any other), and its scale set sends no userData."""
+    wait_all(
+        healthy_nodes(twin), "ndfleet-validated.target active",
+        lambda tm: tm.unit_state("ndfleet-validated.target") == "active", BOOT_TIMEOUT_S, NODE_UNITS,
+    )  # fmt: skip
+    vault = f"{twin.plan.vault_name}.vault.azure.net"
+    with twin.state.lock:
+        read = [(client, path) for client, host, path, status in twin.state.requests if host == vault and status == 200]
+    for tm in healthy_nodes(twin):
+        parts = json.loads(tm.run("cat /etc/ndfleet/bundle.json").stdout)["vault"]["parts"]
+        assert tm.spec.user_data is None and len(parts) >= 2
+        assert {f"/secrets/{name}" for name in parts} <= {path for client, path in read if client == tm.spec.ip}
+
+
 def test_each_node_fills_its_own_island_into_the_shared_bundle(twin: Twin) -> None:
-    """Islands of one shape get the same userData; the boot step puts in the island its customData's manifest names
+    """Islands of one shape get the same bundle; the boot step puts in the island its customData's manifest names
     (docs/bootstrap.md, "One bundle for every island"): node.json, slurmd's Feature=island-<name>, the metrics label."""
     wait_all(
         healthy_nodes(twin), "ndfleet-validated.target active",

@@ -213,7 +213,10 @@ class Twin:
             releases.GITHUB_HOST: releases.build(self.workdir / "releases"),
         }
         self.state.machines_by_ip = {m.ip: m for m in self.plan.machines}
-        self.state.secrets = {"munge-key": secrets.token_hex(64), "slurmdbd-password": secrets.token_urlsafe(30)}
+        # The munge key and database password are generated at deployment (pulumi_random: unknown to the plan); the
+        # compute bundle's parts are the plan's own secrets, written as the deployment writes them.
+        self.state.secrets = {"munge-key": secrets.token_hex(64), "slurmdbd-password": secrets.token_urlsafe(30),
+                              **self.plan.vault_secrets}  # fmt: skip
         ca, cert, key = pki.make_ca_and_server(self.workdir / "pki", self._service_hosts(), [self.standin_ip])
         self.ca_pem = ca.read_bytes()
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -14,13 +14,19 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ndfleet.azure.text import terminal_safe
-from ndfleet.nodefiles.nodebundle import BundleError, unpack
+from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER, BundleError, unpack
+from ndfleet.plans.resource_types import VMSS_TYPE
 from ndfleet.slurm.userdata import UserDataError, decompose
 
 USER_DATA_KEY = "userData"
+# Where the diff puts a scale set's bundle that travels in Key Vault parts (with_vault_bundles): decoded as
+# a bundle in userData is.
+VAULT_BUNDLE_KEY = "nodeBundleFromKeyVault"
 # The activation commands are part of the bundle; shown as a file of this name, one command a line.
 ACTIVATE_ENTRY = "(activate)"
 # A Slurm machine's userData names the Slurm release it installs; shown as a file of this name.
@@ -30,7 +36,7 @@ MAX_LINE_CHARS = 300
 
 
 def is_user_data(path: str) -> bool:
-    return path == USER_DATA_KEY or path.endswith("." + USER_DATA_KEY)
+    return any(path == key or path.endswith("." + key) for key in (USER_DATA_KEY, VAULT_BUNDLE_KEY))
 
 
 def decode_bundle(value: Any) -> dict[str, bytes] | None:
@@ -45,7 +51,10 @@ def decode_bundle(value: Any) -> dict[str, bytes] | None:
 @functools.lru_cache(maxsize=16)
 def _decode(value: str) -> dict[str, bytes] | None:
     try:
-        files, activate = unpack(value)
+        # A compute bundle is island-neutral: its island files hold the placeholder where the node writes its island's
+        # name (nodebundle), and the diff shows them so. Without it, no real compute bundle decoded and its diff was
+        # two hashes (found while moving the bundle to Key Vault).
+        files, activate = unpack(value, ISLAND_PLACEHOLDER)
     except BundleError:
         return _machine_files(value)
     out = {f.path: f.data for f in files}
@@ -128,3 +137,46 @@ def describe(old: Any, new: Any) -> str | None:
         return None
     shown = ", ".join(terminal_safe(f, limit=80) for f in files[:4]) + (", ..." if len(files) > 4 else "")
     return f"node bundle: {len(files)} file{'s' if len(files) != 1 else ''} change ({shown})"
+
+
+SECRET_TYPE = "azure-native:keyvault:Secret"
+# A part of a compute bundle kept in the Slurm vault (ndfleet.nodefiles.nodebundle.part_names): the bundle's sha256
+# (16 hex digits) and the part's number.
+_PART_NAME = re.compile(r"ndfleet-bundle-([0-9a-f]{16})-([0-9]{1,3})")
+
+
+def _vault_bundles(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The compute bundles the plan keeps in Key Vault parts: the bundle's sha256 prefix -> its base64 text."""
+    parts: dict[str, list[tuple[int, str]]] = {}
+    for r in plan.get("resources", ()):
+        props = (r.get("inputs") or {}).get("properties") if r.get("type") == SECRET_TYPE else None
+        name = (r.get("inputs") or {}).get("secretName")
+        match = _PART_NAME.fullmatch(name) if isinstance(name, str) else None
+        if match and isinstance(props, dict) and isinstance(props.get("value"), str):
+            parts.setdefault(match.group(1), []).append((int(match.group(2)), props["value"]))
+    return {digest: "".join(value for _, value in sorted(found)) for digest, found in parts.items()}
+
+
+def with_vault_bundles(
+    plan: Mapping[str, Any] | None, decode_custom_data: Callable[[Any], str | None]
+) -> Mapping[str, Any] | None:
+    """The plan with each scale set whose boot step reads its bundle from Key Vault parts (a Slurm stack's compute
+    nodes, docs/bootstrap.md) carrying that bundle under `virtualMachineProfile.nodeBundleFromKeyVault`: the diff
+    then decodes the files a node receives, as it does for a bundle in userData, instead of showing parts of base64.
+    The key is the diff's, not the scale set's: nothing of it is sent to Azure."""
+    if plan is None:
+        return None
+    bundles = _vault_bundles(plan)
+    if not bundles:
+        return plan
+    resources = []
+    for r in plan.get("resources", ()):
+        profile = (r.get("inputs") or {}).get("virtualMachineProfile") if r.get("type") == VMSS_TYPE else None
+        if isinstance(profile, dict):
+            text = decode_custom_data((profile.get("osProfile") or {}).get("customData")) or ""
+            named = {m.group(1) for m in _PART_NAME.finditer(text)} & set(bundles)
+            if len(named) == 1:
+                profile = {**profile, VAULT_BUNDLE_KEY: bundles[named.pop()]}
+                r = {**r, "inputs": {**r["inputs"], "virtualMachineProfile": profile}}
+        resources.append(r)
+    return {**plan, "resources": resources}

@@ -428,6 +428,7 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
     """Compare two plans of one stack; either may be None (a stack present on one side only)."""
     if base is None and head is None:
         raise ValueError("diff_plans needs at least one plan")
+    base, head = bundle.with_vault_bundles(base, decode_bootstrap), bundle.with_vault_bundles(head, decode_bootstrap)
     name = stack or str((head or base or {}).get("stack") or "stack")
     old_name, new_name = (base or {}).get("stack"), (head or {}).get("stack")
     if stack is None and old_name and new_name and old_name != new_name:  # `ndfleet diff --allow-different-stacks`
@@ -440,7 +441,9 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
             assert new is not None
             changes.append(ResourceChange(key[0], key[1], "create", new_protect=bool(new.get("protect"))))
         elif new is None:
-            changes.append(ResourceChange(key[0], key[1], "delete", old_protect=bool(old.get("protect"))))
+            # retain_on_delete (the bundle's parts): Pulumi forgets the resource and Azure keeps it.
+            op = "retain" if old.get("retainOnDelete") else "delete"
+            changes.append(ResourceChange(key[0], key[1], op, old_protect=bool(old.get("protect"))))
         else:
             props = diff_values(old.get("inputs") or {}, new.get("inputs") or {})
             old_p, new_p = bool(old.get("protect")), bool(new.get("protect"))

@@ -22,7 +22,7 @@ from ndfleet.plans.plandiff.resources import (
 
 
 # "+-" for a replacement, as `pulumi preview` marks one.
-_OP_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-"}
+_OP_SIGN = {"create": "+", "delete": "-", "update": "~", "replace": "+-", "retain": "="}
 _SEVERITY_MD = {"danger": ":stop_sign: danger", "warning": ":warning: warning", "info": ":information_source: info"}
 
 
@@ -34,6 +34,8 @@ def _counts(d: StackDiff) -> str:
     if d.empty:
         return "no changes"
     parts = [f"{d.count(op)} to {op}" for op in ("create", "update", "replace", "delete")]
+    if d.count("retain"):  # no longer declared, kept in Azure (retain_on_delete): the bundle's earlier parts
+        parts.append(f"{d.count('retain')} to keep in Azure unmanaged")
     if d.outputs:
         parts.append(f"{len(d.outputs)} output changes")
     return ", ".join(parts)
@@ -111,7 +113,8 @@ def _md_details(d: StackDiff) -> list[str]:
                     udiff = bundle_diff(p.old, p.new)
                     if udiff:
                         fence = "~~~~" if any("```" in line for line in udiff) else "```"
-                        lines += ["Node bundle changes (decoded userData):", "", fence + "diff", *udiff, fence, ""]
+                        title = "Node bundle changes (decoded userData or Key Vault parts):"
+                        lines += [title, "", fence + "diff", *udiff, fence, ""]
     if d.outputs:
         lines += ["**Stack outputs**", "", "| output | base | head |", "|---|---|---|"]
         for p in d.outputs:

@@ -101,7 +101,7 @@ class PropertyChange:
 class ResourceChange:
     type: str
     name: str
-    op: str  # "create" | "delete" | "update"
+    op: str  # "create" | "delete" | "update" | "retain" (no longer declared, kept in Azure: retain_on_delete)
     properties: tuple[PropertyChange, ...] = ()
     old_protect: bool = False
     new_protect: bool = False
