@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ndfleet.azure.text import terminal_safe
-from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER, BundleError, unpack
+from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER, PART_PREFIX, BundleError, unpack
 from ndfleet.plans.resource_types import VMSS_TYPE
 from ndfleet.slurm.userdata import UserDataError, decompose
 
@@ -140,9 +140,9 @@ def describe(old: Any, new: Any) -> str | None:
 
 
 SECRET_TYPE = "azure-native:keyvault:Secret"
-# A part of a compute bundle kept in the Slurm vault (ndfleet.nodefiles.nodebundle.part_names): the bundle's sha256
-# (16 hex digits) and the part's number.
-_PART_NAME = re.compile(r"ndfleet-bundle-([0-9a-f]{16})-([0-9]{1,3})")
+# A part of a compute bundle kept in the Slurm vault (nodebundle.part_names names them): the bundle's sha256 (16 hex
+# digits) and the part's number.
+_PART_NAME = re.compile(re.escape(PART_PREFIX) + r"([0-9a-f]{16})-([0-9]{1,3})")
 
 
 def _vault_bundles(plan: Mapping[str, Any]) -> dict[str, str]:
