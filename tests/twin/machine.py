@@ -228,9 +228,14 @@ def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        for task in Path(f"/proc/{p}/task").glob("*"):
+        try:
+            # A process can exit between being listed as a child and being read: then it has no children to list.
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for task in tasks:
             try:
-                kids = [int(k) for k in (task / "children").read_text().split()]
+                kids = [int(k) for k in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
             except OSError:
                 continue
             out += kids
