@@ -297,7 +297,7 @@ def test_kernel_log_falls_back_to_dmesg(runs):
 def test_bad_level_cannot_run(runs):
     r = runs["bad_level"]
     assert r.rc == 2 and r.report is None
-    assert "--level must be quick or full" in r.stderr
+    assert "--level must be one of quick, epilog, full" in r.stderr
 
 
 def test_missing_report_path_cannot_run(runs):
@@ -326,3 +326,12 @@ def test_levels_are_generated_from_the_check_decorators() -> None:
 
     assert level_ids("quick") == list(QUICK_CHECKS)
     assert level_ids("full") == [*QUICK_CHECKS, *PERF_CHECKS]
+
+
+def test_the_epilog_level_is_the_quick_checks_and_the_all_reduce() -> None:
+    """The Slurm Epilog's level: every quick check and the 8-GPU all-reduce (the floor a GPU slow with no clock-event
+    reason fails), none of the other bandwidth tests; the full level still runs the all-reduce."""
+    from ndfleet_node.checks import level_ids
+
+    assert level_ids("epilog") == [*level_ids("quick"), "perf.nccl_allreduce"]
+    assert "perf.nccl_allreduce" in level_ids("full") and len(level_ids("full")) > len(level_ids("epilog"))

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ndfleet_node.checks import level_ids
+from ndfleet_node.checks import LEVELS, level_ids
 from ndfleet_node.config import Hardware, Thresholds
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
@@ -89,7 +89,7 @@ def node_config(
         },
         "validation": {
             "level": spec.health.validation_level,
-            "levels": {"quick": level_ids("quick"), "full": level_ids("full")},
+            "levels": {level: level_ids(level) for level in LEVELS},
             "dcgm_level": level,
         },
         "timeouts": {

@@ -105,9 +105,10 @@ def verdict_from_report(returncode: int, doc: Any) -> Verdict:
     return Verdict(False, failed or ("validate-error",))
 
 
-def run_validation(validator: Sequence[str], report: Path, timeout_s: float) -> Verdict:
-    """Run the quick validation; a hang, a crash or an unreadable report counts as a failure of the node."""
-    result = run_tool([*validator, "--level", "quick", "--report", str(report)], timeout_s)
+def run_validation(validator: Sequence[str], report: Path, timeout_s: float, level: str = "quick") -> Verdict:
+    """Run the validation at `level` (quick; the Epilog's `epilog` adds the short measured floor); a hang, a crash
+    or an unreadable report counts as a failure of the node."""
+    result = run_tool([*validator, "--level", level, "--report", str(report)], timeout_s)
     if result.timed_out:
         return Verdict(False, ("validate-timeout",))
     if result.rc is None or result.rc == 127:
@@ -254,7 +255,7 @@ def default_node_name() -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout)
+    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
     node = args.node_name or default_node_name()
     code = 0 if verdict.healthy else 1
     burnin_marker = Path(args.burnin_marker)
@@ -323,6 +324,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--validate-timeout", type=_seconds, default=600.0, help="seconds before the validation counts as failed"
     )
+    p.add_argument("--level", choices=("quick", "epilog"), default="quick",
+                   help="quick (the periodic check) or epilog (at a job's end: quick and the short measured floor)")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=_seconds, default=30.0)
     p.add_argument(

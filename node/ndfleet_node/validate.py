@@ -1,4 +1,4 @@
-"""`ndfleet-node validate --level quick|full --report PATH` (also installed as `validate-node`).
+"""`ndfleet-node validate --level quick|epilog|full --report PATH` (also installed as `validate-node`).
 
 Exit 0 healthy, 1 unhealthy, 2 could not run (bad arguments, report path unusable, node JSON unreadable).
 Read-only checks run concurrently; the bandwidth checks one after another. Tools come from PATH, /sys and
@@ -39,14 +39,14 @@ def register(subparsers: Any) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--level", default="", help="quick or full")
+    p.add_argument("--level", default="", help="quick, epilog or full")
     p.add_argument("--report", default="", metavar="PATH", help="where to write the JSON report")
     p.add_argument("--config", default=None, metavar="PATH", help=f"node JSON (default {node_config.DEFAULT_PATH})")
 
 
 def cannot_run(message: str) -> int:
     print(f"validate-node: {message}", file=sys.stderr)
-    print("usage: validate-node --level quick|full --report PATH", file=sys.stderr)
+    print("usage: validate-node --level quick|epilog|full --report PATH", file=sys.stderr)
     return 2
 
 
@@ -119,7 +119,7 @@ def explain(check_id: str, r: Result, steps: list[dict[str, str]]) -> Result:
 
 def run(args: argparse.Namespace) -> int:
     if args.level not in LEVELS:
-        return cannot_run(f"--level must be quick or full, got '{args.level}'")
+        return cannot_run(f"--level must be one of {', '.join(LEVELS)}, got '{args.level}'")
     if not args.report:
         return cannot_run("--report PATH is required")
     report_path = args.report

@@ -678,3 +678,23 @@ def test_an_epilog_waits_for_the_check_that_runs_then_checks(prod: ClusterSpec, 
                                 timeout=120, check=False)  # fmt: skip
         assert holder.poll() is not None  # it waited for the holder
     assert epilog.returncode == 0 and note.read_text() == "slurm-health\n"
+
+
+def test_the_epilog_also_measures_the_node_and_the_periodic_check_does_not(prod: ClusterSpec, tmp_path: Path) -> None:
+    """At a job's end the node is free: the Epilog validates at level `epilog` (quick and the 8-GPU all-reduce, which
+    catches a GPU slow with no clock-event reason), bounded by the quick checks' and the all-reduce's timeouts; the
+    periodic check, which runs under jobs, stays quick within slurmd's 60 s."""
+    from ndfleet.slurm.conf import HEALTH_CHECK_VALIDATE_TIMEOUT_S
+    from ndfleet.slurm.machines import epilog_validate_timeout_s
+
+    script, _, _ = _health_script(prod, tmp_path, 0)
+    args = tmp_path / "args"
+    program = tmp_path / "ndfleet-node"
+    program.write_text(f"#!/bin/sh\necho \"$*\" >> '{args}'\n")
+    subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin"}, timeout=60, check=True)
+    subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
+                   timeout=60, check=True)  # fmt: skip
+    periodic, epilog = args.read_text().splitlines()
+    assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in periodic
+    assert f"--level epilog --validate-timeout {epilog_validate_timeout_s(prod)} " in epilog
+    assert epilog_validate_timeout_s(prod) == HEALTH_CHECK_VALIDATE_TIMEOUT_S + 180  # ND H100 v5's all-reduce bound

@@ -2,7 +2,8 @@
 
 A check is a function `(Context) -> Result` registered with `@check(id, level, impact, calls=..., concurrent=...,
 setup_steps=...)`, which holds everything known about a check in one place:
-- `level`: the first level that runs it ("quick": read-only queries; "full": also the bandwidth tests).
+- `level`: the first level that runs it ("quick": read-only queries; "epilog": also the short measured floor the
+  Slurm Epilog runs at each job's end, the 8-GPU all-reduce; "full": also every other bandwidth test).
 - `impact`: the Guest Health Reporting category a failure files under (suffix of Resource.Hpc.Unhealthy.), or None
   where the fault is software or configuration (ndfleet_node.impact_categories).
 - `setup_steps`: set-up steps whose failure explains this check's (ndfleet_node.validate).
@@ -30,7 +31,7 @@ from ndfleet_node.config import Hardware, NodeConfig, Thresholds
 from ndfleet_node.runner import Runner, ToolResult
 
 # The levels, in run order: a level runs its own checks after those of the levels before it.
-LEVELS = ("quick", "full")
+LEVELS = ("quick", "epilog", "full")
 
 T = TypeVar("T")
 
