@@ -54,7 +54,7 @@ def test_the_controller_gets_each_islands_spares_in_its_user_data() -> None:
     doc = json.loads(spares_config(spec))
     assert doc == {"ledger": HOST_LEDGER, "islands": [{"island": "ib00", "partition": "ib00", "nodes": 10,
                                                         "spares": 2}],
-                   "requeue_failed_within_s": requeue_failed_within_s(spec.slurm.health_check_interval_s)}
+                   "requeue_failed_within_s": requeue_failed_within_s(spec)}
     files = decompose(machine_user_data(spec, "controller"))[1]["files"]
     assert json.loads(files[SPARES_CONFIG]) == doc
     custom = machine_bootstrap(spec, "controller").files

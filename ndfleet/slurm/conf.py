@@ -59,23 +59,44 @@ HEALTH_CHECK_LOCK = "/run/ndfleet-slurm-health.lock"
 # the controller (node/ndfleet_node/failed_jobs.py): the fault killed its processes before the health check (or the
 # node's epilog at the job's end) looked. The check runs every HealthCheckInterval and takes up to its validation
 # bound and its scontrol calls.
-REQUEUE_SLACK_S = HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60
+HEALTH_CHECK_CALLS_S = 60
+REQUEUE_SLACK_S = HEALTH_CHECK_VALIDATE_TIMEOUT_S + HEALTH_CHECK_CALLS_S
 # A controller run can be late: the spares timer's period, and a run held up by its own calls before it asks about
 # failed jobs (the node listing, the reservations, a repeat's drain, sacct, squeue: six calls at their 30-s bound).
 REQUEUE_RUN_LATE_S = 2 * SPARES_EVERY_S + 180
 
 
-def requeue_failed_within_s(health_check_interval_s: int) -> int:
-    return health_check_interval_s + REQUEUE_SLACK_S
+def epilog_level(spec: ClusterSpec) -> str:
+    """The validation level the Epilog runs at a job's end: `epilog` (the quick checks and the 8-GPU all-reduce
+    against the VM size's floor) unless `slurm.epilogPerformanceCheck` is off, then `quick` (docs/slurm.md)."""
+    return "epilog" if spec.slurm is not None and spec.slurm.epilog_performance_check else "quick"
 
 
-def min_job_age_s(health_check_interval_s: int) -> int:
+def epilog_validate_timeout_s(spec: ClusterSpec) -> int:
+    """The Epilog's bound on its validation: the periodic check's, plus the all-reduce's own timeout (the VM size's
+    profile) when the Epilog measures the node."""
+    extra = spec.profile.thresholds.nccl_allreduce_timeout_s if epilog_level(spec) == "epilog" else 0
+    return HEALTH_CHECK_VALIDATE_TIMEOUT_S + extra
+
+
+def requeue_failed_within_s(spec: ClusterSpec) -> int:
+    """How long before its node's drain a failed job may have ended and still be requeued: a periodic check runs
+    within HealthCheckInterval of the fault and takes its bound; the Epilog starts at the job's end, waits up to
+    EPILOG_LOCK_WAIT_S for a periodic run and then takes its own, longer bound."""
+    if spec.slurm is None:
+        raise ValueError("requeue_failed_within_s needs a spec with ndfleet:scheduler = 'slurm'")
+    periodic = spec.slurm.health_check_interval_s + REQUEUE_SLACK_S
+    epilog = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(spec) + HEALTH_CHECK_CALLS_S
+    return max(periodic, epilog)
+
+
+def min_job_age_s(spec: ClusterSpec) -> int:
     """slurm.conf MinJobAge: slurmctld forgets a finished job this long after it ended, and `scontrol requeue` needs
     the job's record (slurm.conf(5): default 300 s). Long enough for the controller's requeue, run every
     SPARES_EVERY_S and sometimes late, to find a job that failed up to `requeue_failed_within_s` before its node's
     drain. slurmctld holds every job ended within it (MaxJobCount, 10,000 by default, bounds them all): with the
     longest HealthCheckInterval (3,600 s) about 75 minutes of finished jobs."""
-    return max(300, requeue_failed_within_s(health_check_interval_s) + REQUEUE_RUN_LATE_S)
+    return max(300, requeue_failed_within_s(spec) + REQUEUE_RUN_LATE_S)
 
 
 def island_feature(island: str) -> str:
@@ -244,7 +265,7 @@ def spares_config(spec: ClusterSpec) -> str:
                for i, s in zip(spec.islands, slurm_islands(spec), strict=True) if i.spares]
     if spec.slurm is None:
         raise ValueError("spares_config needs a spec with ndfleet:scheduler = 'slurm'")
-    within = requeue_failed_within_s(spec.slurm.health_check_interval_s)
+    within = requeue_failed_within_s(spec)
     doc = {"ledger": HOST_LEDGER, "islands": islands, "requeue_failed_within_s": within}
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
@@ -317,7 +338,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         cores_per_socket=profile.cores_per_socket,
         threads_per_core=profile.threads_per_core,
         health_check_interval_s=spec.slurm.health_check_interval_s,
-        min_job_age_s=min_job_age_s(spec.slurm.health_check_interval_s),
+        min_job_age_s=min_job_age_s(spec),
         auth_info=f"cred_expire={spec.slurm.requeue_hold_s}",
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )

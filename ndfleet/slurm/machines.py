@@ -60,6 +60,8 @@ from ndfleet.slurm.conf import (
     SUSPEND_PROGRAM,
     SlurmSite,
     config_files,
+    epilog_level,
+    epilog_validate_timeout_s,
     render,
     slurm_site,
     slurmd_options,
@@ -255,7 +257,8 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         # slurmd kills a HealthCheckProgram that runs longer than 60 s (slurm.conf, HealthCheckProgram): decide
         # (a hung validation counts as a failure) before that.
         "validate_timeout_s": HEALTH_CHECK_VALIDATE_TIMEOUT_S,
-        # The Epilog's validation: the quick checks' bound and the all-reduce's own timeout (the VM size's profile).
+        # The Epilog's validation: level epilog (the quick checks and the all-reduce) or quick, and its bound.
+        "epilog_level": epilog_level(spec),
         "epilog_validate_timeout_s": epilog_validate_timeout_s(spec),
         "epilog_lock_wait_s": EPILOG_LOCK_WAIT_S,
         "health_check_lock": HEALTH_CHECK_LOCK,
@@ -297,11 +300,6 @@ def slurm_node_files(spec: ClusterSpec, island: IslandSpec) -> list[MachineFile]
         *([MachineFile.text(ELASTIC_NAME_PROGRAM, 0o755, _render("slurm/ndfleet-slurm-name.sh.j2", site, ctx))]
           if ctx["elastic_name_program"] else []),
     ]
-
-
-def epilog_validate_timeout_s(spec: ClusterSpec) -> int:
-    """The Epilog's bound on its validation (level epilog): the periodic check's, plus the 8-GPU all-reduce's."""
-    return HEALTH_CHECK_VALIDATE_TIMEOUT_S + spec.profile.thresholds.nccl_allreduce_timeout_s
 
 
 def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExtensions | None:

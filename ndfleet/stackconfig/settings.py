@@ -207,6 +207,11 @@ class SlurmConfig(SettingsModel):
     # sets from 3.3.0 on "to reduce the time requeued jobs must wait" (aws-parallelcluster CHANGELOG.md): every second
     # of it is a second the whole job's nodes stand idle after a fault.
     requeue_hold_s: int = Field(default=70, ge=5, le=3600, alias="requeueHoldSeconds")
+    # The Epilog measures each node at its job's end (validation level `epilog`: the quick checks and the 8-GPU
+    # all-reduce against the VM size's floor), so a GPU slow with no clock-event reason is out before the next job
+    # lands on it. Off, the Epilog runs the quick checks only: for a cluster of many short jobs, whose nodes would
+    # spend each job's end measuring (docs/slurm.md).
+    epilog_performance_check: bool = Field(default=True, alias="epilogPerformanceCheck")
 
     @field_validator("version")
     @classmethod

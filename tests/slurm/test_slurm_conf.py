@@ -14,12 +14,17 @@ from ndfleet_node.setup.apt import APT_LOCK
 
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
+    EPILOG_LOCK_WAIT_S,
+    HEALTH_CHECK_CALLS_S,
     HEALTH_CHECK_LOCK,
+    HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     REQUEUE_RUN_LATE_S,
     REQUEUE_SLACK_S,
     config_files,
     dynamic_node_conf,
+    epilog_validate_timeout_s,
     island_partitions,
+    requeue_failed_within_s,
     slurm_addresses,
     slurm_site,
     slurmd_args,
@@ -680,21 +685,50 @@ def test_an_epilog_waits_for_the_check_that_runs_then_checks(prod: ClusterSpec, 
     assert epilog.returncode == 0 and note.read_text() == "slurm-health\n"
 
 
-def test_the_epilog_also_measures_the_node_and_the_periodic_check_does_not(prod: ClusterSpec, tmp_path: Path) -> None:
-    """At a job's end the node is free: the Epilog validates at level `epilog` (quick and the 8-GPU all-reduce, which
-    catches a GPU slow with no clock-event reason), bounded by the quick checks' and the all-reduce's timeouts; the
-    periodic check, which runs under jobs, stays quick within slurmd's 60 s."""
-    from ndfleet.slurm.conf import HEALTH_CHECK_VALIDATE_TIMEOUT_S
-    from ndfleet.slurm.machines import epilog_validate_timeout_s
-
-    script, _, _ = _health_script(prod, tmp_path, 0)
+def _levels_run(spec: ClusterSpec, tmp_path: Path) -> tuple[str, str]:
+    """The arguments the rendered health check gives the node program as the periodic check and as the Epilog."""
+    script, _, _ = _health_script(spec, tmp_path, 0)
     args = tmp_path / "args"
-    program = tmp_path / "ndfleet-node"
-    program.write_text(f"#!/bin/sh\necho \"$*\" >> '{args}'\n")
+    (tmp_path / "ndfleet-node").write_text(f"#!/bin/sh\necho \"$*\" >> '{args}'\n")
     subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin"}, timeout=60, check=True)
     subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
                    timeout=60, check=True)  # fmt: skip
     periodic, epilog = args.read_text().splitlines()
+    return periodic, epilog
+
+
+def test_the_epilog_also_measures_the_node_and_the_periodic_check_does_not(prod: ClusterSpec, tmp_path: Path) -> None:
+    """At a job's end the node is free: the Epilog validates at level `epilog` (quick and the 8-GPU all-reduce, which
+    catches a GPU slow with no clock-event reason), bounded by the quick checks' and the all-reduce's timeouts; the
+    periodic check, which runs under jobs, stays quick within slurmd's 60 s."""
+    periodic, epilog = _levels_run(prod, tmp_path)
     assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in periodic
     assert f"--level epilog --validate-timeout {epilog_validate_timeout_s(prod)} " in epilog
     assert epilog_validate_timeout_s(prod) == HEALTH_CHECK_VALIDATE_TIMEOUT_S + 180  # ND H100 v5's all-reduce bound
+
+
+def test_with_the_epilog_performance_check_off_the_epilog_runs_the_quick_checks(tmp_path: Path) -> None:
+    spec = spec_of(nodes=16, slurm={"epilogPerformanceCheck": False})
+    periodic, epilog = _levels_run(spec, tmp_path)
+    assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in periodic
+    assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in epilog
+
+
+def test_the_requeue_window_covers_the_epilogs_measurement_at_the_shortest_health_check_interval() -> None:
+    """A failed job's Epilog drains its node up to the lock wait, its validation bound and its scontrol calls after
+    the job ended: the controller's requeue window (and MinJobAge past it) is never shorter, whatever
+    HealthCheckInterval is; the periodic check's own window decides when it is the longer."""
+    short = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60})
+    epilog_path = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(short) + HEALTH_CHECK_CALLS_S
+    assert requeue_failed_within_s(short) == epilog_path > 60 + REQUEUE_SLACK_S
+    assert f"MinJobAge={epilog_path + REQUEUE_RUN_LATE_S}" in conf_lines(short)
+    off = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60, "epilogPerformanceCheck": False})
+    assert requeue_failed_within_s(off) == 60 + REQUEUE_SLACK_S  # the quick Epilog: no longer than a periodic run
+    hourly = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 3600})
+    assert requeue_failed_within_s(hourly) == 3600 + REQUEUE_SLACK_S
+
+
+def test_the_epilog_performance_check_is_a_boolean() -> None:
+    with pytest.raises(SpecError) as e:
+        spec_of(nodes=16, slurm={"epilogPerformanceCheck": "yes"})
+    assert "epilogPerformanceCheck" in str(e.value) and "'yes'" in str(e.value)
