@@ -20,13 +20,18 @@ failures, host maintenance 7.6 %, CPU, system memory, power supply and chassis (
 process of the machine stopped, tests/twin/machine.py `freeze`).
 Like a GPU that fell off the bus, the stand-in's hardware faults leave the job's processes where they are (stuck in
 a collective): the health check, not the job's own exit, takes the node out; but in `gpu-ecc-kills-job` the error
-ends the job's processes on the node, as a CUDA error ends the rank that meets it.
+ends the job's processes on the node, as a CUDA error ends the rank that meets it. A GPU slow with no clock-event
+reason (`gpu-slow-epilog`: the 8-GPU all-reduce's bus bandwidth below the VM size's floor, the all_reduce_perf
+stand-in's `nccl_low`) is seen by no check under the job: the job ends (its user cancels it) and the node's Epilog,
+which measures the node at a job's end (validation level `epilog`, check `perf.nccl_allreduce`), takes it out;
+nothing is requeued.
 
 `ib01` has no spare: the requeued job waits for the replacement (a node that stops answering, then a slow GPU).
 `ib00` keeps one warm spare (`spares: 1`, the reservation `ndfleet-spares-ib00`, node/ndfleet_node/spares.py): the
 spare takes the failed node's place within the controller's 30 s spares timer, and the repaired node refills the
 spares (an InfiniBand port down, and an ECC error that kills the job's processes, so that the job ends FAILED on its
-own: the node's Epilog drains the node and the controller requeues the job, ndfleet_node.failed_jobs). The two
+own: the node's Epilog drains the node and the controller requeues the job, ndfleet_node.failed_jobs; then a GPU
+slow with no clock-event reason, whose job ends as it asked). The two
 islands' loops run at once (their scale sets repair independently).
 
 A host that fails twice: the hung node reports nothing, so the repair stand-in puts its replacement on the same host
