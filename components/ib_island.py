@@ -25,6 +25,7 @@ from ndfleet_node.names import TAG_ELASTIC, TAG_ISLAND
 from ndfleet.azure.text import terminal_safe
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
+from ndfleet.nodefiles.nodeconfig import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.stackconfig.profiles import PROFILES
 from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 
@@ -106,8 +107,8 @@ class HealthArgs:
     probe_grace_period_seconds: int = 2400
     repair_action: Literal["Replace", "Reimage", "Restart"] = "Replace"
     repair_grace_period_minutes: int = 30
-    interval_seconds: int = 30
-    number_of_probes: int = 3
+    interval_seconds: int = HEALTH_PROBE_INTERVAL_S
+    number_of_probes: int = HEALTH_PROBES_TO_AGREE
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ from ndfleet.stackconfig.profiles import nccl_conf, nccl_test_env
 
 SCHEMA = 1
 HEALTH_PATH = "/health"
+# The Application Health extension's probes (components/ib_island.py HealthArgs): one every HEALTH_PROBE_INTERVAL_S,
+# and HEALTH_PROBES_TO_AGREE answers in a row before the extension changes the instance's state.
+HEALTH_PROBE_INTERVAL_S = 30
+HEALTH_PROBES_TO_AGREE = 3
 STATE_DIR = "/run/ndfleet"  # tmpfs: every boot starts Initializing and validates again
 REPORT_PATH = f"{STATE_DIR}/report.json"
 FAILED_MARKER = f"{STATE_DIR}/failed"

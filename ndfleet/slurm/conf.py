@@ -26,6 +26,7 @@ from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
 from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER
+from ndfleet.nodefiles.nodeconfig import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.settings import node_headroom
@@ -119,6 +120,12 @@ ELASTIC_SUSPEND_TIMEOUT_S = 600
 # The controller's burn-in timer: how often it looks for nodes awaiting burn-in, and the validation level the burn-in
 # asks of them (docs/burnin.md). Here rather than in machines.py because the elastic idle-time bound needs them too.
 BURNIN_EVERY_S = 120
+# The burn-in leaves a node out until it has awaited burn-in this long (`burnin-slurm --settle`): Azure's Application
+# Health extension must have seen it Healthy (HEALTH_PROBES_TO_AGREE answers in a row) before a failure counts, or it
+# holds the node Initializing for the extension's whole grace period before automatic repairs act (found by the twin:
+# a node whose burn-in failed 70 s after its boot waited out the 40-minute grace). One probe more than the count: the
+# first may come just before the node turned Healthy.
+BURNIN_SETTLE_S = (HEALTH_PROBES_TO_AGREE + 1) * HEALTH_PROBE_INTERVAL_S
 BURNIN_LEVEL = "quick"
 # Idle in-service nodes the burn-in takes as known-good partners (burnin-slurm --idle-partners): a lone new node (a
 # repair's replacement) has no one else awaiting burn-in to be paired with, and a burn-in needs two hosts; one

@@ -264,6 +264,37 @@ def test_an_elastic_node_still_powering_up_is_left_out(tmp_path: Path, monkeypat
     assert names[0] not in {h["host"] for h in json.loads(sf.fleet.report.read_text())["hosts"]}
 
 
+def test_a_node_awaiting_for_less_than_the_settle_time_waits_for_a_later_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Azure's health extension holds a new VM Initializing until it has answered Healthy numberOfProbes times, and a
+    failure before that waits out the extension's grace: a node drained awaiting burn-in 30 s ago is left out by a run
+    with --settle 120, and with it nothing is reserved (exit 0: nothing to do yet); one stamped long ago is burned in."""
+    names = host_names(2)
+    just_now = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 30))
+    sf = slurm_fleet(tmp_path, [n | {"reason_time": just_now} for n in awaiting(names)])
+    assert run(sf, monkeypatch, "--settle", "120") == 0
+    err = capsys.readouterr().err
+    assert f"{names[0]}: left out, awaiting burn-in for " in err and "nothing to burn in yet" in err
+    assert reservation_calls(sf) == [] and [sf.node(n)["state"] for n in names] == [AWAITING, AWAITING]
+    (tmp_path / "settled").mkdir()
+    settled = slurm_fleet(tmp_path / "settled", awaiting(names))  # stamped 2026-12-03T08:00:00
+    assert run(settled, monkeypatch, "--settle", "120") == 0
+    assert [settled.node(n)["state"] for n in names] == ["IDLE", "IDLE"]
+
+
+def test_a_settling_node_does_not_hold_back_one_that_has_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = host_names(3)
+    just_now = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 30))
+    nodes = awaiting(names[:2]) + [n | {"reason_time": just_now} for n in awaiting(names[2:])]
+    sf = slurm_fleet(tmp_path, nodes)
+    assert run(sf, monkeypatch, "--settle", "120") == 0
+    assert [sf.node(n)["state"] for n in names] == ["IDLE", "IDLE", AWAITING]
+    assert names[2] not in {h["host"] for h in json.loads(sf.fleet.report.read_text())["hosts"]}
+
+
 def test_nothing_awaiting_exits_2_and_reserves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

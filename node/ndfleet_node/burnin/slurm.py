@@ -1,7 +1,7 @@
 """`ndfleet-node burnin-slurm`: burn in Slurm nodes as Slurm jobs; resume the ones that pass, drain the bad ones.
 
     ndfleet-node burnin-slurm --report PATH [--nodes HOSTLIST | --partition P] [--level quick|full]
-                              [--idle-partners N] [--report-impact]
+                              [--idle-partners N] [--settle SECONDS] [--report-impact]
 
 Run as root on the controller or the login node. Neither has HPC-X or nccl-tests, and none needs ssh trust: every
 test is a Slurm job step (`srun --mpi=pmix`) on the compute nodes themselves, which load HPC-X before they start
@@ -11,6 +11,11 @@ all_reduce_perf (`hpcx.with_hpcx`).
    with the reason `ndfleet:burnin:awaiting` (`ndfleet_node.names.AWAITING_BURNIN_REASON`); without
    `--nodes` every such node (of `--partition`, when given) is burnt in, with up to `--idle-partners N` idle
    in-service nodes as partners; with `--nodes`, exactly those (a node drained by anyone else is left out).
+   With `--settle S`, a node that has awaited burn-in for less than S seconds (its drain's stamp) waits for a later
+   run: Azure's Application Health extension holds a new VM `Initializing` until it has answered Healthy
+   `numberOfProbes` times in a row, and ignores Unhealthy until then, for the extension's whole grace period
+   (Microsoft Learn, "Application Health extension", rich health states). A node that fails a burn-in run before
+   Azure saw it Healthy would wait out that grace (40 minutes at full validation) before automatic repairs act.
 2. Reserve them: `scontrol create reservation ReservationName=ndfleet-burnin-<id> Nodes=... StartTime=now
    Duration=<bound> Users=root Flags=MAINT,IGNORE_JOBS`, then resume the drained ones: they can run the tests,
    and no user job lands on them, as only the reservation's user may use its nodes.
@@ -59,7 +64,7 @@ from ndfleet_node.burnin.planner import TestSpec
 from ndfleet_node.burnin.report import summary_lines
 from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
 from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
-from ndfleet_node.host_ledger import DEFAULT_LEDGER, Failure, LedgerError, read_ledger, refusal
+from ndfleet_node.host_ledger import DEFAULT_LEDGER, Failure, LedgerError, read_ledger, refusal, stamp_s
 from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, REPEAT_HOST_REASON
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 from ndfleet_node.text import clip
@@ -118,14 +123,23 @@ class Slurm(Scontrol):
                 raise
 
 
+def settle_left_s(node: SlurmNode, settle_s: float, now: float) -> float:
+    """Seconds until a node awaiting burn-in has awaited `settle_s`, by its drain's stamp (0 without a readable one:
+    nothing says it is young)."""
+    since = stamp_s(node.reason_time) if settle_s > 0 and node.reason_time else None
+    return 0.0 if since is None else max(0.0, since + settle_s - now)
+
+
 def choose_hosts(
     known: Sequence[SlurmNode],
     explicit: Sequence[str] | None,
     partition: str | None,
     idle_partners: int,
     log: Callable[[str], None],
+    settle_s: float = 0.0,
+    now: float | None = None,
 ) -> list[SlurmNode]:
-    """The nodes to burn in."""
+    """The nodes to burn in: none when every node awaiting it is still settling (`settle_s`)."""
     by_name = {n.name: n for n in known}
     if explicit is not None:
         if missing := [name for name in explicit if name not in by_name]:
@@ -133,7 +147,14 @@ def choose_hosts(
         chosen = [by_name[name] for name in explicit]
     else:
         pool = [n for n in known if partition is None or partition in n.partitions]
-        chosen = [n for n in pool if awaiting_burnin(n)]
+        at = time.time() if now is None else now
+        chosen = []
+        for node in (n for n in pool if awaiting_burnin(n)):
+            if (left := settle_left_s(node, settle_s, at)) > 0:
+                log(f"{node.name}: left out, awaiting burn-in for {left:.0f} s more (--settle {settle_s:g}: until "
+                    "Azure's health extension has seen it Healthy)")
+            else:
+                chosen.append(node)
         if chosen:
             # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
             chosen += [n for n in pool if idle_in_service(n)][:idle_partners]
@@ -206,6 +227,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nodes", metavar="HOSTLIST", help="exactly these nodes")
     p.add_argument("--partition", help="only nodes of this partition")
     p.add_argument("--idle-partners", type=int, default=0, metavar="N", help="add N idle in-service nodes")
+    p.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
+                   help="leave out a node that has awaited burn-in for less than this (Azure's health extension "
+                        "must have seen it Healthy before a failure counts)")
     p.add_argument("--host-ledger", default=DEFAULT_LEDGER,
                    help=f"the controller's ledger of failed physical hosts (default {DEFAULT_LEDGER}): a node on a "
                         "host that failed twice is never resumed")
@@ -243,11 +267,17 @@ def _run_unwinding(args: argparse.Namespace) -> int:
             settings = load_settings(args.config)
             known = list(slurm.nodes().values())
             explicit = slurm.hostnames(args.nodes) if args.nodes else None
-            chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log)
+            chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log,
+                                  max(0.0, args.settle))  # fmt: skip
             chosen = refuse_held_hosts(slurm, chosen, read_ledger(Path(args.host_ledger)), log)
         except (SettingsError, SlurmError, LedgerError) as exc:
             log(f"{exc}")
             return EXIT_CANNOT_RUN
+        settling = [n for n in known if awaiting_burnin(n) and (args.partition is None or args.partition in
+                    n.partitions) and settle_left_s(n, args.settle, time.time()) > 0]  # fmt: skip
+        if not chosen and explicit is None and settling:
+            log("nothing to burn in yet: every node awaiting it is settling")
+            return EXIT_HEALTHY
         if len(chosen) < 2:
             log(f"{len(chosen)} node(s) to burn in; need at least 2")
             return EXIT_CANNOT_RUN if not chosen else EXIT_UNHEALTHY
