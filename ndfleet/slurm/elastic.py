@@ -15,7 +15,13 @@ from ndfleet_node.burnin.runner import timeout_for
 from ndfleet_node.burnin.settings import settings_from_section
 
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section
-from ndfleet.slurm.conf import BURNIN_EVERY_S, BURNIN_LEVEL, CONTROLLER_STATE_MOUNT, ELASTIC_SUSPEND_TIMEOUT_S
+from ndfleet.slurm.conf import (
+    BURNIN_EVERY_S,
+    BURNIN_LEVEL,
+    BURNIN_SETTLE_S,
+    CONTROLLER_STATE_MOUNT,
+    ELASTIC_SUSPEND_TIMEOUT_S,
+)
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.settings import NAMESPACE
 
@@ -77,11 +83,13 @@ def resume_to_burnin_s(spec: ClusterSpec, island: IslandSpec, registration_s: in
     """The longest from a resume to the end of its nodes' burn-in: registration (the VM's allocation, boot, set-up
     and validation: `registration_s`, the worst case the health grace period is sized for, or resumeTimeoutMinutes
     when shorter, after which the node is given up), the controller's burn-in timer (every BURNIN_EVERY_S), the
-    burn-in itself. Slurm counts a resumed node's idle time from the job's requeue at the resume (docs/elastic.md)."""
+    burn-in itself. Slurm counts a resumed node's idle time from the job's requeue at the resume (docs/elastic.md).
+    The burn-in's settle (BURNIN_SETTLE_S) runs from the node's awaiting drain at its resume, beside registration:
+    the node waits for the longer of the two."""
 
     assert island.elastic is not None
     registration = min(registration_s, island.elastic.resume_timeout_minutes * 60)
-    return registration + BURNIN_EVERY_S + burnin_s(spec, island.nodes)
+    return max(registration, BURNIN_SETTLE_S) + BURNIN_EVERY_S + burnin_s(spec, island.nodes)
 
 
 def idle_problems(spec: ClusterSpec, registration_s: int) -> list[str]:
