@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ndfleet_node.checks import level_ids
 from ndfleet_node.impact import KVP_POOL_3, ImpactError, failed_marker_path, physical_host_name
 from ndfleet_node.impact_categories import REPEAT_CHECK, category_for
 from ndfleet_node.names import (
@@ -61,6 +62,8 @@ DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
+# The level the periodic health check validates at (the Epilog may run a longer one: --level).
+PERIODIC_LEVEL = "quick"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
 MAX_REASON_CHECKS = 4
 # systemd-run --no-block returns once the transient unit is queued; slurmd kills this program at 60 s.
@@ -167,11 +170,26 @@ def burnin_failure(state: SlurmNode) -> str:
     return check if state.reason != AWAITING_BURNIN_REASON and category_for(check) is not None else ""
 
 
-def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True, host: str = "") -> Outcome:
+def unmeasured(reason: str, level: str) -> list[str]:
+    """The host-fault checks a health-check drain `reason` names that a validation at `level` does not run: the
+    Epilog's measured floor (level epilog), which the periodic check (quick) cannot see pass or fail."""
+    if not reason.startswith(DRAIN_REASON_PREFIX):
+        return []
+    return unmeasured_checks(reason.removeprefix(DRAIN_REASON_PREFIX).split(","), level)
+
+
+def unmeasured_checks(checks: Sequence[str], level: str) -> list[str]:
+    ran = set(level_ids(level))
+    return [c for c in checks if CHECK_ID.fullmatch(c) and c not in ran and category_for(c) is not None]
+
+
+def act(
+    scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = True, host: str = "", level: str = "quick"
+) -> Outcome:
     """Drain or resume the node as the verdict says. `burnin_queued` False: this OS disk has never been put in
     line for burn-in, so a healthy node is drained awaiting it instead of being resumed or left idle. `host`: the
     physical host Azure reports, published as the node's Comment for the controller's host ledger (once: only when
-    the Comment differs)."""
+    the Comment differs). `level`: the validation level the verdict is of."""
     state = scontrol.node(node)
     if host and state.comment != HOST_COMMENT_PREFIX + host:
         scontrol.update([node], f"Comment={HOST_COMMENT_PREFIX}{host}")
@@ -212,6 +230,12 @@ def act(scontrol: Scontrol, node: str, verdict: Verdict, burnin_queued: bool = T
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
     if held_by_health_check(state):
+        if unseen := unmeasured(state.reason, level):
+            # Drained by the Epilog's measured floor, which this level does not run: its pass says nothing of
+            # them. The node stays out for its repair, and files the report that keeps it Unhealthy (found by the
+            # twin: the next quick pass resumed such a node, and its endpoint answered Healthy again).
+            return Outcome(f"{node}: passes at level {level}, which does not measure {', '.join(unseen)}: left "
+                           f"drained ({state.reason})", True, burnin_check=unseen[0])  # fmt: skip
         scontrol.resume(node)  # DRAIN or DOWN: RESUME returns it to service either way
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained, burnin_check=burnin_failure(state))
@@ -264,7 +288,8 @@ def handle(args: argparse.Namespace) -> int:
     except ImpactError:
         host = ""  # not on Azure (a test, the twin), or hv_kvp_daemon not running: the ledger does without it
     try:
-        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists(), host)
+        outcome = act(Scontrol(args.scontrol, args.scontrol_timeout), node, verdict, burnin_marker.exists(), host,
+                      args.level)  # fmt: skip
     except SlurmError as error:
         # E.g. at slurmd's start, before the node has registered. The exit code still tells the truth: newer slurmd
         # run the program at start until it exits 0 and only then register, which keeps a failing node out.
@@ -282,7 +307,10 @@ def handle(args: argparse.Namespace) -> int:
         mark_burnin_queued(burnin_marker)
     print(f"ndfleet-slurm-health: {outcome.message}")
     if outcome.took_out and verdict.hardware and args.impact_launch:
-        launch_impact(args.impact_launch)
+        # A check the periodic level does not run (the Epilog's measured floor) is named on the command line, so
+        # that the report also writes the failure marker: the next quick pass rewrites the report it marks.
+        held = unmeasured_checks(verdict.failed_checks, PERIODIC_LEVEL)
+        launch_impact([*args.impact_launch, *(arg for c in held for arg in ("--check", c))])
     check = outcome.burnin_check
     failed = failed_marker_path(None)
     if check and args.impact_launch and failed and not _has_line(failed, f"impact: {check}:"):
@@ -290,7 +318,8 @@ def handle(args: argparse.Namespace) -> int:
         # automatic repairs act. A start that failed (systemd could not spawn it, a report still loaded) is tried
         # again at the next pass, not taken for done: such a node stayed drained, Healthy to Azure, never repaired.
         # The marker is gone after a reboot (a Restart repair): reported again while the verdict holds the node.
-        why = "its host failed twice" if check == REPEAT_CHECK else "drained by the burn-in"
+        why = ("its host failed twice" if check == REPEAT_CHECK else "drained by the burn-in"
+               if check.startswith("burnin.") else "failed at a job's end (the Epilog's measured floor)")
         launch_impact([*args.impact_launch, "--check", check, "--detail", why])
     return code
 

@@ -269,7 +269,8 @@ def test_a_node_awaiting_for_less_than_the_settle_time_waits_for_a_later_run(
 ) -> None:
     """Azure's health extension holds a new VM Initializing until it has answered Healthy numberOfProbes times, and a
     failure before that waits out the extension's grace: a node drained awaiting burn-in 30 s ago is left out by a run
-    with --settle 120, and with it nothing is reserved (exit 0: nothing to do yet); one stamped long ago is burned in."""
+    with --settle 120, and with it nothing is reserved (exit 0: nothing to do yet); one stamped long ago is burned
+    in."""
     names = host_names(2)
     just_now = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 30))
     sf = slurm_fleet(tmp_path, [n | {"reason_time": just_now} for n in awaiting(names)])

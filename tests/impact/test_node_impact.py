@@ -301,3 +301,15 @@ def test_a_burn_in_failure_stays_unhealthy_after_the_health_check_rewrites_the_r
     passing = {"status": "healthy", "level": "quick", "checks": [{"id": "gpu.count", "status": "pass"}]}
     args.health_report.write_text(json.dumps(passing))  # the health check's next pass
     assert health_state(str(args.health_report), str(marker))[0] == "Unhealthy"
+
+
+def test_a_check_both_reported_and_named_is_filed_once_with_the_reports_message(tmp_path: Path) -> None:
+    """The Epilog's measured floor: the validator's report has the failed all-reduce, and the health check names it
+    on the command line so that the report also writes the failure marker: one impact, with the measured figure."""
+    from ndfleet_node.impact import failed_checks
+
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"status": "unhealthy", "checks": [
+        {"id": "perf.nccl_allreduce", "status": "fail", "message": "busbw 312.4 GB/s"}]}))  # fmt: skip
+    args = argparse.Namespace(validator_report=report, check=["perf.nccl_allreduce", "burnin.hang"], detail="")
+    assert failed_checks(args) == [("perf.nccl_allreduce", "busbw 312.4 GB/s"), ("burnin.hang", "burnin.hang")]

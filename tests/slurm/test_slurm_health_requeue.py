@@ -272,3 +272,54 @@ def test_without_a_failure_marker_in_the_node_json_no_verdict_report_is_started(
     (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason=ndfleet:burnin:hang {STAMP}")
     assert _pass(tmp_path, PASSING) == 0
     assert _lines(tmp_path / "launches.log") == []
+
+
+FAILING_FLOOR = ('json.dump({"status": "unhealthy", "checks": [{"id": "gpu.count", "status": "pass"}, {"id": '
+                 '"perf.nccl_allreduce", "status": "fail", "message": "busbw 312.4 GB/s"}]}, open(sys.argv[-1], "w")); '
+                 'sys.exit(1)')
+
+
+def _epilog_pass(tmp_path: Path, validator_body: str) -> int:
+    launch = f"{_script(tmp_path, 'systemd-run', SYSTEMD_RUN)} --no-block --unit=ndfleet-impact echo report"
+    return main(["slurm-health", "--level", "epilog", "--validator", _script(tmp_path, "validate", validator_body),
+                 "--report", str(tmp_path / "r.json"), "--scontrol", _script(tmp_path, "scontrol", SCONTROL),
+                 "--node-name", "n1", "--drain-marker", str(tmp_path / "drained"),
+                 "--burnin-marker", str(tmp_path / "queued"), "--kvp-pool", str(tmp_path / "no-kvp"),
+                 "--impact-launch", launch])  # fmt: skip
+
+
+def test_the_epilogs_measured_floor_keeps_the_node_out_when_the_periodic_check_passes(tmp_path: Path) -> None:
+    """The Epilog's all-reduce below its floor drains the node and files the report with the check named, so that the
+    failure marker keeps the node Unhealthy; the periodic check (quick, which does not run the all-reduce) passes
+    next and must not resume the node, nor file again once the marker names the check (the twin's loop found the
+    quick pass resuming such a node, Healthy again, never repaired)."""
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text("NodeName=n1 State=IDLE")
+    assert _epilog_pass(tmp_path, FAILING_FLOOR) == 1
+    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=DRAIN Reason=ndfleet:perf.nccl_allreduce"]
+    assert _lines(tmp_path / "launches.log") == [
+        "--no-block --unit=ndfleet-impact echo report --check perf.nccl_allreduce"
+    ]
+    (tmp_path / "failed").write_text("impact: perf.nccl_allreduce: busbw 312.4 GB/s\n")  # what the report writes
+    assert _pass(tmp_path, PASSING) == 0
+    assert _pass(tmp_path, PASSING) == 0
+    assert len(_lines(tmp_path / "updates.log")) == 1  # not resumed
+    assert len(_lines(tmp_path / "launches.log")) == 1  # the marker names the check: filed once
+    assert "which does not measure perf.nccl_allreduce" in (tmp_path / "drained").read_text()
+
+
+def test_a_floor_report_that_never_ran_is_started_by_the_periodic_check(tmp_path: Path) -> None:
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason=ndfleet:perf.nccl_allreduce {STAMP}")
+    assert _pass(tmp_path, PASSING) == 0
+    assert [" ".join(ln.split()[4:6]) for ln in _lines(tmp_path / "launches.log")] == ["--check perf.nccl_allreduce"]
+    assert _lines(tmp_path / "updates.log") == []
+
+
+def test_the_epilog_resumes_a_node_whose_floor_is_met_again(tmp_path: Path) -> None:
+    """Measured again at level epilog (only an Epilog or a person's run measures it) and met: resumed, as any
+    check that passes again."""
+    (tmp_path / "queued").touch()
+    (tmp_path / "state.txt").write_text(f"NodeName=n1 State=IDLE+DRAIN Reason=ndfleet:perf.nccl_allreduce {STAMP}")
+    assert _epilog_pass(tmp_path, PASSING) == 0
+    assert _lines(tmp_path / "updates.log") == ["NodeName=n1 State=RESUME"]
