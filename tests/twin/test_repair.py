@@ -125,7 +125,7 @@ KINDS = {
 # The hung node's replacement lands on the hung node's host (it reported nothing: the repair stand-in, Twin.hosts),
 # and the loop after it breaks that replacement: the host's second failure (REPEATS, "A host that fails twice").
 # NDFLEET_TWIN_REPAIR_LOOPS=every runs every kind on both islands (a measurement run, docs/operations.md; CI runs
-# five loops): the twin then boots no node with a bad GPU (conftest.MEASURING_REPAIRS), so that no loop's job starts
+# four loops): the twin then boots no node with a bad GPU (conftest.MEASURING_REPAIRS), so that no loop's job starts
 # again on a node another repair brought and the figures without a spare are the failed node's own repair.
 EVERY_KIND = MEASURING_REPAIRS
 # ib01's hung node goes first and ib00's, in the measurement run, last: the host ledger counts a hang only when no
