@@ -318,10 +318,18 @@ def handle(args: argparse.Namespace) -> int:
         # automatic repairs act. A start that failed (systemd could not spawn it, a report still loaded) is tried
         # again at the next pass, not taken for done: such a node stayed drained, Healthy to Azure, never repaired.
         # The marker is gone after a reboot (a Restart repair): reported again while the verdict holds the node.
-        why = ("its host failed twice" if check == REPEAT_CHECK else "drained by the burn-in"
-               if check.startswith("burnin.") else "failed at a job's end (the Epilog's measured floor)")
+        why = held_because(check)
         launch_impact([*args.impact_launch, "--check", check, "--detail", why])
     return code
+
+
+def held_because(check: str) -> str:
+    """What the report of a node held for `check` says of why (act's burnin_check)."""
+    if check == REPEAT_CHECK:
+        return "its host failed twice"
+    if check.startswith("burnin."):
+        return "drained by the burn-in"
+    return "failed at a job's end (the Epilog's measured floor)"
 
 
 def _has_line(path: Path, start: str) -> bool:

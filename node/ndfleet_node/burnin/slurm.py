@@ -130,6 +130,12 @@ def settle_left_s(node: SlurmNode, settle_s: float, now: float) -> float:
     return 0.0 if since is None else max(0.0, since + settle_s - now)
 
 
+def settling(nodes: Sequence[SlurmNode], partition: str | None, settle_s: float, now: float) -> list[SlurmNode]:
+    """The nodes awaiting burn-in (of `partition`, when given) that have not awaited it for `settle_s` yet."""
+    return [n for n in nodes if awaiting_burnin(n) and (partition is None or partition in n.partitions)
+            and settle_left_s(n, settle_s, now) > 0]  # fmt: skip
+
+
 def choose_hosts(
     known: Sequence[SlurmNode],
     explicit: Sequence[str] | None,
@@ -148,13 +154,11 @@ def choose_hosts(
     else:
         pool = [n for n in known if partition is None or partition in n.partitions]
         at = time.time() if now is None else now
-        chosen = []
-        for node in (n for n in pool if awaiting_burnin(n)):
-            if (left := settle_left_s(node, settle_s, at)) > 0:
-                log(f"{node.name}: left out, awaiting burn-in for {left:.0f} s more (--settle {settle_s:g}: until "
-                    "Azure's health extension has seen it Healthy)")
-            else:
-                chosen.append(node)
+        waiting = settling(pool, None, settle_s, at)
+        for node in waiting:
+            log(f"{node.name}: left out, awaiting burn-in for {settle_left_s(node, settle_s, at):.0f} s more "
+                f"(--settle {settle_s:g}: until Azure's health extension has seen it Healthy)")
+        chosen = [n for n in pool if awaiting_burnin(n) and n not in waiting]
         if chosen:
             # In-service idle nodes as known-good partners only when asked: reserving them keeps jobs off them.
             chosen += [n for n in pool if idle_in_service(n)][:idle_partners]
@@ -267,15 +271,14 @@ def _run_unwinding(args: argparse.Namespace) -> int:
             settings = load_settings(args.config)
             known = list(slurm.nodes().values())
             explicit = slurm.hostnames(args.nodes) if args.nodes else None
+            now = time.time()
             chosen = choose_hosts(known, explicit, args.partition, max(0, args.idle_partners), log,
-                                  max(0.0, args.settle))  # fmt: skip
+                                  max(0.0, args.settle), now)  # fmt: skip
             chosen = refuse_held_hosts(slurm, chosen, read_ledger(Path(args.host_ledger)), log)
         except (SettingsError, SlurmError, LedgerError) as exc:
             log(f"{exc}")
             return EXIT_CANNOT_RUN
-        settling = [n for n in known if awaiting_burnin(n) and (args.partition is None or args.partition in
-                    n.partitions) and settle_left_s(n, args.settle, time.time()) > 0]  # fmt: skip
-        if not chosen and explicit is None and settling:
+        if not chosen and explicit is None and settling(known, args.partition, args.settle, now):
             log("nothing to burn in yet: every node awaiting it is settling")
             return EXIT_HEALTHY
         if len(chosen) < 2:
