@@ -61,6 +61,8 @@ FAULTS = {
         "GPU 2 (00000003:00:00.0): 1 volatile / 1 aggregate uncorrectable DRAM ECC errors, limit 0",
     ),
     "xid79": ("quick", "gpu.xid", "Xid 79 on PCI:0008:00:00 (GPU 3): "),
+    "xid94": ("quick", "gpu.xid", "Xid 94 on PCI:0009:00:00 (GPU 4): "),
+    "xid95": ("quick", "gpu.xid", "Xid 95 on PCI:000A:00:00 (GPU 5): "),
     "gpu_pcie_x8": (
         "quick",
         "gpu.pcie",
@@ -205,6 +207,18 @@ def test_fault_message_names_measurement_expectation_and_device(fault, runs):
     r = runs[f"fault_{fault}"]
     _, check, message = FAULTS[fault]
     assert message in r.check(check)["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "category"),
+    [("xid79", "XID79FallenOffBus"), ("xid94", "XID94ContainedECCError"), ("xid95", "XID95UncontainedECCError")],
+)
+def test_an_xid_with_a_category_of_its_own_files_under_it(fault, category, runs):
+    # The validator's own message for the Xid, through the node's category table (impact_categories).
+    from ndfleet_node.impact_categories import category_for
+
+    message = runs[f"fault_{fault}"].check("gpu.xid")["message"]
+    assert category_for("gpu.xid", message) == f"Resource.Hpc.Unhealthy.{category}"
 
 
 def test_unhealthy_report_status(runs):

@@ -222,7 +222,15 @@ class VmSizeProfile(BaseModel):
         return min(cyclecloud, self.memory_min_gib * 1024)
 
 
-_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120)
+# Xids that fail a node: Azure's NHC list (Azure/azurehpc-health-checks, customTests/azure_gpu_xid.nhc, XID_EC),
+# plus the two ECC containment Xids Azure has Guest Health categories for (XID94ContainedECCError,
+# XID95UncontainedECCError; node/ndfleet_node/impact_categories.py), which NHC's list leaves out. NVIDIA's Xid
+# catalogue (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors with the Xid Catalog"): 95, uncontained memory
+# error, immediate action RESET_GPU ("the affected GPU must be reset before applications can restart"); 94,
+# contained memory error, RESTART_APP, and "it is recommended to reset the GPU when convenient". On an ND VM a GPU
+# reset is the node's repair, and the row remap a contained DRAM error leaves pending already fails gpu.row_remap,
+# so both fail the node: the job the error killed is requeued and the GPU is reset before it runs another.
+_XIDS = (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120)
 _IB_DEVICES = tuple(f"mlx5_ib{i}" for i in range(8))
 
 # The shape of both sizes: 96 vCPUs (Microsoft Learn, ND H100 v5 and ND H200 v5 size pages), one thread per core

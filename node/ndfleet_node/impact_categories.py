@@ -42,9 +42,10 @@ def check_categories() -> dict[str, str | None]:
     return {**{c.id: c.impact for c in load_all().values()}, **BURNIN_CATEGORIES, **HOST_CATEGORIES}
 
 
-# Xids with a category of their own (guest-health-impact-categories; NHC2011-NHC2014).
-_XID_CATEGORIES = {95: "XID95UncontainedECCError", 94: "XID94ContainedECCError", 79: "XID79FallenOffBus",
-                   48: "XID48DoubleBitECC"}  # fmt: skip
+# Xids with a category of their own (guest-health-impact-categories; NHC2011-NHC2014). Which Xids fail a node is
+# the VM-size profile's list (thresholds.xid_fail_codes); each one here is in it (tests/impact).
+XID_CATEGORIES = {95: "XID95UncontainedECCError", 94: "XID94ContainedECCError", 79: "XID79FallenOffBus",
+                  48: "XID48DoubleBitECC"}  # fmt: skip
 _XID = re.compile(r"\bxid\D{0,3}(\d+)", re.IGNORECASE)
 _MISSING = re.compile(r"\b(missing|not found|absent|no such)\b", re.IGNORECASE)
 _TIMED_OUT = re.compile(r"\b(timed out|timeout|hung|no answer)\b", re.IGNORECASE)
@@ -60,7 +61,7 @@ def category_for(check_id: str, message: str = "") -> str | None:
         suffix = "UnhealthyGPUNvidiasmi"  # nvidia-smi itself hung (NHC2015)
     elif check_id == "gpu.xid":
         codes = [int(c) for c in _XID.findall(message)]
-        special = [_XID_CATEGORIES[c] for c in sorted(_XID_CATEGORIES, reverse=True) if c in codes]
+        special = [XID_CATEGORIES[c] for c in sorted(XID_CATEGORIES, reverse=True) if c in codes]
         suffix = special[0] if special else suffix
     elif check_id == "ib.ports" and _MISSING.search(message):
         suffix = "MissingIB"

@@ -31,7 +31,7 @@ SYSTEM_TOOLS = (
 # Faults the fake tools inject (environment) and the ones the fake tree carries (sysroot).
 TOOL_FAULTS = frozenset(
     "gpu_missing ecc_uncorrectable row_remap_pending nvlink_down gpu_pcie_x8 thermal nvsmi_hang ib_port_down "
-    "ib_rate_200 hca_pcie_x8 fm_inactive xid79 ib_flap nccl_low ib_bw_low h2d_low dcgm_fail".split()
+    "ib_rate_200 hca_pcie_x8 fm_inactive xid79 xid94 xid95 ib_flap nccl_low ib_bw_low h2d_low dcgm_fail".split()
 )
 SYSROOT_FAULTS = frozenset("peermem_absent ib_flap nvme_missing memory_low cpu_low lustre_unmounted".split())
 # Faults of the set-up fakes (mount, blobfuse2, systemctl, apt-get).

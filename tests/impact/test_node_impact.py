@@ -69,6 +69,8 @@ def test_missing_physical_host_name_is_an_error(data: bytes, tmp_path: Path) -> 
         ("gpu.xid", "Xid 79 on GPU 4", "XID79FallenOffBus"),
         ("gpu.xid", "Xid 48, Xid 13", "XID48DoubleBitECC"),
         ("gpu.xid", "Xid 119", "GpuXIDError"),
+        ("gpu.xid", "Xid 95 on PCI:000A:00:00 (GPU 5): Uncontained: FB DED", "XID95UncontainedECCError"),
+        ("gpu.xid", "Xid 94 on PCI:0009:00:00 (GPU 4): Contained: FB DED", "XID94ContainedECCError"),
         ("gpu.row_remap", "GPU 2: row remap pending", "HpcRowRemapFailure"),
         ("gpu.nvlink", "GPU 3 link 7 inactive", "NvLink"),
         ("ib.ports", "mlx5_ib5 port 1: Down / Polling", "IBPortDown"),
@@ -88,6 +90,15 @@ def test_category_table(check: str, message: str, category: str) -> None:
 @pytest.mark.parametrize("check", ["ib.peermem", "host.mounts", "gpu.fabricmanager", "burnin.launch-error", "x.y"])
 def test_software_faults_are_not_reported(check: str) -> None:
     assert category_for(check, "whatever") is None
+
+
+def test_every_xid_with_a_category_fails_the_node() -> None:
+    # A category for an Xid the check never fails on is never filed: each one is in every size's fail list.
+    from ndfleet.stackconfig.profiles import PROFILES
+    from ndfleet_node.impact_categories import XID_CATEGORIES
+
+    for profile in PROFILES.values():
+        assert set(XID_CATEGORIES) <= set(profile.thresholds.xid_fail_codes), profile.name
 
 
 def test_every_category_is_one_azure_lists() -> None:

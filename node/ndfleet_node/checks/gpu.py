@@ -132,7 +132,7 @@ def journal(ctx: Context, *args: str) -> tuple[str, str]:
     return (r.text, "") if r.ok else ("", r.error)
 
 
-# impact: Xid in the kernel log; 48/79/94/95 have their own categories (impact_categories refines)
+# impact: Xid in the kernel log; impact_categories.XID_CATEGORIES refines it for the Xids with a category of their own
 # journalctl, or dmesg where there is none
 @check("gpu.xid", "quick", "GpuXIDError", calls=(("tool", 2),))
 def gpu_xid(ctx: Context) -> Result:

@@ -40,6 +40,14 @@ LOG
   if fault xid79; then
     echo "kernel: NVRM: Xid (PCI:0008:00:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
   fi
+  # Error containment's DRAM Xids as the driver words them (NVIDIA open-gpu-kernel-modules, gpu/error_cont.c:
+  # "%s: %s (0x%x,0x%x). physAddr: 0x%08llx RST: %s, D-RST: %s", Contained or Uncontained, then the error id).
+  if fault xid94; then
+    echo "kernel: NVRM: Xid (PCI:0009:00:00): 94, pid=41234, name=python, Contained: FB DED (0x2,0x1). physAddr: 0x11c4e0000 RST: No, D-RST: No"
+  fi
+  if fault xid95; then
+    echo "kernel: NVRM: Xid (PCI:000A:00:00): 95, pid='<unknown>', name=<unknown>, Uncontained: FB DED (0x1,0x0). physAddr: 0x2a7f3c000 RST: Yes, D-RST: No"
+  fi
   if fault ib_flap; then
     for _ in 1 2 3 4 5 6 7 8; do
       echo "kernel: mlx5_core 0104:00:00.0 ib3: lost carrier"
