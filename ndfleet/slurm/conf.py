@@ -80,6 +80,33 @@ def epilog_validate_timeout_s(spec: ClusterSpec) -> int:
     return HEALTH_CHECK_VALIDATE_TIMEOUT_S + extra
 
 
+# How long slurmctld holds a requeued job (its BeginTime: requeue + hold + 1 s). Slurm 25.11 added
+# SchedulerParameters=requeue_delay (SchedMD/slurm CHANGELOG/slurm-25.11.md, "Changes in 25.11.0rc2"; slurm.conf(5):
+# "Delay before a non-Expedited Requeue job is eligible to run after being requeued. Defaults to the
+# AuthInfo=cred_expire setting"; src/slurmctld/job_mgr.c `_requeue_delay`), which sets the hold and leaves the job
+# step credential its default lifetime (120 s). Before 25.11 the hold is cred_expire and nothing else, and slurmctld
+# looks each SchedulerParameters option up by name, so it ignores requeue_delay without a word and would hold for
+# cred_expire's 120 s: an older release (the twin's Debian Slurm 24.11) gets cred_expire instead.
+REQUEUE_DELAY_SINCE = (25, 11)
+
+
+def slurm_release(version: str) -> tuple[int, int]:
+    """(year, month) of a validated `slurm.version` (YY.MM.P or YY.MM.P-R)."""
+    year, month = version.split(".")[:2]
+    return int(year), int(month)
+
+
+def requeue_hold_settings(spec: ClusterSpec) -> tuple[str, str]:
+    """(AuthInfo, SchedulerParameters) that hold a requeued job `slurm.requeueHoldSeconds` on the stack's release:
+    requeue_delay from 25.11 on (the credential keeps Slurm's lifetime), cred_expire before."""
+    if spec.slurm is None:
+        raise ValueError("requeue_hold_settings needs a spec with ndfleet:scheduler = 'slurm'")
+    hold = spec.slurm.requeue_hold_s
+    if slurm_release(spec.slurm.version) >= REQUEUE_DELAY_SINCE:
+        return "", f"requeue_delay={hold}"
+    return f"cred_expire={hold}", ""
+
+
 def requeue_failed_within_s(spec: ClusterSpec) -> int:
     """How long before its node's drain a failed job may have ended and still be requeued: a periodic check runs
     within HealthCheckInterval of the fault and takes its bound; the Epilog starts at the job's end, waits up to
@@ -181,6 +208,7 @@ class SlurmSite:
     slurm_user: str = "slurm"
     slurmd_user: str = "root"
     auth_info: str = ""
+    scheduler_parameters: str = ""
     state_save_location: str = f"{CONTROLLER_STATE_MOUNT}/state"
     slurmd_spool_dir: str = "/var/spool/slurmd"
     # In the units' RuntimeDirectory (SchedMD etc/slurmctld.service.in runs slurmctld as slurm: /run is not its own).
@@ -333,6 +361,7 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
     if controller_addr is None:
         controller_addr = slurm_addresses(spec)[0]
     islands = slurm_islands(spec)
+    auth_info, scheduler_parameters = requeue_hold_settings(spec)
     return SlurmSite(
         cluster_name=spec.name_prefix,
         controller_host=controller_host(spec),
@@ -346,7 +375,8 @@ def slurm_site(spec: ClusterSpec, controller_addr: str | None = None) -> SlurmSi
         threads_per_core=profile.threads_per_core,
         health_check_interval_s=spec.slurm.health_check_interval_s,
         min_job_age_s=min_job_age_s(spec),
-        auth_info=f"cred_expire={spec.slurm.requeue_hold_s}",
+        auth_info=auth_info,
+        scheduler_parameters=scheduler_parameters,
         gpu_device_files=gpu_device_files(profile.gpus_per_vm),
     )
 

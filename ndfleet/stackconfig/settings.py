@@ -201,8 +201,9 @@ class SlurmConfig(SettingsModel):
     shared_share_gib: int = Field(default=1024, ge=100, le=102400, alias="sharedShareGiB")
     health_check_interval_s: int = Field(default=300, ge=60, le=3600, alias="healthCheckIntervalSeconds")
     remove_gone_nodes_after_minutes: int = Field(default=30, ge=5, le=1440, alias="removeGoneNodesAfterMinutes")
-    # Slurm's AuthInfo cred_expire: the job step credential's lifetime, which is also how long a requeued job waits
-    # before it may start again (slurm.conf(5); slurmctld sets the job's BeginTime to requeue + cred_expire + 1).
+    # How long a requeued job waits before it may start again: Slurm's SchedulerParameters=requeue_delay from 25.11
+    # on, before that AuthInfo cred_expire, the job step credential's lifetime (slurm.conf(5); slurmctld sets the
+    # job's BeginTime to requeue + hold + 1; ndfleet/slurm/conf.py, requeue_hold_settings).
     # Slurm's default is 120 s and it refuses less than 5 (src/common/slurm_cred.c); 70 s is what AWS ParallelCluster
     # sets from 3.3.0 on "to reduce the time requeued jobs must wait" (aws-parallelcluster CHANGELOG.md): every second
     # of it is a second the whole job's nodes stand idle after a fault.

@@ -94,8 +94,9 @@ def test_software_faults_are_not_reported(check: str) -> None:
 
 def test_every_xid_with_a_category_fails_the_node() -> None:
     # A category for an Xid the check never fails on is never filed: each one is in every size's fail list.
-    from ndfleet.stackconfig.profiles import PROFILES
     from ndfleet_node.impact_categories import XID_CATEGORIES
+
+    from ndfleet.stackconfig.profiles import PROFILES
 
     for profile in PROFILES.values():
         assert set(XID_CATEGORIES) <= set(profile.thresholds.xid_fail_codes), profile.name

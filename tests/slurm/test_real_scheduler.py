@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,11 +29,12 @@ from ndfleet_node.scontrol import parse_nodes, parse_reservations
 from ndfleet.slurm.conf import slurm_site
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
-from tests.slurm.sandbox import REPO, SANDBOX_TOOLS, SlurmSandbox, wait_for
+from tests.slurm.sandbox import REPO, SANDBOX_TOOLS, SlurmSandbox, installed_slurm_release, wait_for
 from tests.system_tools import require_tools
 
 REFUSALS = ("Requested node configuration is not available", "More processors requested than permitted",
             "Node count specification invalid")
+REQUEUE_HOLD_S = 40
 NODES = {"t-ib00-000000": "ib00", "t-ib00-000001": "ib00", "t-ib01-000000": "ib01"}
 # Each node's `scontrol show node` line right after it registered, before anything else happened to it.
 REGISTERED: dict[str, str] = {}
@@ -42,9 +45,13 @@ HELD: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     require_tools(*SANDBOX_TOOLS)  # skipped with the summary line when missing; a failure under CI
+    # The stack names the release the sandbox runs, so the generator writes what that slurmctld reads (the requeue
+    # hold is a 25.11 setting, cred_expire before: ndfleet.slurm.conf.requeue_hold_settings).
+    year, month = installed_slurm_release()
     spec = load_spec(
         base_config(scheduler="slurm", nodes=None,
-                    islands=[{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 1}]),
+                    islands=[{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 1}],
+                    slurm={"version": f"{year}.{month:02d}.0", "requeueHoldSeconds": REQUEUE_HOLD_S}),
         "t",
     )
     root = Path(tmp_path_factory.mktemp("slurm", numbered=True))
@@ -269,6 +276,12 @@ def test_a_failed_job_can_be_requeued_unless_it_said_no_requeue(cluster: SlurmSa
     cluster.run(["scontrol", "requeue", jobs["--requeue"]])
     assert cluster.job(jobs["--requeue"])["Restarts"] == "1"
     assert cluster.job(jobs["--requeue"])["JobState"] in ("PENDING", "REQUEUED", "RUNNING", "FAILED")
+    # slurmctld holds the requeued job the stack's hold, not Slurm's 120 s: its eligible time is the requeue plus
+    # the hold plus 1 s (src/slurmctld/job_mgr.c, batch_requeue_fini).
+    requeued_at = time.time()
+    held = cluster.job(jobs["--requeue"])
+    eligible = datetime.strptime(held["EligibleTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
+    assert REQUEUE_HOLD_S - 5 <= eligible - requeued_at <= REQUEUE_HOLD_S + 5, held
     refused = cluster.run(["scontrol", "requeue", jobs["--no-requeue"]], check=False)
     assert refused.returncode != 0 and failed_jobs.NOT_REQUEUABLE in refused.stdout + refused.stderr, refused
     assert cluster.job(jobs["--no-requeue"])["Restarts"] == "0"

@@ -95,9 +95,21 @@ def test_dynamic_configless_nodes_with_room_for_repairs(prod: ClusterSpec) -> No
 
 
 def test_a_requeued_job_waits_the_stacks_hold_not_slurms_120_s(prod: ClusterSpec) -> None:
-    # Slurm's cred_expire: how long a requeued job waits before it may start again (slurm.conf(5)).
-    assert "AuthInfo=cred_expire=70" in conf_lines(prod)
-    assert "AuthInfo=cred_expire=30" in conf_lines(spec_of(nodes=16, slurm={"requeueHoldSeconds": 30}))
+    # Slurm 25.11 (the default release): SchedulerParameters=requeue_delay holds a requeued job, and the job step
+    # credential keeps Slurm's own lifetime (no AuthInfo cred_expire; slurm.conf(5)).
+    lines = conf_lines(prod)
+    assert "SchedulerParameters=requeue_delay=70" in lines
+    assert not [ln for ln in lines if ln.startswith("AuthInfo=")]
+    held = conf_lines(spec_of(nodes=16, slurm={"requeueHoldSeconds": 30, "version": "25.11.5-1"}))
+    assert "SchedulerParameters=requeue_delay=30" in held
+
+
+@pytest.mark.parametrize("version", ["24.11.5-1", "25.05.3", "22.05.8"])
+def test_before_slurm_25_11_the_hold_is_cred_expire(version: str) -> None:
+    # An older slurmctld has no requeue_delay (it ignores the option): its hold is the credential's lifetime.
+    lines = conf_lines(spec_of(nodes=16, slurm={"requeueHoldSeconds": 30, "version": version}))
+    assert "AuthInfo=cred_expire=30" in lines
+    assert not [ln for ln in lines if ln.startswith("SchedulerParameters=")]
 
 
 def test_gres_and_cgroup_confine_gpus_and_memory(prod: ClusterSpec) -> None:
