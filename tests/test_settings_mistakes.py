@@ -72,3 +72,37 @@ def test_ranges_azure_refuses_in_a_vnet_are_errors(cidr: str, what: str) -> None
 def test_a_public_range_still_only_warns() -> None:
     spec = load_spec(base_config(vnetAddressSpace="20.0.0.0/16"), "test")
     assert any("is not a private range: Azure routes it inside the VNet" in w for w in spec.warnings)
+
+
+# --- a webhook URL (with its token) in clear text in the stack file -----------------------------------------------
+TOKEN_URL = "https://example.webhook.office.com/webhookb2/abc/IncomingWebhook/SECRETTOKEN123"
+
+
+def test_a_clear_text_webhook_warns_and_says_how_to_encrypt_it(tmp_path, capsys) -> None:
+    from ndfleet.cli import main
+
+    key = dev_ssh_key()
+    stack = tmp_path / "Pulumi.hooks.yaml"
+    stack.write_text(
+        "config:\n  ndfleet:location: eastus\n  ndfleet:nodes: 2\n"
+        f"  ndfleet:sshPublicKey: {key}\n"
+        f"  ndfleet:monitoring:\n    enabled: true\n    webhooks:\n      - {TOKEN_URL}\n"
+    )
+    assert main(["plan", "--stack-file", str(stack)]) == 0
+    out = capsys.readouterr().out
+    assert "ndfleet:monitoring.webhooks[0] written in clear text in Pulumi.hooks.yaml" in out
+    assert "pulumi config set --secret --path 'ndfleet:monitoring.webhooks[0]' URL" in out
+    assert "SECRETTOKEN123" not in out
+
+
+def test_an_encrypted_webhook_does_not_warn() -> None:
+    from pathlib import Path
+
+    from ndfleet.stackconfig.stackfile import StackFile
+
+    config = {"ndfleet:monitoring": {"enabled": True, "webhooks": [{"secure": "v1:abc"}]}}
+    assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings == ()
+    config["ndfleet:monitoring"]["webhooks"].append(TOKEN_URL)
+    assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings[0].startswith(
+        "ndfleet:monitoring.webhooks[1] written in clear text"
+    )
