@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     # Imported here, for the chosen command only: `ndfleet --help` stays fast.
     from ndfleet.monitoring.alerts import alerts, rule_file_yaml
-    from ndfleet.monitoring.cost import estimate
+    from ndfleet.monitoring.budget import budget
     from ndfleet.monitoring.dashboards import dashboard_files
     from ndfleet.stackconfig.config import load_spec
     from ndfleet.stackconfig.problems import SpecError
@@ -62,9 +62,11 @@ def _run(args: argparse.Namespace) -> int:
         return fail(args, f"cannot write to {out}: {e}")
     print(f"{out / RULES_FILE}: {len(alerts(spec))} alert rules")
     print(f"{out / 'dashboards'}/: {', '.join(sorted(files))}")
-    cost = estimate(spec)
+    # The figures `ndfleet plan` prints (budget.plan_lines): the nodes' series and the Slurm controller's.
+    b = budget(spec)
     print(
-        f"about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} samples/min for "
-        f"{cost.nodes:,} nodes (docs/monitoring.md, cost drivers)"
+        f"about {b.series_per_node:,} series per node, {b.events_per_minute:,.0f} samples/min for {b.nodes:,} nodes"
+        + (" and the Slurm controller" if b.controller_series else "")
+        + " (docs/monitoring.md, series budget)"
     )
     return EXIT_OK

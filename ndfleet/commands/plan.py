@@ -131,6 +131,8 @@ def plan_command(args: argparse.Namespace) -> int:
         plan = run_plan(stack)
     except (StackFileError, SpecError, pulumi.RunError) as error:
         return fail(args, str(error))
+    if stack.warnings:  # the stack file's own (a secret in clear text), beside the settings'
+        plan.spec = plan.spec.model_copy(update={"warnings": (*plan.spec.warnings, *stack.warnings)})
     if args.format == "json":
         sys.stdout.write(plan.to_json())
         for warning in plan.spec.warnings:  # the table carries them; beside JSON they go to stderr

@@ -187,7 +187,11 @@ def _network(
             f"InfiniBand RDMA network of ND-series VMs uses; choose a range outside it, e.g. {DEFAULT_VNET}"
         )
     if ok("vnetAddressSpace") and not vnet.is_private:
-        warnings.append(f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range")
+        warnings.append(
+            f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r} is not a private range: Azure routes it "
+            "inside the VNet, so the nodes cannot reach the internet hosts that own it; prefer RFC 1918 space such "
+            f"as {DEFAULT_VNET}"
+        )
     total_nodes = sum(i.nodes for i in islands)
     # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
     slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0

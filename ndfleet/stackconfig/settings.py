@@ -47,6 +47,19 @@ BASTION_SUBNET_PREFIX = 26  # AzureBastionSubnet must be /26 or larger
 AZURE_MAX_PRIVATE_IPS_PER_VNET = 65_536
 
 
+# Ranges Azure refuses in a virtual network's address space (Microsoft Learn, "Azure Virtual Network FAQ", "What
+# address ranges can I use in my virtual networks?"). 168.63.129.16 is Azure's platform address: DNS, DHCP, the
+# VM agent's and the health probes' host endpoint (Microsoft Learn, "What is IP address 168.63.129.16?").
+AZURE_REFUSED_VNET_RANGES = {
+    "224.0.0.0/4": "multicast",
+    "255.255.255.255/32": "broadcast",
+    "127.0.0.0/8": "loopback",
+    "169.254.0.0/16": "link-local",
+    "168.63.129.16/32": "Azure's platform address for DNS, DHCP and health probes",
+}
+AZURE_REFUSED_VNET_RANGES_SOURCE = "Microsoft Learn, Azure Virtual Network FAQ, address ranges"
+
+
 def node_headroom(nodes: int) -> int:
     return max(NODE_HEADROOM_MIN, math.ceil(nodes * NODE_HEADROOM_FRACTION))
 
@@ -359,10 +372,21 @@ class StackConfig(SettingsModel):
     @field_validator("vnet_address_space")
     @classmethod
     def _cidr(cls, v: str) -> str:
+        if "/" not in v:
+            # ipaddress reads a bare address as a /32, one address: never what a VNet's range means, and which
+            # prefix was meant cannot be guessed (10.70.0.0 could be a /16 or a /24).
+            raise ValueError(f"has no prefix length: write the range in CIDR form, address/prefix, such as {v}/16")
         try:
-            ipaddress.IPv4Network(v, strict=True)
+            network = ipaddress.IPv4Network(v, strict=True)
         except ValueError as e:
             raise ValueError(f"must be an IPv4 network in CIDR form such as {DEFAULT_VNET} ({e})") from None
+        refused = [f"{r} ({what})" for r, what in AZURE_REFUSED_VNET_RANGES.items() if network.overlaps(
+            ipaddress.IPv4Network(r))]
+        if refused:
+            raise ValueError(
+                f"overlaps {', '.join(refused)}, which Azure does not allow in a virtual network's address space "
+                f"({AZURE_REFUSED_VNET_RANGES_SOURCE}); use a private range such as {DEFAULT_VNET}"
+            )
         return v
 
 

@@ -67,6 +67,28 @@ def _fields(raw: bytes, count: int) -> list[bytes]:
     return out
 
 
+# A public key blob is its fields and nothing more (RFC 4253 section 6.6: "ssh-rsa" carries string, mpint e,
+# mpint n; RFC 8709 section 4: "ssh-ed25519" carries string, string of the 32-byte key). A key cut short by a bad
+# paste loses its last field's bytes (or base64 padding); one with bytes past its fields is two keys run together.
+_KEY_FIELDS = {"ssh-rsa": 3, "ssh-ed25519": 2}
+ED25519_KEY_BYTES = 32
+_CUT = "the key is cut short or damaged (a bad paste?): copy the whole line of the .pub file again"
+
+
+def _blob_fields(raw: bytes, key_type: str) -> list[bytes]:
+    count = _KEY_FIELDS[key_type]
+    try:
+        fields = _fields(raw, count)
+    except struct.error:
+        raise ValueError(f"the {key_type} key body ends before its last field: {_CUT}") from None
+    used = sum(4 + len(f) for f in fields)
+    if used != len(raw):
+        raise ValueError(f"the {key_type} key body has {len(raw) - used} bytes past its end: {_CUT}")
+    if key_type == "ssh-ed25519" and len(fields[1]) != ED25519_KEY_BYTES:
+        raise ValueError(f"an ED25519 key is {ED25519_KEY_BYTES} bytes; this one has {len(fields[1])}: {_CUT}")
+    return fields
+
+
 def check_ssh_public_key(key: str) -> None:
     """Raise ValueError unless `key` is one OpenSSH public key line Azure accepts. Messages never contain the
     key's body (and nothing of a private key)."""
@@ -99,16 +121,17 @@ def check_ssh_public_key(key: str) -> None:
         raise ValueError(f"key type {shown!r} is not accepted; {accepted}")
     try:
         raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        # Most often the line lost its end (base64 comes in groups of 4 characters, padded with '=').
+        raise ValueError(f"the key body is not valid base64 OpenSSH key data: {_CUT}") from None
+    try:
         embedded = _fields(raw, 1)[0].decode("ascii")
-    except (binascii.Error, ValueError, struct.error, UnicodeDecodeError):
-        raise ValueError("the key body is not valid base64 OpenSSH key data") from None
+    except (struct.error, UnicodeDecodeError):
+        raise ValueError(f"the key body is not valid base64 OpenSSH key data: {_CUT}") from None
     if embedded != key_type:
         raise ValueError(f"the key body says {embedded!r} but the line says {key_type!r}: the key is damaged")
+    fields = _blob_fields(raw, key_type)
     if key_type == "ssh-rsa":
-        try:
-            _, _exponent, modulus = _fields(raw, 3)
-        except struct.error:
-            raise ValueError("the RSA key body is truncated: the key is damaged") from None
-        bits = int.from_bytes(modulus, "big").bit_length()
+        bits = int.from_bytes(fields[2], "big").bit_length()
         if bits < MIN_RSA_BITS:
             raise ValueError(f"RSA keys must be at least {MIN_RSA_BITS} bits (Azure's minimum); this one has {bits}")

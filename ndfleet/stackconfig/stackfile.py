@@ -124,6 +124,8 @@ class StackFile:
     # Engine form: "ndfleet:nodes" -> "2", structured values JSON-encoded, as the Pulumi CLI passes them.
     engine_config: dict[str, str]
     secret_keys: tuple[str, ...]
+    # Values that should be Pulumi secrets but are written in clear text (clear_text_secret_warnings).
+    warnings: tuple[str, ...] = ()
 
     @property
     def ndfleet_config(self) -> dict[str, Any]:
@@ -152,7 +154,28 @@ class StackFile:
             path=path,
             engine_config={k: _engine_value(v) for k, v in merged.items() if v is not None},
             secret_keys=tuple(secret_keys),
+            warnings=tuple(clear_text_secret_warnings(path, config)),
         )
+
+
+def clear_text_secret_warnings(path: Path, config: dict[str, Any]) -> list[str]:
+    """A setting that may carry a credential, written in clear text in the stack file (which is usually in git):
+    `monitoring.webhooks`, whose URLs often hold a token (a Teams or Slack incoming webhook, a Logic App's `sig`).
+    ndfleet masks them in plans; the file itself should hold them encrypted, as `secure:` values that only the
+    stack's key decrypts (Pulumi docs, "Secrets": `pulumi config set --secret`). Indexes only: never the URL."""
+    monitoring = config.get(f"{NAMESPACE}:monitoring", config.get("monitoring"))
+    webhooks = monitoring.get("webhooks") if isinstance(monitoring, dict) else None
+    if not isinstance(webhooks, list):
+        return []
+    plain = [i for i, w in enumerate(webhooks) if isinstance(w, str)]
+    if not plain:
+        return []
+    first = plain[0]
+    return [
+        f"{NAMESPACE}:monitoring.webhooks{plain} written in clear text in {path.name}: a webhook URL usually carries "
+        "its token, and the stack file is usually in git; store each as a Pulumi secret, encrypted with the stack's "
+        f"key: pulumi config set --secret --path '{NAMESPACE}:monitoring.webhooks[{first}]' URL (docs/monitoring.md)"
+    ]
 
 
 def _engine_value(value: Any) -> str:

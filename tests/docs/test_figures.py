@@ -191,13 +191,16 @@ def test_architecture_island_split_example() -> None:
 
 def test_monitoring_summary_figures() -> None:
     cost = estimate(prepared("prod").spec)
-    holds = series_budget(prepared("prod").spec).max_nodes
+    b = series_budget(prepared("prod").spec)
     kinds = len({a.name for a in alerts(prepared("prod").spec)})
     says("docs/monitoring.md", f"Azure evaluates {kinds} kinds of alert")
+    # One figure for the stack's samples per minute, its nodes' and the Slurm controller's, as `plan` prints it
+    # (budget.plan_lines) and `ndfleet monitoring` too.
     says(
         "docs/monitoring.md",
-        f"(about {cost.series_per_node:,} series per node, {cost.samples_per_minute:,.0f} "
-        f"samples/min for the prod stack; one workspace holds about {holds:,} such nodes at its default limits)",
+        f"(about {cost.series_per_node:,} series per node, {b.events_per_minute:,.0f} samples/min for the prod stack, "
+        f"{cost.samples_per_minute:,.0f} of them from its nodes; one workspace holds about {b.max_nodes:,} such "
+        "nodes at its default limits)",
     )
 
 

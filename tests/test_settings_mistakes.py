@@ -1,0 +1,108 @@
+"""Mistakes in a stack's settings that once passed or misled (issue 44, items 5 and 7): each is refused with a message
+naming the setting and what is valid, or warned about, as docs/configuration.md says."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.problems import SpecError
+from tests.conftest import base_config, dev_ssh_key
+
+
+def problems_of(config: dict[str, Any], stack: str = "test") -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(config, stack)
+    return str(info.value)
+
+
+# --- the admin SSH key: the whole blob, as RFC 4253 section 6.6 lays it out ---------------------------------------
+def _cut(key: str, chars: int) -> str:
+    key_type, blob, *_ = key.split()
+    return f"{key_type} {blob[:-chars]}"
+
+
+@pytest.mark.parametrize("chars", [4, 8, 20])
+def test_an_ed25519_key_cut_at_a_base64_boundary_is_refused(chars: int) -> None:
+    cut = _cut(dev_ssh_key(), chars)
+    base64.b64decode(cut.split()[1], validate=True)  # still valid base64: only the structure shows the cut
+    text = problems_of(base_config(sshPublicKey=cut))
+    assert "ndfleet:sshPublicKey" in text and "cut short or damaged (a bad paste?)" in text
+
+
+def test_a_key_cut_mid_group_is_named_as_cut() -> None:
+    text = problems_of(base_config(sshPublicKey=_cut(dev_ssh_key(), 3)))
+    assert "not valid base64 OpenSSH key data: the key is cut short or damaged" in text
+
+
+def test_a_key_with_bytes_past_its_end_is_refused() -> None:
+    key_type, blob, *_ = dev_ssh_key().split()
+    longer = base64.b64encode(base64.b64decode(blob) + b"\0\0\0\0").decode()
+    text = problems_of(base_config(sshPublicKey=f"{key_type} {longer}"))
+    assert "4 bytes past its end" in text
+
+
+def test_the_whole_key_passes() -> None:
+    load_spec(base_config(), "test")
+
+
+# --- the VNet's address space -------------------------------------------------------------------------------------
+def test_an_address_without_a_prefix_is_refused_not_read_as_a_32() -> None:
+    text = problems_of(base_config(vnetAddressSpace="10.70.0.0"))
+    assert "ndfleet:vnetAddressSpace = '10.70.0.0': has no prefix length" in text and "10.70.0.0/16" in text
+
+
+@pytest.mark.parametrize(
+    ("cidr", "what"),
+    [
+        ("168.63.0.0/16", "168.63.129.16/32 (Azure's platform address"),
+        ("169.254.0.0/16", "169.254.0.0/16 (link-local)"),
+        ("127.0.0.0/8", "127.0.0.0/8 (loopback)"),
+        ("224.0.0.0/8", "224.0.0.0/4 (multicast)"),
+    ],
+)
+def test_ranges_azure_refuses_in_a_vnet_are_errors(cidr: str, what: str) -> None:
+    text = problems_of(base_config(vnetAddressSpace=cidr))
+    assert f"ndfleet:vnetAddressSpace = '{cidr}': overlaps {what}" in text
+
+
+def test_a_public_range_still_only_warns() -> None:
+    spec = load_spec(base_config(vnetAddressSpace="20.0.0.0/16"), "test")
+    assert any("is not a private range: Azure routes it inside the VNet" in w for w in spec.warnings)
+
+
+# --- a webhook URL (with its token) in clear text in the stack file -----------------------------------------------
+TOKEN_URL = "https://example.webhook.office.com/webhookb2/abc/IncomingWebhook/SECRETTOKEN123"
+
+
+def test_a_clear_text_webhook_warns_and_says_how_to_encrypt_it(tmp_path, capsys) -> None:
+    from ndfleet.cli import main
+
+    key = dev_ssh_key()
+    stack = tmp_path / "Pulumi.hooks.yaml"
+    stack.write_text(
+        "config:\n  ndfleet:location: eastus\n  ndfleet:nodes: 2\n"
+        f"  ndfleet:sshPublicKey: {key}\n"
+        f"  ndfleet:monitoring:\n    enabled: true\n    webhooks:\n      - {TOKEN_URL}\n"
+    )
+    assert main(["plan", "--stack-file", str(stack)]) == 0
+    out = capsys.readouterr().out
+    assert "ndfleet:monitoring.webhooks[0] written in clear text in Pulumi.hooks.yaml" in out
+    assert "pulumi config set --secret --path 'ndfleet:monitoring.webhooks[0]' URL" in out
+    assert "SECRETTOKEN123" not in out
+
+
+def test_an_encrypted_webhook_does_not_warn() -> None:
+    from pathlib import Path
+
+    from ndfleet.stackconfig.stackfile import StackFile
+
+    config = {"ndfleet:monitoring": {"enabled": True, "webhooks": [{"secure": "v1:abc"}]}}
+    assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings == ()
+    config["ndfleet:monitoring"]["webhooks"].append(TOKEN_URL)
+    assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings[0].startswith(
+        "ndfleet:monitoring.webhooks[1] written in clear text"
+    )
