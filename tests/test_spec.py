@@ -205,6 +205,14 @@ BAD_CONFIGS = [
         "ndfleet:zone is not set, but eastus has availability zones and Azure Managed Lustre",
     ),
     ({"health": {"probeGracePeriodSeconds": 300}}, "ndfleet:health.probeGracePeriodSeconds = 300: input should be"),
+    # A zone where the region has none (the region table, ndfleet/stackconfig/regions.py): Azure would refuse the
+    # zonal resources only at `pulumi up`, after the network and storage exist.
+    (
+        {"location": "northcentralus", "zone": "1"},
+        "ndfleet:zone = '1': northcentralus (North Central US) has no availability zones",
+    ),
+    ({"location": "westus", "zone": "2"}, "remove ndfleet:zone (a regional cluster), or choose a region with zones, "
+                                          "e.g. 'westus3' or 'westus2'"),
     # Typos and display names.
     ({"node": 2}, "ndfleet:node is not a known setting; did you mean 'ndfleet:nodes'?"),
     ({"VMSize": "x"}, "ndfleet:VMSize is not a known setting; did you mean 'ndfleet:vmSize'?"),
@@ -313,6 +321,17 @@ def test_an_rsa_key_message_keeps_its_capitals() -> None:
 def test_lustre_without_zone_is_fine_where_the_region_has_no_zones() -> None:
     spec = spec_of(location="northcentralus", storage={"lustre": {"capacityTiB": 8}})
     assert spec.storage.lustre is not None and spec.zone is None
+
+
+def test_a_zone_is_accepted_where_the_region_has_zones_or_the_table_does_not_know_it() -> None:
+    assert spec_of(location="eastus", zone="1").zone == "1"
+    assert spec_of(location="usgovvirginia", zone="1").zone == "1"
+
+
+def test_a_zone_where_there_are_none_is_one_problem_among_the_others() -> None:
+    lustre = {"lustre": {"capacityTiB": 8}}
+    text = problems_of(base_config(location="northcentralus", zone="1", nodes=0, storage=lustre))
+    assert "2 problem(s)" in text and text.count("has no availability zones") == 1
 
 
 def test_lustre_in_a_region_the_table_does_not_know_warns() -> None:

@@ -25,7 +25,14 @@ from ndfleet.stackconfig.clusterspec import (
 )
 from ndfleet.stackconfig.problems import show_value
 from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES, RDMA_RESERVED_CIDR
-from ndfleet.stackconfig.regions import OTHER_CLOUD_REGIONS, REGIONS_SOURCE, candidates, has_zones
+from ndfleet.stackconfig.regions import (
+    OTHER_CLOUD_REGIONS,
+    REGIONS,
+    REGIONS_SOURCE,
+    candidates,
+    has_zones,
+    zonal_near,
+)
 from ndfleet.stackconfig.settings import (
     AZURE_RESERVED_ADDRESSES_PER_SUBNET,
     BASTION_SUBNET_PREFIX,
@@ -252,6 +259,17 @@ def _region(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str
                 + (f"; did you mean {guesses}?" if guesses else "")
                 + f" A region newer than that list: set {NAMESPACE}:newRegion: true"
             )
+    # A zone in a region without zones: Azure refuses every zonal resource there (the scale sets, the NAT gateway and
+    # its IP, Managed Lustre), and the first of them fails only after the network and storage exist.
+    if ok("location", "zone") and config.zone is not None and has_zones(config.location) is False:
+        display = REGIONS[config.location][0]
+        near = " or ".join(repr(r) for r in zonal_near(config.location))
+        problems.append(
+            f"{NAMESPACE}:zone = {config.zone!r}: {config.location} ({display}) has no availability zones "
+            f"({REGIONS_SOURCE}), so Azure would refuse the zonal scale sets, NAT gateway and Managed Lustre; remove "
+            f"{NAMESPACE}:zone (a regional cluster), or choose a region with zones"
+            + (f", e.g. {near}" if near else "")
+        )
 
 
 

@@ -5,7 +5,11 @@ Microsoft Learn, "Azure regions list" (https://learn.microsoft.com/azure/reliabi
 2025-09-23; columns "Programmatic name" and "Availability zone support"). It is used for two things only:
 - a region written by its display name ("West Europe") is told its name form (`westeurope`);
 - Azure Managed Lustre is created in one zone where the region has zones (Microsoft Learn, "Create an Azure
-  Managed Lustre file system", Basics tab: "Availability zone"), so a Lustre stack there must set `zone`.
+  Managed Lustre file system", Basics tab: "Availability zone"), so a Lustre stack there must set `zone`;
+- a `zone` in a region without zones is refused: Azure accepts zonal resources (scale sets, NAT gateway, public IPs,
+  Managed Lustre) only in the regions with availability zones (Microsoft Learn, "Azure regions with availability
+  zone support", learn.microsoft.com/azure/reliability/availability-zones-region-support), and the first refusal
+  would come at `pulumi up`, after the network and storage exist.
 A region missing from the table is refused, with the names it most likely means (`useast` -> `eastus`): a
 misspelt region otherwise fails only at `pulumi up`, after other resources exist. A region newer than the table is
 accepted when the stack says so (`ndfleet:newRegion: true`, then a warning): refresh the table from the page
@@ -96,6 +100,25 @@ def has_zones(region: str) -> bool | None:
     """Whether the region has availability zones; None when the table does not know the region."""
     entry = REGIONS.get(region)
     return entry[1] if entry else None
+
+
+# Words of a display name that say where in its geography a region is ("North Central US" -> "US").
+_DIRECTIONS = frozenset({"north", "south", "east", "west", "central", "northeast", "southeast", "2", "3"})
+
+
+def _geography(region: str) -> str:
+    words = REGIONS[region][0].lower().split()
+    return " ".join(w for w in words if w not in _DIRECTIONS)
+
+
+def zonal_near(region: str, limit: int = 2) -> list[str]:
+    """Regions with availability zones in the same geography as a known region (`northcentralus` -> `centralus`,
+    `southcentralus`: the display names without their direction words), likeliest first."""
+    if region not in REGIONS:
+        return []
+    geography = _geography(region)
+    same = [name for name, (_, zonal) in REGIONS.items() if zonal and name != region and _geography(name) == geography]
+    return difflib.get_close_matches(region, same, n=limit, cutoff=0.0)
 
 
 def name_form(text: str) -> str | None:
