@@ -632,7 +632,7 @@ def test_a_slot_without_this_vms_part_is_a_named_failure(tmp_path, dev_vault):
 
 def test_a_next_link_off_the_vaults_host_is_refused(tmp_path, dev_vault):
     newer = {name: "B" for name in dev_vault.bundle_parts}
-    older = {name: [value, "C", "D"] for name, value in dev_vault.bundle_parts.items()}
+    older = {name: ["C", "D", value] for name, value in dev_vault.bundle_parts.items()}  # on the second page
     n, done, _ = boot_from_vault(tmp_path, dev_vault, newer, versions=older, next_link_base="https://evil.example")
     assert done.returncode == 1
     assert "refused a link off" in n.marker()
