@@ -14,6 +14,7 @@ from ndfleet.components.identity import role_definition_id
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import SlurmHost, SlurmHostArgs
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
+from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import (
@@ -101,17 +102,18 @@ class SlurmCluster(pulumi.ComponentResource):
             role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
             opts=child,
         )
-        # ... and the parts of their bundle, each on its own (retained with the part: an earlier VM still reads it).
+        # ... and the bundle's slots, each on its own: one assignment per fixed slot for the vault's life, so none
+        # is ever created again (Azure's 409 RoleAssignmentExists) nor piles up (docs/bootstrap.md).
         part_grants = [
             authorization.RoleAssignment(
-                f"{name}-nodes-{part_name}",
+                f"{name}-nodes-{slot}",
                 scope=part_id,
                 principal_id=args.node_principal_id,
                 principal_type="ServicePrincipal",
                 role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
-                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+                opts=child,
             )
-            for part_name, part_id in zip(args.node_bundle_parts, vault.bundle_part_ids, strict=True)
+            for slot, part_id in zip(SLOT_NAMES, vault.bundle_part_ids, strict=True)
         ]
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
         # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_azure_native.keyvault as keyvault
 import pulumi_random as random
 
+from ndfleet.nodefiles.nodebundle import slot_values
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
 
 VAULT_PRIVATE_DNS_ZONE = "privatelink.vaultcore.azure.net"
@@ -52,7 +53,7 @@ class SlurmVaultArgs:
     tags: Mapping[str, str] = field(default_factory=dict)
     # The compute nodes' bundle in parts (secret name -> base64 part: ndfleet.nodefiles.nodebundle.parts), which the
     # nodes' boot step reads instead of userData (docs/bootstrap.md, "When the bundle outgrows userData").
-    bundle_parts: Mapping[str, str] = field(default_factory=dict)
+    bundle_parts: Mapping[str, str] = field(default_factory=dict)  # the used slots; the others get a placeholder
 
 
 class SlurmVault(pulumi.ComponentResource):
@@ -141,22 +142,22 @@ class SlurmVault(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        # Named after the bundle's sha256 (a new bundle is new secrets) and kept when a later bundle replaces them
-        # (retain_on_delete): a VM created from an earlier model reads the parts its customData names, the vault's
-        # lock forbids deleting them, and a deleted secret's name stays taken for the soft-delete retention (a
-        # rollback to an earlier bundle would then fail to create it). They go with the vault.
+        # The fixed slots (nodebundle.SLOT_NAMES), every one for the vault's whole life: a new bundle is a new
+        # version of a slot (an ARM PUT of an existing secret updates it in place), so no deployment creates a secret
+        # that exists nor deletes one (a deleted secret's name stays taken for the soft-delete retention). Unused
+        # slots hold nodebundle.SLOT_PLACEHOLDER. Kept if ever dropped (retain_on_delete): they go with the vault.
         bundle_parts = [
             keyvault.Secret(
-                f"{name}-{part}",
+                f"{name}-{slot}",
                 resource_group_name=args.resource_group_name,
                 vault_name=vault.name,
-                secret_name=part,
+                secret_name=slot,
                 properties=keyvault.SecretPropertiesArgs(
-                    value=value, content_type="ndfleet node bundle, base64 (its parts in name order)"
+                    value=value, content_type="ndfleet node bundle slot, base64 (customData names its parts)"
                 ),
                 opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
             )
-            for part, value in args.bundle_parts.items()
+            for slot, value in slot_values(dict(args.bundle_parts)).items()
         ]
         cannot_delete_lock(
             f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self,

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
     BootstrapTooLarge,
@@ -110,6 +111,16 @@ def bootstrap_extensions(spec: ClusterSpec, island: IslandSpec) -> BootstrapExte
     return merge_extensions([feature.bootstrap_extensions(spec, neutral) for feature in features])
 
 
+def slot_problem(spec: ClusterSpec, sizes: list[int], used: int) -> str:
+    """The configuration problem of a stack whose distinct compute bundles need more Key Vault slots than the vault
+    has."""
+    return (
+        f"stack {spec.stack!r}: its islands have {len(sizes)} distinct node bundles ({', '.join(f'{s:,}' for s in sizes)} "
+        f"bytes xz) needing {used} Key Vault slots of {nodebundle.PART_CHARS:,} base64 characters; the Slurm vault "
+        f"has {nodebundle.SLOT_COUNT}: give fewer islands distinct shapes (VM size, settings that change the bundle)"
+    )
+
+
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
     # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) join the spec's own.
@@ -146,16 +157,30 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
     # Islands of one shape share one island-neutral bundle (bootstrap.render_bundle: rendered and xz-compressed once,
     # about 0.1 s of xz at preset 9e); each island adds only its customData, which names it (issue 30).
     bundles: dict[Any, NodeBundle] = {}
-    islands: list[PreparedIsland] = []
+    shaped: list[tuple[IslandSpec, Any]] = []
     for island in spec.islands:
         try:
             shape = bundle_shape(island)
             if shape not in bundles:
                 ext = bootstrap_extensions(spec, island)
                 bundles[shape] = render_bundle(spec, island, ext, blob_endpoint_suffix=cloud.blob_endpoint_suffix)
-            islands.append(PreparedIsland(island=island, bootstrap=island_bootstrap(spec, island, bundles[shape])))
+            shaped.append((island, shape))
         except BootstrapTooLarge as error:
             problems.append(str(error))
+    # Bundles that travel in the Slurm vault take consecutive slots of its fixed set (nodebundle.SLOT_COUNT), in the
+    # order of the islands that first use them (docs/bootstrap.md, "Slots, not one secret per bundle").
+    in_vault = [bundles[shape].bundle for _, shape in shaped if bundles[shape].vault]
+    first, used = nodebundle.first_slots(in_vault)
+    if used > nodebundle.SLOT_COUNT:
+        problems.append(slot_problem(spec, [len(b) for b in first], used))
+    islands: list[PreparedIsland] = []
+    if used <= nodebundle.SLOT_COUNT:
+        for island, shape in shaped:
+            try:
+                start = first.get(bundles[shape].bundle, 0)
+                islands.append(PreparedIsland(island=island, bootstrap=island_bootstrap(spec, island, bundles[shape], start)))
+            except BootstrapTooLarge as error:
+                problems.append(str(error))
     if problems:
         raise PrepareError(problems)
     prepared = PreparedCluster(

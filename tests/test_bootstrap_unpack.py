@@ -426,6 +426,11 @@ class VaultService:
     refusals: int = 0  # answer 403 to the first this many secret reads (a role assignment on its way)
     answer: tuple[int, bytes] | None = None  # answer every secret read this instead
     reads: list[str] = field(default_factory=list)
+    # A slot's earlier values, oldest first (state.parts holds the current one), served the way Key Vault REST 7.4
+    # documents "Get Secret Versions" (items with `id`, no value; `nextLink` while more follow; maxresults <= 25)
+    # and "Get Secret" of /secrets/{name}/{version} (Microsoft Learn, Key Vault REST API reference, 7.4).
+    versions: dict[str, list[str]] = field(default_factory=dict)
+    next_link_base: str | None = None  # serve nextLink on this base instead of our own (an off-host link)
     tokens: list[str] = field(default_factory=list)  # the token requests' queries
     base: str = ""
 
@@ -456,7 +461,8 @@ def vault_service(parts: dict[str, str], **kwargs: Any) -> Iterator[VaultService
                 state.tokens.append(query)
                 return self.reply(200, {"access_token": "token-for-vault", "resource": "https://vault.azure.net"})
             vault, _, name = path.strip("/").partition("/secrets/")
-            state.reads.append(name)
+            name, _, version = name.partition("/")
+            state.reads.append(name + (f"/{version}" if version else ""))
             if self.headers.get("Authorization") != "Bearer token-for-vault" or vault != VAULT:
                 return self.reply(401, {"error": {"code": "Unauthorized"}})
             if state.answer is not None:
@@ -465,6 +471,23 @@ def vault_service(parts: dict[str, str], **kwargs: Any) -> Iterator[VaultService
                 return self.reply(403, {"error": {"code": "Forbidden", "message": "Caller is not authorized"}})
             if name not in state.parts:
                 return self.reply(404, {"error": {"code": "SecretNotFound"}})
+            values = [*state.versions.get(name, []), state.parts[name]]  # oldest first
+            ids = [f"{state.base}/{VAULT}/secrets/{name}/v{i}" for i in range(len(values))]
+            if version == "versions":
+                q = dict(item.split("=", 1) for item in query.split("&") if "=" in item)
+                size, skip = min(int(q.get("maxresults", 25)), 25), int(q.get("$skiptoken", 0))
+                items = [{"id": i, "attributes": {"enabled": True, "created": 1_700_000_000 + n}}
+                         for n, i in enumerate(ids)][skip : skip + size]  # fmt: skip
+                doc: dict[str, Any] = {"value": items, "nextLink": None}
+                if skip + size < len(ids):
+                    base = state.next_link_base or state.base
+                    doc["nextLink"] = f"{base}/{VAULT}/secrets/{name}/versions?api-version=7.4&maxresults={size}&$skiptoken={skip + size}"
+                return self.reply(200, doc)
+            if version:
+                n = int(version[1:]) if version[1:].isdigit() else -1
+                if not 0 <= n < len(values):
+                    return self.reply(404, {"error": {"code": "SecretNotFound"}})
+                return self.reply(200, {"value": values[n], "id": ids[n]})
             return self.reply(200, {"value": state.parts[name], "id": f"https://{VAULT}.vault.azure.net/secrets/{name}"})
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -495,7 +518,8 @@ def vault_node(tmp_path: Path, r: bootstrap.RenderedBootstrap, service: VaultSer
     m = json.loads(r.files["bundle.json"])
     v = {**m["vault"], "tags_url": f"{service.base}/metadata/instance/compute/tagsList?api-version=2021-02-01",
          "token_url": f"{service.base}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=x",
-         "secret_url": service.base + "/{vault}/secrets/{name}?api-version=7.4", "retry_s": 1, "wait_s": 30, **vault}
+         "secret_url": service.base + "/{vault}/secrets/{name}?api-version=7.4",
+         "versions_url": service.base + "/{vault}/secrets/{name}/versions?api-version=7.4&maxresults=2", "retry_s": 1, "wait_s": 30, **vault}
     return node(tmp_path, r, "http://127.0.0.1:9/unused", vault=v, attempts=2, timeout_s=5)
 
 
@@ -507,7 +531,10 @@ def dev_vault() -> bootstrap.RenderedBootstrap:
 def test_a_slurm_stacks_compute_bundle_travels_in_vault_parts_not_user_data(dev_vault):
     m = json.loads(dev_vault.files["bundle.json"])
     assert dev_vault.vm_user_data == "" and "vm-user-data.b64" not in dev_vault.output_files()
-    assert list(dev_vault.bundle_parts) == m["vault"]["parts"] == nodebundle.part_names(dev_vault.bundle)
+    assert list(dev_vault.bundle_parts) == [p["slot"] for p in m["vault"]["parts"]] == nodebundle.part_names(dev_vault.bundle)
+    assert [p["sha256"] for p in m["vault"]["parts"]] == [
+        hashlib.sha256(v.encode()).hexdigest() for v in dev_vault.bundle_parts.values()
+    ]
     assert all(len(v) <= nodebundle.PART_CHARS for v in dev_vault.bundle_parts.values())
     assert base64.b64decode("".join(dev_vault.bundle_parts.values())) == dev_vault.bundle
     assert hashlib.sha256(dev_vault.bundle).hexdigest() == m["sha256"]
@@ -546,7 +573,7 @@ def test_a_role_that_never_arrives_fails_the_boot_step_after_its_wait_with_the_r
     ("answer", "reason"),
     [
         ((400, b'{"error": {"code": "BadParameter"}}'), "HTTP 400"),
-        ((200, b"<html>captive portal</html>"), "the answer is not a secret (no string value)"),
+        ((200, b"<html>captive portal</html>"), "the answer is not a JSON object"),
         ((200, b'{"value": 17}'), "the answer is not a secret (no string value)"),
         ((200, b'{"value": "' + b"A" * 70000 + b'"}'), "an answer over 65,536 bytes"),
         ((301, b""), "HTTP 301"),
@@ -566,7 +593,7 @@ def test_parts_of_another_bundle_are_refused_by_the_manifests_sha256(tmp_path, d
     swapped = dict(zip(dev_vault.bundle_parts, values, strict=True))
     n, done, service = boot_from_vault(tmp_path, dev_vault, swapped)
     assert done.returncode == 1
-    assert "the bundle read from Key Vault is not this node's bundle" in n.marker()
+    assert "no version holds this VM's part" in n.marker()  # each part's own sha256 refuses it first
 
 
 @pytest.mark.parametrize(
@@ -584,3 +611,28 @@ def test_a_tag_that_could_send_the_token_elsewhere_is_refused(tmp_path, dev_vaul
     assert done.returncode == 1
     assert reason in n.marker()
     assert service.reads == []
+
+
+def test_a_slot_rewritten_by_a_later_deployment_is_read_from_its_earlier_version(tmp_path, dev_vault):
+    # A VM on an earlier model (a reimage) finds newer bundles' parts in its slots: it reads its own from the
+    # slots' versions, newest first, paged two to a page.
+    newer = {name: "B" * len(value) for name, value in dev_vault.bundle_parts.items()}
+    older = {name: ["C", value, "D", "E"] for name, value in dev_vault.bundle_parts.items()}
+    n, done, service = boot_from_vault(tmp_path, dev_vault, newer, versions=older)
+    assert done.returncode == 0, (done.stdout, done.stderr, n.marker())
+    assert any(r.endswith("/versions") for r in service.reads) and any(r.endswith("/v1") for r in service.reads)
+
+
+def test_a_slot_without_this_vms_part_is_a_named_failure(tmp_path, dev_vault):
+    newer = {name: "B" for name in dev_vault.bundle_parts}
+    n, done, _ = boot_from_vault(tmp_path, dev_vault, newer, versions={name: ["C"] * 3 for name in newer})
+    assert done.returncode == 1
+    assert "no version holds this VM's part" in n.marker()
+
+
+def test_a_next_link_off_the_vaults_host_is_refused(tmp_path, dev_vault):
+    newer = {name: "B" for name in dev_vault.bundle_parts}
+    older = {name: ["C", "D", value] for name, value in dev_vault.bundle_parts.items()}  # on the second page
+    n, done, _ = boot_from_vault(tmp_path, dev_vault, newer, versions=older, next_link_base="https://evil.example")
+    assert done.returncode == 1
+    assert "refused a link off" in n.marker()

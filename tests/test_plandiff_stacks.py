@@ -124,12 +124,14 @@ def test_vm_size_change_replaces_the_island_only(tmp_path: Path) -> None:
     userData (an update), so it is not (its customData holds nothing of the GPU nodes)."""
     diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, vmSize=H200))
     assert {name for _, name in diff.replaced} == {"dev-ib00-vmss"}
-    # The nodes' bundle changes (their node JSON names the size): its new Key Vault parts and their role assignments
-    # are created, the earlier ones kept in Azure for VMs of the earlier model (retain_on_delete), nothing deleted.
+    # The nodes' bundle changes (their node JSON names the size): its Key Vault slots are updated in place (a new
+    # version of each), nothing is created, deleted or left behind (docs/bootstrap.md, "Slots, not one secret per
+    # bundle").
     assert plandiff.render_text([diff]).startswith(
-        "1 stack (dev: 6 to create, 2 to update, 1 to replace, 0 to delete, 6 to keep in Azure unmanaged")
-    moved = [ch.name for ch in diff.changes if ch.op in ("create", "retain")]
-    assert len(moved) == 12 and all("-ndfleet-bundle-" in name for name in moved), moved
+        "1 stack (dev: 0 to create, 5 to update, 1 to replace, 0 to delete")
+    assert not [ch.name for ch in diff.changes if ch.op in ("create", "retain", "delete")]
+    slots = [ch.name for ch in diff.changes if ch.op == "update" and "-ndfleet-bundle-" in ch.name]
+    assert len(slots) == 3, slots
 
 
 def test_markdown_of_a_real_diff_names_consequence_and_stack(tmp_path: Path) -> None:

@@ -423,12 +423,15 @@ def boot_step(manifest: dict[str, Any], commands: Sequence[Sequence[str]]) -> li
     ]
 
 
-def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) -> RenderedBootstrap:
-    """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData), and every
+def island_bootstrap(
+    spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle, first_slot: int = 0
+) -> RenderedBootstrap:
+    """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData, or the
+    vault's slots from `first_slot`: prepare lays a stack's distinct bundles into consecutive slots), and every
     file a node of the island writes; raises BootstrapTooLarge over either limit."""
     node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
-    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault),
-                     bundle.commands)
+    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,
+                                         first_slot=first_slot), bundle.commands)
     boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
     user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
     if nodebundle.ISLAND_PLACEHOLDER in user_data:
@@ -449,7 +452,7 @@ def island_bootstrap(spec: ClusterSpec, island: IslandSpec, bundle: NodeBundle) 
         bundle=bundle.bundle,
         custom_data_names=tuple(f.name for f in boot),
         activate=bundle.commands,
-        bundle_parts=nodebundle.parts(bundle.bundle) if bundle.vault else {},
+        bundle_parts=nodebundle.parts(bundle.bundle, first_slot) if bundle.vault else {},
     )
     problems = []
     size = len(rendered.custom_data_bytes)

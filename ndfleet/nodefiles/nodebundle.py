@@ -69,9 +69,23 @@ COMMAND_TIMEOUT_S = 60
 # Where the Slurm stacks' compute bundle travels instead (docs/bootstrap.md, "When the bundle outgrows userData"): Key
 # Vault secrets the deployer writes through Resource Manager, read by the node with its managed identity. A secret
 # holds at most 25 KB (Microsoft Learn, "About Azure Key Vault secrets"); the bundle's base64 is cut into parts of at
-# most this many characters (bytes), named after the bundle's sha256 so that a new bundle is new secrets.
+# most this many characters (bytes). The parts go into a fixed set of slot secrets kept for the vault's whole life
+# (docs/bootstrap.md, "Slots, not one secret per bundle"): a new bundle is a new version of a slot (an in-place
+# update), never a new secret, so any sequence of deployments (a revert included) creates nothing that exists.
 PART_CHARS = 24_000
 PART_PREFIX = "ndfleet-bundle-"
+# How many slots every Slurm vault holds: the distinct bundles of a stack (one per island shape) take consecutive
+# slots; a stack needing more is refused at plan time (slot_problem). 8 x 24,000 characters: about 140 KB of xz.
+SLOT_COUNT = 8
+SLOT_NAMES = tuple(f"{PART_PREFIX}{n}" for n in range(SLOT_COUNT))
+# What an unused slot holds (a short word, so the plan shows it is no part).
+SLOT_PLACEHOLDER = "unused"
+# A slot whose current value is not the part this VM's customData names (a later deployment wrote a newer bundle, a
+# reimage of a VM on an earlier model) is looked up in its versions: at most this many pages of "Get Secret
+# Versions" (maxresults each) and this many versions read, newest first.
+VERSIONS_PAGE_SIZE = 25
+VERSIONS_MAX_PAGES = 8
+VERSIONS_MAX_READ = 40
 # Role assignments take minutes to reach Key Vault: 401/403/404 (and 429, 5xx, no answer) are retried this long,
 # pausing this long between tries; the Slurm set-up waits for the munge key the same (ndfleet.slurm.machines).
 VAULT_WAIT_S = 600
@@ -82,6 +96,13 @@ KEYVAULT_API_VERSION = "7.4"
 # Key Vault's Get Secret (Microsoft Learn, Key Vault REST API "Get Secret"): the boot step fills in the vault's name
 # (from the scale set's tag, checked as a vault name) and the part's.
 SECRET_URL = "https://{vault}.vault.azure.net/secrets/{name}?api-version=" + KEYVAULT_API_VERSION
+# Key Vault's Get Secret Versions (Microsoft Learn, Key Vault REST API 7.4 "Get Secret Versions"): items carry each
+# version's `id` (https://{vault}.vault.azure.net/secrets/{name}/{version}) without its value, and `nextLink`.
+VERSIONS_URL = (
+    "https://{vault}.vault.azure.net/secrets/{name}/versions?api-version="
+    + KEYVAULT_API_VERSION
+    + f"&maxresults={VERSIONS_PAGE_SIZE}"
+)
 IMDS_VAULT_TOKEN_URL = (
     "http://169.254.169.254/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fvault.azure.net"
 )
@@ -107,18 +128,42 @@ def unit_timeout_s(activate: Sequence[Sequence[str]], *, from_vault: bool = Fals
     return fetch_budget_s() + vault + COMMAND_TIMEOUT_S * max(1, len(activate))
 
 
-def part_names(bundle: bytes) -> list[str]:
-    """The Key Vault secrets that hold `bundle` (parts): `ndfleet-bundle-<sha256, 16 hex>-<n>`; a secret name is
-    1-127 letters, digits and dashes (Microsoft Learn, "Naming rules for Azure resources", Microsoft.KeyVault)."""
-    count = -(-len(base64.b64encode(bundle)) // PART_CHARS)
-    digest = hashlib.sha256(bundle).hexdigest()[:16]
-    return [f"{PART_PREFIX}{digest}-{n}" for n in range(count)]
-
-
-def parts(bundle: bytes) -> dict[str, str]:
-    """Secret name -> value: the bundle's base64 in order, PART_CHARS characters each (the last may be shorter)."""
+def part_texts(bundle: bytes) -> list[str]:
+    """The bundle's base64 in order, PART_CHARS characters each (the last may be shorter)."""
     text = base64.b64encode(bundle).decode()
-    return {name: text[n * PART_CHARS : (n + 1) * PART_CHARS] for n, name in enumerate(part_names(bundle))}
+    return [text[n : n + PART_CHARS] for n in range(0, len(text), PART_CHARS)]
+
+
+def slot_count(bundle: bytes) -> int:
+    """How many slots `bundle` takes."""
+    return -(-len(base64.b64encode(bundle)) // PART_CHARS)
+
+
+def part_names(bundle: bytes, first_slot: int = 0) -> list[str]:
+    """The slot secrets that hold `bundle` when it starts at `first_slot`; a secret name is 1-127 letters, digits
+    and dashes (Microsoft Learn, "Naming rules for Azure resources", Microsoft.KeyVault)."""
+    return list(SLOT_NAMES[first_slot : first_slot + slot_count(bundle)])
+
+
+def parts(bundle: bytes, first_slot: int = 0) -> dict[str, str]:
+    """Slot name -> value: the bundle's parts laid into consecutive slots from `first_slot`."""
+    return dict(zip(part_names(bundle, first_slot), part_texts(bundle), strict=True))
+
+
+def slot_values(bundle_parts: dict[str, str]) -> dict[str, str]:
+    """Every slot's value for a stack whose bundles hold `bundle_parts`: the unused ones SLOT_PLACEHOLDER."""
+    return {name: bundle_parts.get(name, SLOT_PLACEHOLDER) for name in SLOT_NAMES}
+
+
+def first_slots(bundles: Sequence[bytes]) -> tuple[dict[bytes, int], int]:
+    """The distinct `bundles` in order of first appearance -> their first slot, and how many slots they take."""
+    start: dict[bytes, int] = {}
+    used = 0
+    for bundle in bundles:
+        if bundle not in start:
+            start[bundle] = used
+            used += slot_count(bundle)
+    return start, used
 
 
 def island_paths(files: Iterable[MachineFile]) -> list[str]:
@@ -157,7 +202,7 @@ def _compress(text: bytes) -> bytes:
 
 def manifest(
     bundle: bytes, health_port: int | None, island: str | None, *, more_follows: bool = False,
-    vault: dict[str, str] | None = None,
+    vault: dict[str, str] | None = None, first_slot: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept, where, and the island
     whose name replaces ISLAND_PLACEHOLDER in the bundle's files.
@@ -166,15 +211,19 @@ def manifest(
     probe watches it), and says `more_follows`: its userData is the bundle followed by the Slurm configuration
     (ndfleet/slurm/userdata.py), so only the first `size` bytes are checked against the sha256.
 
-    `vault` (a Slurm stack's compute node): the bundle is read from Key Vault secrets (part_names), not userData;
-    its `tag` and `client_id_tag` are the scale set's tags naming the vault and the identity to read it with."""
+    `vault` (a Slurm stack's compute node): the bundle is read from Key Vault slot secrets from `first_slot`, not
+    userData; each part names its slot and its text's sha256 (the slot's current value, or one of its versions);
+    `tag` and `client_id_tag` are the scale set's tags naming the vault and the identity to read it with."""
     optional: dict[str, Any] = {"island": island, "health_port": health_port}
     if more_follows:
         optional["more_follows"] = True
     if vault is not None:
         optional["vault"] = {
-            "tag": vault["tag"], "client_id_tag": vault["client_id_tag"], "parts": part_names(bundle),
-            "tags_url": IMDS_TAGS_URL, "token_url": IMDS_VAULT_TOKEN_URL, "secret_url": SECRET_URL,
+            "tag": vault["tag"], "client_id_tag": vault["client_id_tag"], "tags_url": IMDS_TAGS_URL,
+            "parts": [{"slot": name, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+                      for name, text in parts(bundle, first_slot).items()],
+            "token_url": IMDS_VAULT_TOKEN_URL, "secret_url": SECRET_URL, "versions_url": VERSIONS_URL,
+            "max_pages": VERSIONS_MAX_PAGES, "max_versions": VERSIONS_MAX_READ,
             "wait_s": VAULT_WAIT_S, "retry_s": VAULT_RETRY_S, "max_answer_bytes": MAX_SECRET_ANSWER_BYTES,
         }  # fmt: skip
     return {
@@ -264,8 +313,15 @@ __all__ = [
     "island_paths",
     "manifest",
     "pack",
+    "SLOT_COUNT",
+    "SLOT_NAMES",
+    "SLOT_PLACEHOLDER",
+    "first_slots",
     "part_names",
+    "part_texts",
     "parts",
+    "slot_count",
+    "slot_values",
     "split",
     "unit_timeout_s",
     "unpack",

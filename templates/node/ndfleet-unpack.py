@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -121,10 +122,12 @@ def load_manifest(path: str) -> dict[str, Any]:
     vault = m.get("vault")
     if vault is not None:
         fields = {"tag": str, "client_id_tag": str, "parts": list, "tags_url": str, "token_url": str,
-                  "secret_url": str, "wait_s": int, "retry_s": int, "max_answer_bytes": int}  # fmt: skip
+                  "secret_url": str, "versions_url": str, "max_pages": int, "max_versions": int, "wait_s": int, "retry_s": int, "max_answer_bytes": int}  # fmt: skip
         if not isinstance(vault, dict) or any(not isinstance(vault.get(k), t) for k, t in fields.items()):
             raise BundleError(f"the manifest {path} has a 'vault' without {', '.join(fields)} of their types")
-        if not vault["parts"] or not all(isinstance(n, str) and SECRET_NAME.fullmatch(n) for n in vault["parts"]):
+        if not vault["parts"] or not all(isinstance(p, dict) and isinstance(p.get("slot"), str)
+                                         and SECRET_NAME.fullmatch(p["slot"]) and isinstance(p.get("sha256"), str)
+                                         for p in vault["parts"]):  # fmt: skip
             raise BundleError(f"the manifest {path} names invalid Key Vault parts {str(vault['parts'])[:200]}")
     island = m.setdefault("island", None)
     if island is not None and (not 0 < len(island) <= ISLAND_MAX or not set(island) <= ISLAND_CHARS):
@@ -200,14 +203,18 @@ def fetch_from_vault(m: dict[str, Any]) -> bytes:
         token_url += f"&client_id={client_id}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
     deadline = time.monotonic() + v["wait_s"]
-    text = []
-    for name in v["parts"]:
+    # Every link followed (nextLink, a version's id) stays on the vault's own scheme, host and port.
+    origin = urllib.parse.urlsplit(v["secret_url"].format(vault=vault, name="x"))[:2]
+
+    def get(url: str, what: str) -> dict[str, Any]:
+        """Key Vault's JSON object at `url` (on this vault's host only), retried as the docstring above says."""
+        if urllib.parse.urlsplit(url)[:2] != origin:
+            raise BundleError(f"Key Vault {what}: refused a link off {origin[1]}: {url[:120]!r}")
         while True:
             token = imds_json(m, token_url, MAX_TOKEN_BYTES, "managed identity token")
             access = token.get("access_token") if isinstance(token, dict) else None
             if not isinstance(access, str) or not access:
                 raise BundleError("the instance metadata service's token answer has no access_token")
-            url = v["secret_url"].format(vault=vault, name=name)
             request = urllib.request.Request(url, headers={"Authorization": f"Bearer {access}"})
             try:
                 signal.setitimer(signal.ITIMER_REAL, m["timeout_s"])
@@ -215,19 +222,18 @@ def fetch_from_vault(m: dict[str, Any]) -> bytes:
                     body = reply.read(v["max_answer_bytes"] + 1)
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 if len(body) > v["max_answer_bytes"]:
-                    raise BundleError(f"Key Vault secret {name}: an answer over {v['max_answer_bytes']:,} bytes")
+                    raise BundleError(f"Key Vault {what}: an answer over {v['max_answer_bytes']:,} bytes")
                 try:
-                    value = json.loads(body).get("value")
-                except (ValueError, AttributeError):
-                    value = None
-                if not isinstance(value, str):
-                    raise BundleError(f"Key Vault secret {name}: the answer is not a secret (no string value)")
-                text.append(value)
-                break
+                    doc = json.loads(body)
+                except ValueError:
+                    doc = None
+                if not isinstance(doc, dict):
+                    raise BundleError(f"Key Vault {what}: the answer is not a JSON object")
+                return doc
             except urllib.error.HTTPError as e:
                 last = f"HTTP {e.code}"
                 if e.code not in VAULT_RETRY_STATUS:
-                    raise BundleError(f"Key Vault secret {name}: {last}") from None
+                    raise BundleError(f"Key Vault {what}: {last}") from None
             except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
                 last = str(getattr(e, "reason", e)) or type(e).__name__
             except Late:
@@ -235,10 +241,56 @@ def fetch_from_vault(m: dict[str, Any]) -> bytes:
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             if time.monotonic() >= deadline:
-                raise BundleError(f"Key Vault secret {name}: still {last} after {v['wait_s']} s "
+                raise BundleError(f"Key Vault {what}: still {last} after {v['wait_s']} s "
                                   "(the node's role assignment on it missing?)")  # fmt: skip
-            log(f"Key Vault secret {name}: {last}; asking again in {v['retry_s']} s")
+            log(f"Key Vault {what}: {last}; asking again in {v['retry_s']} s")
             time.sleep(v["retry_s"])
+
+    def value(doc: dict[str, Any], what: str) -> str:
+        text = doc.get("value")
+        if not isinstance(text, str):
+            raise BundleError(f"Key Vault secret {what}: the answer is not a secret (no string value)")
+        return text
+
+    def matches(text: str, want: str) -> bool:
+        return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest() == want
+
+    text = []
+    for part in v["parts"]:
+        name, want = part["slot"], part["sha256"]
+        current = value(get(v["secret_url"].format(vault=vault, name=name), f"secret {name}"), name)
+        if matches(current, want):
+            text.append(current)
+            continue
+        # A later deployment wrote a newer bundle into the slot: this VM's part is one of its versions. Key Vault
+        # lists them without values, paged by nextLink (REST 7.4 "Get Secret Versions"); bounded in pages and reads.
+        url, pages, tried, found = v["versions_url"].format(vault=vault, name=name), 0, 0, None
+        while url and found is None:
+            pages += 1
+            if pages > v["max_pages"]:
+                break
+            page = get(url, f"secret {name} versions")
+            items, url = page.get("value"), page.get("nextLink")
+            if not isinstance(items, list) or not (url is None or isinstance(url, str)):
+                raise BundleError(f"Key Vault secret {name}: the versions answer is not a list of versions")
+            ids = [i.get("id") for i in items if isinstance(i, dict)]
+            stamps = {i.get("id"): (i.get("attributes") or {}).get("created", 0) for i in items if isinstance(i, dict)}
+            for vid in sorted((i for i in ids if isinstance(i, str)), key=lambda i: -int(stamps.get(i) or 0)):
+                tried += 1
+                if tried > v["max_versions"]:
+                    break
+                candidate = value(get(f"{vid}?api-version={v['secret_url'].rsplit('api-version=', 1)[1]}",
+                                      f"secret {name} version"), name)  # fmt: skip
+                if matches(candidate, want):
+                    found = candidate
+                    break
+            if tried > v["max_versions"]:
+                break
+        if found is None:
+            raise BundleError(f"Key Vault secret {name}: no version holds this VM's part (sha256 {want[:16]}), "
+                              f"{pages} pages and {tried} versions read")  # fmt: skip
+        log(f"Key Vault secret {name}: read this VM's part from an earlier version")
+        text.append(found)
     return "".join(text).encode("ascii", "replace")
 
 

@@ -140,21 +140,20 @@ def describe(old: Any, new: Any) -> str | None:
 
 
 SECRET_TYPE = "azure-native:keyvault:Secret"
-# A part of a compute bundle kept in the Slurm vault (nodebundle.part_names names them): the bundle's sha256 (16 hex
-# digits) and the part's number.
-_PART_NAME = re.compile(re.escape(PART_PREFIX) + r"([0-9a-f]{16})-([0-9]{1,3})")
+# A slot of the Slurm vault holding parts of compute bundles (nodebundle.SLOT_NAMES): its number.
+_PART_NAME = re.compile(re.escape(PART_PREFIX) + r"([0-9]{1,3})")
 
 
 def _vault_bundles(plan: Mapping[str, Any]) -> dict[str, str]:
-    """The compute bundles the plan keeps in Key Vault parts: the bundle's sha256 prefix -> its base64 text."""
-    parts: dict[str, list[tuple[int, str]]] = {}
+    """The slots' values the plan writes: slot name -> its base64 part (or the unused placeholder)."""
+    slots: dict[str, str] = {}
     for r in plan.get("resources", ()):
         props = (r.get("inputs") or {}).get("properties") if r.get("type") == SECRET_TYPE else None
         name = (r.get("inputs") or {}).get("secretName")
         match = _PART_NAME.fullmatch(name) if isinstance(name, str) else None
         if match and isinstance(props, dict) and isinstance(props.get("value"), str):
-            parts.setdefault(match.group(1), []).append((int(match.group(2)), props["value"]))
-    return {digest: "".join(value for _, value in sorted(found)) for digest, found in parts.items()}
+            slots[name] = props["value"]
+    return slots
 
 
 def with_vault_bundles(
@@ -174,9 +173,10 @@ def with_vault_bundles(
         profile = (r.get("inputs") or {}).get("virtualMachineProfile") if r.get("type") == VMSS_TYPE else None
         if isinstance(profile, dict):
             text = decode_custom_data((profile.get("osProfile") or {}).get("customData")) or ""
-            named = {m.group(1) for m in _PART_NAME.finditer(text)} & set(bundles)
-            if len(named) == 1:
-                profile = {**profile, VAULT_BUNDLE_KEY: bundles[named.pop()]}
+            # The manifest names its slots in order (each with its part's sha256): the bundle is their values joined.
+            named = list(dict.fromkeys(m.group(0) for m in _PART_NAME.finditer(text)))
+            if named and set(named) <= set(bundles):
+                profile = {**profile, VAULT_BUNDLE_KEY: "".join(bundles[n] for n in named)}
                 r = {**r, "inputs": {**r["inputs"], "virtualMachineProfile": profile}}
         resources.append(r)
     return {**plan, "resources": resources}
