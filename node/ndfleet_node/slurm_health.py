@@ -19,6 +19,17 @@ not the bandwidth tests), then:
   registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
   case the registration cannot: a reimaged VM that comes back under its old name, which slurmctld still knows.
 
+As the Epilog (`--epilog`: slurmd runs it at each job's end with SLURM_SCRIPT_CONTEXT=epilog_slurmd) it calls no Slurm
+command: SchedMD's Prolog and Epilog Guide says these scripts "should not call Slurm commands", and a drain sent to a
+busy controller from an Epilog can be lost. It validates (level `epilog` measures the node too) and tells Slurm by its
+exit status alone: 0 healthy; non-zero, and slurmctld drains the node `Reason=Epilog error` (slurm.conf(5), Epilog)
+before any job can land on it. The failed checks are written to the Epilog's failure marker (`--epilog-marker`),
+which the next periodic pass reads as part of its verdict: it replaces "Epilog error" with "ndfleet:<check-id>", sets
+the Comment for the host ledger and starts the impact report, as for any failure it finds itself, and removes the
+marker once the node shows that reason. A job of the burn-in's reservation (SLURM_JOB_RESERVATION starts with
+names.BURNIN_RESERVATION_PREFIX) is not checked: the burn-in judges those nodes itself, and its next round must not
+wait for a validation at every test's end.
+
 slurmd kills the program after 60 s (slurm.conf, HealthCheckProgram): `--validate-timeout` must stay below that.
 The validator is a seam: any command that takes `--level quick --report PATH`, exits 0 healthy / 1 unhealthy /
 2 could not run and writes the report format of docs/bootstrap.md. Every external call has a timeout and a bound
@@ -29,6 +40,7 @@ never a pass.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -36,7 +48,8 @@ import re
 import shlex
 import socket
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +61,9 @@ from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
     DRAIN_MARKER,
+    BURNIN_RESERVATION_PREFIX,
     DRAIN_REASON_PREFIX,
+    EPILOG_ERROR_REASON,
     HOST_COMMENT_PREFIX,
     REPEAT_HOST_REASON,
 )
@@ -62,6 +77,10 @@ DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
+# The Epilog's failed checks, one line "ndfleet:<id>[,<id>...]", for the next periodic pass (kept across reboots: a
+# Restart repair leaves Slurm's "Epilog error" drain, which this names).
+EPILOG_MARKER = "/var/lib/ndfleet/epilog-failed"
+MAX_EPILOG_MARKER_BYTES = 4096
 # The level the periodic health check validates at (the Epilog may run a longer one: --level).
 PERIODIC_LEVEL = "quick"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
@@ -198,9 +217,10 @@ def act(
         stuck = verdict.hardware and bool(state.flags & {"ALLOCATED", "MIXED"}) and not state.down
         if (state.drained or state.down) and state.reason == verdict.reason and not stuck:
             return Outcome(f"{node}: still failing ({verdict.reason}), already out", True)
-        if state.drained and not held_by_health_check(state):
+        if state.drained and not held_by_health_check(state) and state.reason != EPILOG_ERROR_REASON:
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
-            # turns the health endpoint Unhealthy.
+            # turns the health endpoint Unhealthy. Slurm's "Epilog error" is this program's own (the Epilog's exit
+            # status): replaced by the checks' reason, which the repair loop, the ledger and the categories read.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True,
                            burnin_check=burnin_failure(state))
         scontrol.drain(node, verdict.reason)
@@ -229,6 +249,11 @@ def act(
         scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
+    if state.drained and state.reason == EPILOG_ERROR_REASON:
+        # The Epilog failed and left no record of which check (its marker is read into the verdict): nothing here
+        # says the node is fit, nor which host fault to report. Left for an administrator (docs/slurm.md).
+        return Outcome(f"{node}: healthy at level {level}, drained {EPILOG_ERROR_REASON!r} with no record of the "
+                       "Epilog's failed checks: left drained", True)  # fmt: skip
     if held_by_health_check(state):
         if unseen := unmeasured(state.reason, level):
             # Drained by the Epilog's measured floor, which this level does not run: its pass says nothing of
@@ -239,6 +264,89 @@ def act(
         scontrol.resume(node)  # DRAIN or DOWN: RESUME returns it to service either way
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained, burnin_check=burnin_failure(state))
+
+
+def write_epilog_failure(marker: Path, verdict: Verdict) -> None:
+    """Record the Epilog's failed checks for the next periodic pass. Best effort: the exit status already has Slurm
+    drain the node, and a node drained "Epilog error" with no record is left drained (act)."""
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(DRAIN_REASON_PREFIX + ",".join(verdict.failed_checks) + "\n", encoding="utf-8")
+    except OSError as error:
+        print(f"ndfleet-slurm-health: Epilog failure marker {marker}: {error}", file=sys.stderr)
+
+
+def read_epilog_failure(marker: Path) -> Verdict | None:
+    """The Epilog's failed checks (None: no marker). A marker this program cannot read or understand still says the
+    Epilog failed: a failure named epilog-bad-marker, never a pass."""
+    try:
+        raw = read_regular(str(marker), MAX_EPILOG_MARKER_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return Verdict(False, ("epilog-bad-marker",))
+    line = raw.decode("utf-8", "replace").strip()
+    if len(raw) > MAX_EPILOG_MARKER_BYTES or not line.startswith(DRAIN_REASON_PREFIX):
+        return Verdict(False, ("epilog-bad-marker",))
+    ids = line.removeprefix(DRAIN_REASON_PREFIX).split(",")
+    if not all(CHECK_ID.fullmatch(i) for i in ids):
+        return Verdict(False, ("epilog-bad-marker",))
+    return Verdict(False, tuple(dict.fromkeys(ids)))
+
+
+def with_epilog_failure(verdict: Verdict, epilog: Verdict | None) -> Verdict:
+    """The periodic verdict and the Epilog's recorded one: failing if either fails, the Epilog's checks first."""
+    if epilog is None:
+        return verdict
+    return Verdict(False, tuple(dict.fromkeys(epilog.failed_checks + verdict.failed_checks)))
+
+
+def burnin_job(environ: Mapping[str, str]) -> bool:
+    """The job that ended is one of the burn-in's tests (slurmd gives the Epilog the job's SLURM_JOB_RESERVATION:
+    SchedMD src/plugins/prep/script/prep_script_slurmd.c, _build_env)."""
+    return environ.get("SLURM_JOB_RESERVATION", "").startswith(BURNIN_RESERVATION_PREFIX)
+
+
+_held_locks: list[int] = []  # the Epilog's lock stays held until the process ends, as flock(1) holds it for its command
+
+
+def take_lock(path: Path, wait_s: float) -> bool:
+    """flock(2) on `path` (the periodic check's flock(1) takes the same lock), waiting up to `wait_s` seconds.
+    A lock file that cannot be opened is no reason to skip the check: True."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        print(f"ndfleet-slurm-health: lock {path}: {error}; checking without it", file=sys.stderr)
+        return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _held_locks.append(fd)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.2)
+
+
+def handle_epilog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The Epilog: validate, no Slurm command; the exit status is the verdict (the module's docstring)."""
+    if burnin_job(environ):
+        print(f"ndfleet-slurm-health: a burn-in job ({environ.get('SLURM_JOB_RESERVATION')}): not checked here")
+        return 0
+    if args.lock and not take_lock(Path(args.lock), args.lock_wait):
+        # A periodic pass held it past the wait (slurmd kills one at 60 s): it has looked, and the next one will.
+        print(f"ndfleet-slurm-health: Epilog: {args.lock} still held after {args.lock_wait:g} s: not checked")
+        return 0
+    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
+    if verdict.healthy:
+        print("ndfleet-slurm-health: Epilog: healthy")
+        return 0
+    write_epilog_failure(Path(args.epilog_marker), verdict)
+    print(f"ndfleet-slurm-health: Epilog: failing ({verdict.reason}): exit 1, Slurm drains the node", file=sys.stderr)
+    return 1
 
 
 def mark_burnin_queued(marker: Path) -> None:
@@ -279,7 +387,13 @@ def default_node_name() -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
+    if args.epilog:
+        return handle_epilog(args, os.environ)
+    epilog_marker = Path(args.epilog_marker)
+    epilog_failure = read_epilog_failure(epilog_marker)
+    verdict = with_epilog_failure(
+        run_validation(args.validator, Path(args.report), args.validate_timeout, args.level), epilog_failure
+    )
     node = args.node_name or default_node_name()
     code = 0 if verdict.healthy else 1
     burnin_marker = Path(args.burnin_marker)
@@ -303,6 +417,11 @@ def handle(args: argparse.Namespace) -> int:
             mark_burnin_queued(burnin_marker)
         return code
     mirror_drain(Path(args.drain_marker), outcome)
+    if epilog_failure is not None and outcome.drained and not outcome.took_out:
+        # The node is out for the Epilog's finding (its reason, now ours), or for another's drain that is theirs to
+        # lift: done with. Kept after the pass that took it out: that pass's drain could still be overtaken by
+        # slurmctld's own "Epilog error", which the next pass then replaces again.
+        epilog_marker.unlink(missing_ok=True)
     if outcome.queued_for_burnin:
         mark_burnin_queued(burnin_marker)
     print(f"ndfleet-slurm-health: {outcome.message}")
@@ -363,6 +482,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--level", choices=("quick", "epilog"), default="quick",
                    help="quick (the periodic check) or epilog (at a job's end: quick and the short measured floor)")
+    p.add_argument("--epilog", action="store_true",
+                   help="run as Slurm's Epilog: no Slurm command; exit non-zero (Slurm drains) and record the checks")
+    p.add_argument("--lock", default="", help="with --epilog: the lock the periodic check's flock(1) takes")
+    p.add_argument("--lock-wait", type=_seconds, default=60.0, help="with --epilog: seconds to wait for --lock")
+    p.add_argument("--epilog-marker", default=EPILOG_MARKER,
+                   help=f"the Epilog's failed checks, for the next periodic pass ({EPILOG_MARKER})")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=_seconds, default=30.0)
     p.add_argument(
