@@ -60,8 +60,8 @@ from ndfleet_node.impact_categories import REPEAT_CHECK, category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
-    DRAIN_MARKER,
     BURNIN_RESERVATION_PREFIX,
+    DRAIN_MARKER,
     DRAIN_REASON_PREFIX,
     EPILOG_ERROR_REASON,
     HOST_COMMENT_PREFIX,

@@ -102,8 +102,8 @@ def perf_nccl_allreduce(ctx: Context) -> Result:
             return passed(f"{busbw} GB/s", expected, f"{what}: busbw {busbw} GB/s{again}")
         measured.append(busbw)
     return failed(f"{measured[-1]} GB/s", expected,
-                  f"{what}: busbw {' then '.join(measured)} GB/s in {len(measured)} measurements, expected >= "
-                  f"{floor} GB/s (NVLink/NVSwitch)")  # fmt: skip
+                  f"{what}: busbw {measured[-1]} GB/s, expected >= {floor} GB/s (NVLink/NVSwitch); below it in each "
+                  f"of {len(measured)} measurements ({', '.join(measured)} GB/s)")  # fmt: skip
 
 
 def _ib_write_bw_pair(ctx: Context, i: int, device: str, env: dict[str, str]) -> ToolResult:
