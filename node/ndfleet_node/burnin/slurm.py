@@ -199,6 +199,12 @@ def refuse_held_hosts(slurm: Slurm, chosen: Sequence[SlurmNode], ledger: dict[st
     return usable
 
 
+def reservation_name() -> str:
+    """This run's reservation: names.BURNIN_RESERVATION_PREFIX, by which the nodes' Epilog knows a burn-in test's
+    job (and skips its check: slurm_health), then the time and this process."""
+    return f"{BURNIN_RESERVATION_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+
+
 def reservation_minutes(settings: BurninSettings, hosts: Sequence[str], level: str) -> int:
     """Every round at the longest test there is (the island test), plus slack."""
     longest = timeout_for(settings, TestSpec("", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
@@ -316,7 +322,7 @@ def _burn_in_reserved(
     """Reserve, resume, test, apply the verdicts; always delete the reservation. None: a Slurm call failed."""
     hosts = [n.name for n in chosen]
     nodes = {n.name: n for n in chosen}
-    name = f"{BURNIN_RESERVATION_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    name = reservation_name()
     minutes = reservation_minutes(settings, hosts, args.level)
     try:
         slurm.create_reservation(name, hosts, minutes)
