@@ -19,16 +19,10 @@ not the bandwidth tests), then:
   registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
   case the registration cannot: a reimaged VM that comes back under its old name, which slurmctld still knows.
 
-As the Epilog (`--epilog`: slurmd runs it at each job's end with SLURM_SCRIPT_CONTEXT=epilog_slurmd) it calls no Slurm
-command: SchedMD's Prolog and Epilog Guide says these scripts "should not call Slurm commands", and a drain sent to a
-busy controller from an Epilog can be lost. It validates (level `epilog` measures the node too) and tells Slurm by its
-exit status alone: 0 healthy; non-zero, and slurmctld drains the node `Reason=Epilog error` (slurm.conf(5), Epilog)
-before any job can land on it. The failed checks are written to the Epilog's failure marker (`--epilog-marker`),
-which the next periodic pass reads as part of its verdict: it replaces "Epilog error" with "ndfleet:<check-id>", sets
-the Comment for the host ledger and starts the impact report, as for any failure it finds itself, and removes the
-marker once the node shows that reason. A job of the burn-in's reservation (SLURM_JOB_RESERVATION starts with
-names.BURNIN_RESERVATION_PREFIX) is not checked: the burn-in judges those nodes itself, and its next round must not
-wait for a validation at every test's end.
+As the Epilog (`--epilog`) it calls no Slurm command (SchedMD's Prolog and Epilog Guide): its exit status is the
+verdict (non-zero: slurmctld drains the node "Epilog error"), and the failed checks go to its marker, which the next
+periodic pass reads into its own verdict and names in the drain (slurm_epilog, docs/slurm.md). A burn-in job's end
+is not checked.
 
 slurmd kills the program after 60 s (slurm.conf, HealthCheckProgram): `--validate-timeout` must stay below that.
 The validator is a seam: any command that takes `--level quick --report PATH`, exits 0 healthy / 1 unhealthy /
@@ -40,7 +34,6 @@ never a pass.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import os
@@ -48,7 +41,6 @@ import re
 import shlex
 import socket
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +52,6 @@ from ndfleet_node.impact_categories import REPEAT_CHECK, category_for
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BURNIN_REASON_PREFIX,
-    BURNIN_RESERVATION_PREFIX,
     DRAIN_MARKER,
     DRAIN_REASON_PREFIX,
     EPILOG_ERROR_REASON,
@@ -70,17 +61,20 @@ from ndfleet_node.names import (
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
+from ndfleet_node.slurm_epilog import (
+    CHECK_ID,
+    EPILOG_MARKER,
+    burnin_job,
+    read_epilog_failure,
+    take_lock,
+    write_epilog_failure,
+)
 
-CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
 # Kept while this OS disk has been put in line for burn-in once (gone on reimage, kept across reboots).
 BURNIN_MARKER = "/var/lib/ndfleet/slurm-burnin-queued"
-# The Epilog's failed checks, one line "ndfleet:<id>[,<id>...]", for the next periodic pass (kept across reboots: a
-# Restart repair leaves Slurm's "Epilog error" drain, which this names).
-EPILOG_MARKER = "/var/lib/ndfleet/epilog-failed"
-MAX_EPILOG_MARKER_BYTES = 4096
 # The level the periodic health check validates at (the Epilog may run a longer one: --level).
 PERIODIC_LEVEL = "quick"
 # A reason longer than this is cut (Slurm keeps reasons short in sinfo -R output).
@@ -252,8 +246,7 @@ def act(
     if state.drained and state.reason == EPILOG_ERROR_REASON:
         # The Epilog failed and left no record of which check (its marker is read into the verdict): nothing here
         # says the node is fit, nor which host fault to report. Left for an administrator (docs/slurm.md).
-        return Outcome(f"{node}: healthy at level {level}, drained {EPILOG_ERROR_REASON!r} with no record of the "
-                       "Epilog's failed checks: left drained", True)  # fmt: skip
+        return Outcome(f"{node}: drained {EPILOG_ERROR_REASON!r}, no record of the Epilog's failed checks", True)
     if held_by_health_check(state):
         if unseen := unmeasured(state.reason, level):
             # Drained by the Epilog's measured floor, which this level does not run: its pass says nothing of
@@ -266,86 +259,28 @@ def act(
     return Outcome(f"{node}: healthy", state.drained, burnin_check=burnin_failure(state))
 
 
-def write_epilog_failure(marker: Path, verdict: Verdict) -> None:
-    """Record the Epilog's failed checks for the next periodic pass. Best effort: the exit status already has Slurm
-    drain the node, and a node drained "Epilog error" with no record is left drained (act)."""
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(DRAIN_REASON_PREFIX + ",".join(verdict.failed_checks) + "\n", encoding="utf-8")
-    except OSError as error:
-        print(f"ndfleet-slurm-health: Epilog failure marker {marker}: {error}", file=sys.stderr)
-
-
-def read_epilog_failure(marker: Path) -> Verdict | None:
-    """The Epilog's failed checks (None: no marker). A marker this program cannot read or understand still says the
-    Epilog failed: a failure named epilog-bad-marker, never a pass."""
-    try:
-        raw = read_regular(str(marker), MAX_EPILOG_MARKER_BYTES)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return Verdict(False, ("epilog-bad-marker",))
-    line = raw.decode("utf-8", "replace").strip()
-    if len(raw) > MAX_EPILOG_MARKER_BYTES or not line.startswith(DRAIN_REASON_PREFIX):
-        return Verdict(False, ("epilog-bad-marker",))
-    ids = line.removeprefix(DRAIN_REASON_PREFIX).split(",")
-    if not all(CHECK_ID.fullmatch(i) for i in ids):
-        return Verdict(False, ("epilog-bad-marker",))
-    return Verdict(False, tuple(dict.fromkeys(ids)))
-
-
-def with_epilog_failure(verdict: Verdict, epilog: Verdict | None) -> Verdict:
-    """The periodic verdict and the Epilog's recorded one: failing if either fails, the Epilog's checks first."""
+def with_epilog_failure(verdict: Verdict, epilog: tuple[str, ...] | None) -> Verdict:
+    """The periodic verdict and the Epilog's recorded checks: failing if either fails, the Epilog's checks first."""
     if epilog is None:
         return verdict
-    return Verdict(False, tuple(dict.fromkeys(epilog.failed_checks + verdict.failed_checks)))
-
-
-def burnin_job(environ: Mapping[str, str]) -> bool:
-    """The job that ended is one of the burn-in's tests (slurmd gives the Epilog the job's SLURM_JOB_RESERVATION:
-    SchedMD src/plugins/prep/script/prep_script_slurmd.c, _build_env)."""
-    return environ.get("SLURM_JOB_RESERVATION", "").startswith(BURNIN_RESERVATION_PREFIX)
-
-
-_held_locks: list[int] = []  # the Epilog's lock stays held until the process ends, as flock(1) holds it for its command
-
-
-def take_lock(path: Path, wait_s: float) -> bool:
-    """flock(2) on `path` (the periodic check's flock(1) takes the same lock), waiting up to `wait_s` seconds.
-    A lock file that cannot be opened is no reason to skip the check: True."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as error:
-        print(f"ndfleet-slurm-health: lock {path}: {error}; checking without it", file=sys.stderr)
-        return True
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _held_locks.append(fd)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return False
-            time.sleep(0.2)
+    return Verdict(False, tuple(dict.fromkeys(epilog + verdict.failed_checks)))
 
 
 def handle_epilog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """The Epilog: validate, no Slurm command; the exit status is the verdict (the module's docstring)."""
     if burnin_job(environ):
-        print(f"ndfleet-slurm-health: a burn-in job ({environ.get('SLURM_JOB_RESERVATION')}): not checked here")
+        print("ndfleet-slurm-health: a burn-in job: not checked")
         return 0
     if args.lock and not take_lock(Path(args.lock), args.lock_wait):
         # A periodic pass held it past the wait (slurmd kills one at 60 s): it has looked, and the next one will.
-        print(f"ndfleet-slurm-health: Epilog: {args.lock} still held after {args.lock_wait:g} s: not checked")
+        print("ndfleet-slurm-health: Epilog: lock held, not checked")
         return 0
     verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
     if verdict.healthy:
         print("ndfleet-slurm-health: Epilog: healthy")
         return 0
-    write_epilog_failure(Path(args.epilog_marker), verdict)
-    print(f"ndfleet-slurm-health: Epilog: failing ({verdict.reason}): exit 1, Slurm drains the node", file=sys.stderr)
+    write_epilog_failure(Path(args.epilog_marker), verdict.failed_checks)
+    print(f"ndfleet-slurm-health: Epilog: failing: {verdict.reason}", file=sys.stderr)
     return 1
 
 
@@ -483,11 +418,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--level", choices=("quick", "epilog"), default="quick",
                    help="quick (the periodic check) or epilog (at a job's end: quick and the short measured floor)")
     p.add_argument("--epilog", action="store_true",
-                   help="run as Slurm's Epilog: no Slurm command; exit non-zero (Slurm drains) and record the checks")
-    p.add_argument("--lock", default="", help="with --epilog: the lock the periodic check's flock(1) takes")
-    p.add_argument("--lock-wait", type=_seconds, default=60.0, help="with --epilog: seconds to wait for --lock")
+                   help="as Slurm's Epilog: no Slurm command, the exit status drains")
+    p.add_argument("--lock", default="", help="with --epilog: the lock to take")
+    p.add_argument("--lock-wait", type=_seconds, default=60.0, help="seconds to wait for --lock")
     p.add_argument("--epilog-marker", default=EPILOG_MARKER,
-                   help=f"the Epilog's failed checks, for the next periodic pass ({EPILOG_MARKER})")
+                   help="the Epilog's failed checks")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=_seconds, default=30.0)
     p.add_argument(

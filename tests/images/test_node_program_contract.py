@@ -123,7 +123,8 @@ def _every_launched(argv: tuple[str, ...] | list[str]) -> list[tuple[str, bool]]
 def test_the_recording_sees_the_programs_paths(runner_calls: list[tuple[str, ...]]) -> None:
     # The recording is wide enough to mean something: the MPI tools, the kernel-log fallback, the apt install.
     names = {name for argv in runner_calls for name, _ in _every_launched(argv)}
-    assert {"mpirun", "all_reduce_perf", "nvbandwidth", "nvidia-smi", "dmesg", "journalctl", "mdadm", "apt-get"} <= names
+    assert {"mpirun", "all_reduce_perf", "nvbandwidth", "nvidia-smi", "dmesg", "journalctl", "mdadm",
+            "apt-get"} <= names
 
 
 def test_every_tool_the_validator_and_setup_run_is_in_the_contract(

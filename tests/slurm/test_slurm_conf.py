@@ -722,6 +722,11 @@ def test_the_requeue_window_covers_the_epilogs_measurement_and_the_pass_that_nam
         epilog_path = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(spec) + periodic
         assert requeue_failed_within_s(spec) == epilog_path
         assert f"MinJobAge={epilog_path + REQUEUE_RUN_LATE_S}" in conf_lines(spec)
+    default, short = spec_of(nodes=16), spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60})
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "slurm.md").read_text().split())
+    assert (f"{requeue_failed_within_s(default)} s at the defaults, {requeue_failed_within_s(short)} s at the "
+            "shortest interval (60 s)") in doc  # fmt: skip
+    assert f"({epilog_validate_timeout_s(default)} s at level `epilog` on ND H100 v5)" in doc
     off = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60, "epilogPerformanceCheck": False})
     quick_epilog = EPILOG_LOCK_WAIT_S + HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60 + REQUEUE_SLACK_S
     assert requeue_failed_within_s(off) == quick_epilog

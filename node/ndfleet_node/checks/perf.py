@@ -44,21 +44,13 @@ def _hpcx_missing(tool: str, e: hpcx.HpcxError) -> str:
     return f"{e}; {tool} needs HPC-X's Open MPI libraries (libmpi.so.40), not run"
 
 
-# How the VM's 8-GPU all-reduce is launched: one MPI rank per GPU on this node (`-g 1`), as every Azure reference
-# runs it: Azure/azurehpc-health-checks customTests/azure_nccl_allreduce.nhc (commit 0078044d3a83:
-# `mpirun -np $gpu_count --map-by ppr:$gpu_count:node -bind-to numa -mca coll_hcoll_enable 0 --allow-run-as-root`,
-# `-x` for the environment, `-b S -f 2 -g 1 -e S -c 1`), not one process driving 8 GPUs (`-g 8`). Root: the Epilog
-# and the boot validation run as root, and Open MPI's mpirun refuses root without --allow-run-as-root.
+# One MPI rank per GPU (-g 1), as Azure runs it (azurehpc-health-checks azure_nccl_allreduce.nhc); as root (the
+# Epilog, the boot validation): docs/slurm.md.
 MPIRUN_OPTIONS = ("--map-by", "ppr:{gpus}:node", "--bind-to", "numa", "-mca", "coll_hcoll_enable", "0",
                   "--allow-run-as-root")  # fmt: skip
-# The Epilog inherits the ended job's Slurm variables (SLURM_JOBID, SLURM_NODELIST, SLURM_JOB_NODELIST ...: SchedMD
-# src/plugins/prep/script/prep_script_slurmd.c, _build_env); with SLURM_JOBID set, Open MPI's Slurm allocation
-# component takes SLURM_NODELIST (the job's nodes) as mpirun's allocation and stops for want of
-# SLURM_TASKS_PER_NODE (open-mpi/ompi v4.1.x orte/mca/ras/slurm/ras_slurm_module.c). A run of this node alone
-# clears them.
+# The ended job's Slurm variables, which the Epilog inherits: with them Open MPI takes that job's allocation.
 CLEARED_ENV = ("SLURM_",)
-# A measurement below the floor is confirmed before the node fails: measured again, and failed only if both are
-# below, as azure_nccl_allreduce.nhc's REPEATS (a pass of any iteration passes). The check's time bound counts both.
+# A figure below the floor is measured again; the check fails only if both are below (the time bound counts both).
 ALLREDUCE_MEASUREMENTS = 2
 
 
