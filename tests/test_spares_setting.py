@@ -65,10 +65,11 @@ def test_the_controller_gets_each_islands_spares_in_its_user_data() -> None:
 
 def test_the_node_program_reads_what_the_tool_renders(tmp_path: Any) -> None:
     path = tmp_path / "spares.json"
-    path.write_text(spares_config(load_spec(slurm_config(ISLANDS), "test")))
+    spec = load_spec(slurm_config(ISLANDS), "test")
+    path.write_text(spares_config(spec))
     islands, ledger, within_s = load_config(path)
     assert islands == [IslandSpares("ib00", "ib00", 10, 2)] and ledger == HOST_LEDGER
-    assert within_s == 300 + REQUEUE_SLACK_S  # the default HealthCheckInterval, 300 s
+    assert within_s == requeue_failed_within_s(spec) > 300 + REQUEUE_SLACK_S  # the Epilog's path, the longer
 
 
 def test_spares_are_priced_and_shown_by_plan() -> None:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import jinja2
+from ndfleet_node.checks.perf import ALLREDUCE_MEASUREMENTS
 from ndfleet_node.names import AWAITING_BURNIN_REASON
 
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
@@ -75,9 +76,10 @@ def epilog_level(spec: ClusterSpec) -> str:
 
 def epilog_validate_timeout_s(spec: ClusterSpec) -> int:
     """The Epilog's bound on its validation: the periodic check's, plus the all-reduce's own timeout (the VM size's
-    profile) when the Epilog measures the node."""
-    extra = spec.profile.thresholds.nccl_allreduce_timeout_s if epilog_level(spec) == "epilog" else 0
-    return HEALTH_CHECK_VALIDATE_TIMEOUT_S + extra
+    profile) for each of its measurements (a figure below the floor is measured again: ALLREDUCE_MEASUREMENTS) when
+    the Epilog measures the node."""
+    allreduce = spec.profile.thresholds.nccl_allreduce_timeout_s * ALLREDUCE_MEASUREMENTS
+    return HEALTH_CHECK_VALIDATE_TIMEOUT_S + (allreduce if epilog_level(spec) == "epilog" else 0)
 
 
 # How long slurmctld holds a requeued job (its BeginTime: requeue + hold + 1 s). Slurm 25.11 added
@@ -110,11 +112,13 @@ def requeue_hold_settings(spec: ClusterSpec) -> tuple[str, str]:
 def requeue_failed_within_s(spec: ClusterSpec) -> int:
     """How long before its node's drain a failed job may have ended and still be requeued: a periodic check runs
     within HealthCheckInterval of the fault and takes its bound; the Epilog starts at the job's end, waits up to
-    EPILOG_LOCK_WAIT_S for a periodic run and then takes its own, longer bound."""
+    EPILOG_LOCK_WAIT_S for a periodic run, takes its own, longer bound and exits non-zero (slurmctld drains the node
+    "Epilog error", which the controller's requeue does not read), and the next periodic pass, within
+    HealthCheckInterval, names the check in the drain within its bound and calls."""
     if spec.slurm is None:
         raise ValueError("requeue_failed_within_s needs a spec with ndfleet:scheduler = 'slurm'")
     periodic = spec.slurm.health_check_interval_s + REQUEUE_SLACK_S
-    epilog = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(spec) + HEALTH_CHECK_CALLS_S
+    epilog = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(spec) + periodic
     return max(periodic, epilog)
 
 

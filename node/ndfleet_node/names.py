@@ -25,6 +25,13 @@ DRAIN_REASON_PREFIX = "ndfleet:"  # the health check's drains: "ndfleet:" and th
 BURNIN_REASON_PREFIX = "ndfleet:burnin:"  # the burn-in's drains and holds
 AWAITING_BURNIN_REASON = "ndfleet:burnin:awaiting"  # a node registered, not yet burned in
 RESUME_FAILED_REASON = "ndfleet:elastic:resume-failed"  # an elastic node Azure did not deliver
+# The reason slurmctld drains a node with when its Epilog exits non-zero (slurm.conf(5), Epilog; SchedMD
+# src/slurmctld/job_mgr.c, job_epilog_complete). ndfleet's Epilog is its health check alone, so the drain is its own:
+# the next periodic pass replaces it with "ndfleet:" and the failed checks (slurm_health, the Epilog's failure marker).
+EPILOG_ERROR_REASON = "Epilog error"
+# The burn-in's Slurm reservations (node/ndfleet_node/burnin/slurm.py) are named this + a time stamp and a pid; the
+# Epilog skips its check for a job of such a reservation (slurmd gives it SLURM_JOB_RESERVATION).
+BURNIN_RESERVATION_PREFIX = "ndfleet-burnin-"
 # Warm spares (docs/operations.md): each island's spares are held in the Slurm reservation of this name + island.
 SPARES_RESERVATION_PREFIX = "ndfleet-spares-"
 # The Slurm node Comment the health check sets with a failure drain: this prefix and Azure's physical host name.

@@ -144,7 +144,10 @@ class Runner:
         with self._guard:
             return self._locks.setdefault(name, threading.Lock())
 
-    def run(self, argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> ToolResult:
+    def run(self, argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None,
+            clear_prefixes: Sequence[str] = ()) -> ToolResult:
+        """`clear_prefixes`: variables of the environment whose names start so are not passed on (the Slurm job's,
+        which an Epilog inherits)."""
         name = tool_name(argv)
         with self._lock(name):
             if name in self._hung:
@@ -152,6 +155,7 @@ class Runner:
                     tuple(argv), None, b"", b"", True, 0.0, f"{self._hung[name]} earlier in this run; not retried"
                 )
             merged = {**(self.env if self.env is not None else os.environ), **(env or {})}
+            merged = {k: v for k, v in merged.items() if not k.startswith(tuple(clear_prefixes))}
             result = run_tool(argv, timeout_s, env=merged)
             with self._guard:
                 self.calls.append(result)

@@ -19,6 +19,11 @@ not the bandwidth tests), then:
   registers drained with that reason already (slurmd --conf "State=DRAIN Reason=..."), so this catches the one
   case the registration cannot: a reimaged VM that comes back under its old name, which slurmctld still knows.
 
+As the Epilog (`--epilog`) it calls no Slurm command (SchedMD's Prolog and Epilog Guide): its exit status is the
+verdict (non-zero: slurmctld drains the node "Epilog error"), and the failed checks go to its marker, which the next
+periodic pass reads into its own verdict and names in the drain (slurm_epilog, docs/slurm.md). A burn-in job's end
+is not checked.
+
 slurmd kills the program after 60 s (slurm.conf, HealthCheckProgram): `--validate-timeout` must stay below that.
 The validator is a seam: any command that takes `--level quick --report PATH`, exits 0 healthy / 1 unhealthy /
 2 could not run and writes the report format of docs/bootstrap.md. Every external call has a timeout and a bound
@@ -36,7 +41,7 @@ import re
 import shlex
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,14 +54,22 @@ from ndfleet_node.names import (
     BURNIN_REASON_PREFIX,
     DRAIN_MARKER,
     DRAIN_REASON_PREFIX,
+    EPILOG_ERROR_REASON,
     HOST_COMMENT_PREFIX,
     REPEAT_HOST_REASON,
 )
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
+from ndfleet_node.slurm_epilog import (
+    CHECK_ID,
+    EPILOG_MARKER,
+    burnin_job,
+    read_epilog_failure,
+    take_lock,
+    write_epilog_failure,
+)
 
-CHECK_ID = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
 OWN_REASON = re.compile(r"ndfleet:[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 DEFAULT_VALIDATOR = "/usr/local/sbin/validate-node"
 DEFAULT_REPORT = "/run/ndfleet/report.json"
@@ -198,9 +211,10 @@ def act(
         stuck = verdict.hardware and bool(state.flags & {"ALLOCATED", "MIXED"}) and not state.down
         if (state.drained or state.down) and state.reason == verdict.reason and not stuck:
             return Outcome(f"{node}: still failing ({verdict.reason}), already out", True)
-        if state.drained and not held_by_health_check(state):
+        if state.drained and not held_by_health_check(state) and state.reason != EPILOG_ERROR_REASON:
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
-            # turns the health endpoint Unhealthy.
+            # turns the health endpoint Unhealthy. Slurm's "Epilog error" is this program's own (the Epilog's exit
+            # status): replaced by the checks' reason, which the repair loop, the ledger and the categories read.
             return Outcome(f"{node}: failing ({verdict.reason}), already drained for: {state.reason}", True,
                            burnin_check=burnin_failure(state))
         scontrol.drain(node, verdict.reason)
@@ -229,6 +243,10 @@ def act(
         scontrol.drain(node, AWAITING_BURNIN_REASON)
         return Outcome(f"{node}: healthy, new on this disk: drained {AWAITING_BURNIN_REASON}", True,
                        queued_for_burnin=True)
+    if state.drained and state.reason == EPILOG_ERROR_REASON:
+        # The Epilog failed and left no record of which check (its marker is read into the verdict): nothing here
+        # says the node is fit, nor which host fault to report. Left for an administrator (docs/slurm.md).
+        return Outcome(f"{node}: drained {EPILOG_ERROR_REASON!r}, no record of the Epilog's failed checks", True)
     if held_by_health_check(state):
         if unseen := unmeasured(state.reason, level):
             # Drained by the Epilog's measured floor, which this level does not run: its pass says nothing of
@@ -239,6 +257,31 @@ def act(
         scontrol.resume(node)  # DRAIN or DOWN: RESUME returns it to service either way
         return Outcome(f"{node}: validation passes again: resumed (was {state.reason})", False)
     return Outcome(f"{node}: healthy", state.drained, burnin_check=burnin_failure(state))
+
+
+def with_epilog_failure(verdict: Verdict, epilog: tuple[str, ...] | None) -> Verdict:
+    """The periodic verdict and the Epilog's recorded checks: failing if either fails, the Epilog's checks first."""
+    if epilog is None:
+        return verdict
+    return Verdict(False, tuple(dict.fromkeys(epilog + verdict.failed_checks)))
+
+
+def handle_epilog(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """The Epilog: validate, no Slurm command; the exit status is the verdict (the module's docstring)."""
+    if burnin_job(environ):
+        print("ndfleet-slurm-health: a burn-in job: not checked")
+        return 0
+    if args.lock and not take_lock(Path(args.lock), args.lock_wait):
+        # A periodic pass held it past the wait (slurmd kills one at 60 s): it has looked, and the next one will.
+        print("ndfleet-slurm-health: Epilog: lock held, not checked")
+        return 0
+    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
+    if verdict.healthy:
+        print("ndfleet-slurm-health: Epilog: healthy")
+        return 0
+    write_epilog_failure(Path(args.epilog_marker), verdict.failed_checks)
+    print(f"ndfleet-slurm-health: Epilog: failing: {verdict.reason}", file=sys.stderr)
+    return 1
 
 
 def mark_burnin_queued(marker: Path) -> None:
@@ -279,7 +322,13 @@ def default_node_name() -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    verdict = run_validation(args.validator, Path(args.report), args.validate_timeout, args.level)
+    if args.epilog:
+        return handle_epilog(args, os.environ)
+    epilog_marker = Path(args.epilog_marker)
+    epilog_failure = read_epilog_failure(epilog_marker)
+    verdict = with_epilog_failure(
+        run_validation(args.validator, Path(args.report), args.validate_timeout, args.level), epilog_failure
+    )
     node = args.node_name or default_node_name()
     code = 0 if verdict.healthy else 1
     burnin_marker = Path(args.burnin_marker)
@@ -303,6 +352,11 @@ def handle(args: argparse.Namespace) -> int:
             mark_burnin_queued(burnin_marker)
         return code
     mirror_drain(Path(args.drain_marker), outcome)
+    if epilog_failure is not None and outcome.drained and not outcome.took_out:
+        # The node is out for the Epilog's finding (its reason, now ours), or for another's drain that is theirs to
+        # lift: done with. Kept after the pass that took it out: that pass's drain could still be overtaken by
+        # slurmctld's own "Epilog error", which the next pass then replaces again.
+        epilog_marker.unlink(missing_ok=True)
     if outcome.queued_for_burnin:
         mark_burnin_queued(burnin_marker)
     print(f"ndfleet-slurm-health: {outcome.message}")
@@ -363,6 +417,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--level", choices=("quick", "epilog"), default="quick",
                    help="quick (the periodic check) or epilog (at a job's end: quick and the short measured floor)")
+    p.add_argument("--epilog", action="store_true",
+                   help="as Slurm's Epilog: no Slurm command, the exit status drains")
+    p.add_argument("--lock", default="", help="with --epilog: the lock to take")
+    p.add_argument("--lock-wait", type=_seconds, default=60.0, help="seconds to wait for --lock")
+    p.add_argument("--epilog-marker", default=EPILOG_MARKER,
+                   help="the Epilog's failed checks")
     p.add_argument("--scontrol", nargs="+", default=["scontrol"], help="scontrol command")
     p.add_argument("--scontrol-timeout", type=_seconds, default=30.0)
     p.add_argument(

@@ -105,16 +105,32 @@ def _launched(argv: tuple[str, ...] | list[str]) -> tuple[str, bool]:
     return os.path.basename(command[0]), pattern is not None
 
 
+# mpirun's options that take values (mpirun(1) of Open MPI v4.1), to find the program it starts.
+_MPIRUN_VALUES = {"-np": 1, "-n": 1, "--map-by": 1, "--bind-to": 1, "-x": 1, "-mca": 2, "--mca": 2, "-H": 1}
+
+
+def _every_launched(argv: tuple[str, ...] | list[str]) -> list[tuple[str, bool]]:
+    """_launched, and for mpirun also the program it starts (in the same environment: HPC-X loaded or not)."""
+    name, under = _launched(argv)
+    if name != "mpirun":
+        return [(name, under)]
+    rest = list(hpcx.unwrap(argv)[1][1:])
+    while rest and rest[0].startswith("-"):
+        del rest[: 1 + _MPIRUN_VALUES.get(rest[0], 0)]
+    return [(name, under), *([(os.path.basename(rest[0]), under)] if rest else [])]
+
+
 def test_the_recording_sees_the_programs_paths(runner_calls: list[tuple[str, ...]]) -> None:
     # The recording is wide enough to mean something: the MPI tools, the kernel-log fallback, the apt install.
-    names = {_launched(argv)[0] for argv in runner_calls}
-    assert {"all_reduce_perf", "nvbandwidth", "nvidia-smi", "dmesg", "journalctl", "mdadm", "apt-get"} <= names
+    names = {name for argv in runner_calls for name, _ in _every_launched(argv)}
+    assert {"mpirun", "all_reduce_perf", "nvbandwidth", "nvidia-smi", "dmesg", "journalctl", "mdadm",
+            "apt-get"} <= names
 
 
 def test_every_tool_the_validator_and_setup_run_is_in_the_contract(
     runner_calls: list[tuple[str, ...]], contract: ImageContract
 ) -> None:
-    names = {_launched(argv)[0] for argv in runner_calls}
+    names = {name for argv in runner_calls for name, _ in _every_launched(argv)}
     unknown = names - contract.tool_names - contract.absent_names
     assert not unknown, f"tools the node program runs that ndfleet/images/{COMPUTE_IMAGE}.json does not list: {unknown}"
 
@@ -122,11 +138,12 @@ def test_every_tool_the_validator_and_setup_run_is_in_the_contract(
 def test_tools_that_need_hpcx_are_run_only_under_hpcx(
     runner_calls: list[tuple[str, ...]], contract: ImageContract
 ) -> None:
-    needing = [(argv, name) for argv in runner_calls for name, under in [_launched(argv)] if contract.needs_env(name)]
-    assert {name for _, name in needing} == {"all_reduce_perf", "nvbandwidth"}
-    for argv, name in needing:
+    needing = [(argv, name, under) for argv in runner_calls for name, under in _every_launched(argv)
+               if contract.needs_env(name)]  # fmt: skip
+    assert {name for _, name, _ in needing} == {"mpirun", "all_reduce_perf", "nvbandwidth"}
+    for argv, name, under in needing:
         assert contract.needs_env(name) == "hpcx"
-        assert _launched(argv)[1], f"{name} run without HPC-X loaded: {argv}"
+        assert under, f"{name} run without HPC-X loaded: {argv}"
 
 
 # --- the burn-in ----------------------------------------------------------------------------------------------

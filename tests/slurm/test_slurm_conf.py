@@ -15,7 +15,6 @@ from ndfleet_node.setup.apt import APT_LOCK
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
     EPILOG_LOCK_WAIT_S,
-    HEALTH_CHECK_CALLS_S,
     HEALTH_CHECK_LOCK,
     HEALTH_CHECK_VALIDATE_TIMEOUT_S,
     REQUEUE_RUN_LATE_S,
@@ -653,20 +652,21 @@ def _health_script(prod: ClusterSpec, tmp_path: Path, exit_code: int) -> tuple[P
     return script, note, lock
 
 
-def test_as_the_epilog_the_health_check_exits_0_and_as_the_health_check_it_tells_the_truth(
+def test_as_the_epilog_and_as_the_health_check_the_exit_status_tells_the_truth(
     prod: ClusterSpec, tmp_path: Path
 ) -> None:
-    # slurm.conf(5) Epilog: a failing epilog drains the node "Epilog error" over the check's own reason.
+    # slurm.conf(5) Epilog: an Epilog that exits non-zero has slurmctld drain the node ("Epilog error"): the drain
+    # the Epilog sets, since it calls no Slurm command (SchedMD, "Prolog and Epilog Guide").
     script, note, _ = _health_script(prod, tmp_path, 1)
     health = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin"}, timeout=60, check=False)
     epilog = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
                             timeout=60, check=False)  # fmt: skip
-    assert (health.returncode, epilog.returncode) == (1, 0)
+    assert (health.returncode, epilog.returncode) == (1, 1)
     assert note.read_text() == "slurm-health\nslurm-health\n"
     conf = config_files(slurm_site(prod))["slurm.conf"].splitlines()
     assert "Epilog=/usr/local/sbin/ndfleet-slurm-health" in conf
     # The controller's requeue needs the failed job's record: MinJobAge past its window and two of its runs.
-    assert f"MinJobAge={300 + REQUEUE_SLACK_S + REQUEUE_RUN_LATE_S}" in conf  # HealthCheckInterval 300 s
+    assert f"MinJobAge={requeue_failed_within_s(prod) + REQUEUE_RUN_LATE_S}" in conf
 
 
 def test_a_second_health_check_leaves_it_to_the_one_running(prod: ClusterSpec, tmp_path: Path) -> None:
@@ -683,18 +683,14 @@ def test_a_second_health_check_leaves_it_to_the_one_running(prod: ClusterSpec, t
     assert second.returncode == 0 and not note.exists()
 
 
-def test_an_epilog_waits_for_the_check_that_runs_then_checks(prod: ClusterSpec, tmp_path: Path) -> None:
-    # The job that just ended may have met the fault after the running check looked.
-    script, note, lock = _health_script(prod, tmp_path, 1)
-    with subprocess.Popen(["flock", str(lock), "sleep", "3"]) as holder:
-        for _ in range(100):
-            if subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode != 0:
-                break
-            subprocess.run(["sleep", "0.1"], check=False)
-        epilog = subprocess.run([str(script)], env={"PATH": "/usr/bin:/bin", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"},
-                                timeout=120, check=False)  # fmt: skip
-        assert holder.poll() is not None  # it waited for the holder
-    assert epilog.returncode == 0 and note.read_text() == "slurm-health\n"
+def test_the_epilog_is_the_programs_epilog_which_takes_the_lock_itself(prod: ClusterSpec, tmp_path: Path) -> None:
+    """The Epilog is the program's --epilog (no Slurm command, no impact launch), not under flock(1): the program
+    skips a burn-in job's end before it would wait for the lock (tests/slurm/test_slurm_health_requeue.py)."""
+    periodic, epilog = _levels_run(prod, tmp_path)
+    lock = str(tmp_path / "health.lock")
+    assert epilog.startswith("slurm-health --epilog ") and "--impact-launch" not in epilog
+    assert f"--lock {lock} --lock-wait {EPILOG_LOCK_WAIT_S} " in epilog
+    assert "--epilog" not in periodic and "--impact-launch" in periodic
 
 
 def _levels_run(spec: ClusterSpec, tmp_path: Path) -> tuple[str, str]:
@@ -715,29 +711,37 @@ def test_the_epilog_also_measures_the_node_and_the_periodic_check_does_not(prod:
     periodic check, which runs under jobs, stays quick within slurmd's 60 s."""
     periodic, epilog = _levels_run(prod, tmp_path)
     assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in periodic
-    assert f"--level epilog --validate-timeout {epilog_validate_timeout_s(prod)} " in epilog
-    assert epilog_validate_timeout_s(prod) == HEALTH_CHECK_VALIDATE_TIMEOUT_S + 180  # ND H100 v5's all-reduce bound
+    assert epilog.endswith(f"--level epilog --validate-timeout {epilog_validate_timeout_s(prod)}")
+    # ND H100 v5's all-reduce bound, twice: a figure below the floor is measured again before the node fails.
+    assert epilog_validate_timeout_s(prod) == HEALTH_CHECK_VALIDATE_TIMEOUT_S + 2 * 180
 
 
 def test_with_the_epilog_performance_check_off_the_epilog_runs_the_quick_checks(tmp_path: Path) -> None:
     spec = spec_of(nodes=16, slurm={"epilogPerformanceCheck": False})
     periodic, epilog = _levels_run(spec, tmp_path)
     assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in periodic
-    assert f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S} " in epilog
+    assert epilog.endswith(f"--level quick --validate-timeout {HEALTH_CHECK_VALIDATE_TIMEOUT_S}")
 
 
-def test_the_requeue_window_covers_the_epilogs_measurement_at_the_shortest_health_check_interval() -> None:
-    """A failed job's Epilog drains its node up to the lock wait, its validation bound and its scontrol calls after
-    the job ended: the controller's requeue window (and MinJobAge past it) is never shorter, whatever
-    HealthCheckInterval is; the periodic check's own window decides when it is the longer."""
-    short = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60})
-    epilog_path = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(short) + HEALTH_CHECK_CALLS_S
-    assert requeue_failed_within_s(short) == epilog_path > 60 + REQUEUE_SLACK_S
-    assert f"MinJobAge={epilog_path + REQUEUE_RUN_LATE_S}" in conf_lines(short)
+def test_the_requeue_window_covers_the_epilogs_measurement_and_the_pass_that_names_its_check() -> None:
+    """A failed job's Epilog exits non-zero up to the lock wait and its validation bound after the job ended, and
+    the node is drained "Epilog error", which the controller's requeue does not read; the next periodic pass, within
+    HealthCheckInterval, names the check within its bound and calls. The controller's requeue window (and MinJobAge
+    past it) covers all of it, whatever HealthCheckInterval is."""
+    for interval in (60, 300, 3600):
+        spec = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": interval})
+        periodic = interval + REQUEUE_SLACK_S
+        epilog_path = EPILOG_LOCK_WAIT_S + epilog_validate_timeout_s(spec) + periodic
+        assert requeue_failed_within_s(spec) == epilog_path
+        assert f"MinJobAge={epilog_path + REQUEUE_RUN_LATE_S}" in conf_lines(spec)
+    default, short = spec_of(nodes=16), spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60})
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "slurm.md").read_text().split())
+    assert (f"{requeue_failed_within_s(default)} s at the defaults, {requeue_failed_within_s(short)} s at the "
+            "shortest interval (60 s)") in doc  # fmt: skip
+    assert f"({epilog_validate_timeout_s(default)} s at level `epilog` on ND H100 v5)" in doc
     off = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 60, "epilogPerformanceCheck": False})
-    assert requeue_failed_within_s(off) == 60 + REQUEUE_SLACK_S  # the quick Epilog: no longer than a periodic run
-    hourly = spec_of(nodes=16, slurm={"healthCheckIntervalSeconds": 3600})
-    assert requeue_failed_within_s(hourly) == 3600 + REQUEUE_SLACK_S
+    quick_epilog = EPILOG_LOCK_WAIT_S + HEALTH_CHECK_VALIDATE_TIMEOUT_S + 60 + REQUEUE_SLACK_S
+    assert requeue_failed_within_s(off) == quick_epilog
 
 
 def test_the_epilog_performance_check_is_a_boolean() -> None:

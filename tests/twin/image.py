@@ -34,8 +34,6 @@ HW_DIR = "/opt/twin-hw"  # where the fake tools live in the HPC layer; the contr
 
 # Contract tools of the HPC image the twin does not stand in, and why (every other one must exist in the layer).
 NOT_STOOD_IN = {
-    "mpirun": "the twin's burn-in runs in Slurm mode (srun with PMIx); hostfile mode's mpirun is proven by "
-    "tests/burnin against fake launchers",
     "mount.lustre": "the twin's stack has no Managed Lustre",
 }
 # Contract tools whose stand-in is one of tests/fakes/bin (a shell script reading the fake /proc and /sys).
@@ -124,6 +122,9 @@ def write_hpc_layer(layer: Path) -> None:
     for d in libdirs:
         d.mkdir(parents=True, exist_ok=True)
     (home / "ompi" / "bin").mkdir(parents=True, exist_ok=True)
+    # HPC-X's mpirun, for a run on this machine alone (the validator's all-reduce: one rank per GPU): the twin's
+    # burn-in runs in Slurm mode (srun with PMIx), and hostfile mode's mpirun is proven by tests/burnin.
+    link(f"{HW_DIR}/fakes/lib/mpirun-local", tools["mpirun"].path)
     (layer / env.init.lstrip("/")).write_text(_HPCX_INIT.format(home=env.home, lib_path=":".join(env.lib_dirs)))
     mpi_lib = next(lib for lib in c.libraries if lib.name == "libmpi.so.40")
     with tempfile.TemporaryDirectory() as tmp:

@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     except HpcxError as exc:
         log(f"burnin: {exc}")
         return EXIT_CANNOT_RUN
-    with tempfile.TemporaryDirectory(prefix="ndfleet-burnin-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="ndfleet_burnin_") as workdir:
         executor = mpirun_executor(settings, args.level, Path(workdir))
         report = run_burnin(hosts, settings, args.level, executor, log=log)
         written = deliver_report(args.report, report, log)

@@ -65,7 +65,12 @@ from ndfleet_node.burnin.report import summary_lines
 from ndfleet_node.burnin.runner import ProcessRun, run_bounded, srun_executor, timeout_for
 from ndfleet_node.burnin.settings import BurninSettings, SettingsError, load_settings
 from ndfleet_node.host_ledger import DEFAULT_LEDGER, Failure, LedgerError, read_ledger, refusal, stamp_s
-from ndfleet_node.names import AWAITING_BURNIN_REASON, BURNIN_REASON_PREFIX, REPEAT_HOST_REASON
+from ndfleet_node.names import (
+    AWAITING_BURNIN_REASON,
+    BURNIN_REASON_PREFIX,
+    BURNIN_RESERVATION_PREFIX,
+    REPEAT_HOST_REASON,
+)
 from ndfleet_node.scontrol import Scontrol, SlurmError, SlurmNode
 from ndfleet_node.text import clip
 
@@ -194,6 +199,12 @@ def refuse_held_hosts(slurm: Slurm, chosen: Sequence[SlurmNode], ledger: dict[st
     return usable
 
 
+def reservation_name() -> str:
+    """This run's reservation: names.BURNIN_RESERVATION_PREFIX, by which the nodes' Epilog knows a burn-in test's
+    job (and skips its check: slurm_health), then the time and this process."""
+    return f"{BURNIN_RESERVATION_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+
+
 def reservation_minutes(settings: BurninSettings, hosts: Sequence[str], level: str) -> int:
     """Every round at the longest test there is (the island test), plus slack."""
     longest = timeout_for(settings, TestSpec("", 0, "island", tuple(hosts), settings.island_floor_gbps), level)
@@ -311,7 +322,7 @@ def _burn_in_reserved(
     """Reserve, resume, test, apply the verdicts; always delete the reservation. None: a Slurm call failed."""
     hosts = [n.name for n in chosen]
     nodes = {n.name: n for n in chosen}
-    name = f"ndfleet-burnin-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    name = reservation_name()
     minutes = reservation_minutes(settings, hosts, args.level)
     try:
         slurm.create_reservation(name, hosts, minutes)

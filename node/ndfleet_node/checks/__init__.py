@@ -77,8 +77,9 @@ class Context:
     def timeout(self, key: str) -> float:
         return float(self.config.timeouts[key])
 
-    def run(self, argv: list[str], key: str = "tool", env: dict[str, str] | None = None) -> ToolResult:
-        return self.runner.run(argv, self.timeout(key), env=env)
+    def run(self, argv: list[str], key: str = "tool", env: dict[str, str] | None = None,
+            clear_prefixes: tuple[str, ...] = ()) -> ToolResult:
+        return self.runner.run(argv, self.timeout(key), env=env, clear_prefixes=clear_prefixes)
 
     def once(self, key: str, compute: Callable[[], T]) -> T:
         """A fact shared by several checks (the nvidia-smi GPU table, ibstat), computed once per run."""

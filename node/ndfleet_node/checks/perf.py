@@ -44,10 +44,29 @@ def _hpcx_missing(tool: str, e: hpcx.HpcxError) -> str:
     return f"{e}; {tool} needs HPC-X's Open MPI libraries (libmpi.so.40), not run"
 
 
+# One MPI rank per GPU (-g 1), as Azure runs it (azurehpc-health-checks azure_nccl_allreduce.nhc); as root (the
+# Epilog, the boot validation): docs/slurm.md.
+MPIRUN_OPTIONS = ("--map-by", "ppr:{gpus}:node", "--bind-to", "numa", "-mca", "coll_hcoll_enable", "0",
+                  "--allow-run-as-root")  # fmt: skip
+# The ended job's Slurm variables, which the Epilog inherits: with them Open MPI takes that job's allocation.
+CLEARED_ENV = ("SLURM_",)
+# A figure below the floor is measured again; the check fails only if both are below (the time bound counts both).
+ALLREDUCE_MEASUREMENTS = 2
+
+
+def allreduce_command(ctx: Context, size: int, gpus: int) -> list[str]:
+    """mpirun of nccl-tests' all_reduce_perf, one rank per GPU of this node, with the NCCL test settings exported."""
+    env_names = [str(k) for k in ctx.config.section("nccl").get("test_env", {})]
+    exports = [arg for name in ["LD_LIBRARY_PATH", *env_names] for arg in ("-x", name)]
+    return ["mpirun", "-np", str(gpus), *(o.format(gpus=gpus) for o in MPIRUN_OPTIONS), *exports,
+            "all_reduce_perf", "-b", str(size), "-e", str(size), "-f", "2", "-g", "1", "-c", "1"]  # fmt: skip
+
+
 # impact: 8-GPU all-reduce below floor inside the VM: NVLink/NVSwitch path
 # The Epilog's floor as well (level "epilog"): a GPU slow with no clock-event reason (nothing the quick checks read)
 # slows the 8-GPU ring, and its job's end is when the node is free to measure it (docs/operations.md).
-@check("perf.nccl_allreduce", "epilog", "HpcGenericFailure", calls=(("nccl_allreduce", 1),), concurrent=False)
+@check("perf.nccl_allreduce", "epilog", "HpcGenericFailure", calls=(("nccl_allreduce", ALLREDUCE_MEASUREMENTS),),
+       concurrent=False)  # fmt: skip
 def perf_nccl_allreduce(ctx: Context) -> Result:
     floor = float(ctx.th.nccl_busbw_gbps)
     size, gpus = int(ctx.th.nccl_bytes), int(ctx.hw.gpu_count)
@@ -56,21 +75,27 @@ def perf_nccl_allreduce(ctx: Context) -> Result:
     if shutil.which("all_reduce_perf", path=_tool_path(ctx)) is None:
         return failed("", expected, "all_reduce_perf not found on PATH")
     try:
-        argv = _under_hpcx(ctx, ["all_reduce_perf", "-b", str(size), "-e", str(size), "-f", "2", "-g", str(gpus),
-                                 "-c", "1"])  # fmt: skip
+        argv = _under_hpcx(ctx, allreduce_command(ctx, size, gpus))
     except hpcx.HpcxError as e:
         return failed("", expected, _hpcx_missing("all_reduce_perf", e))
-    r = ctx.run(argv, "nccl_allreduce", env=env)
-    if not r.ok:
-        return failed("", expected, r.error)
-    result = parse_all_reduce_perf(r.text)
-    busbw = f"{result.avg_busbw_gbps:g}"
-    if result.out_of_bounds or result.wrong:
-        return failed(f"{busbw} GB/s", expected, "all_reduce_perf found wrong results (Out of bounds values FAILED)")
-    what = f"{gpus}-GPU all-reduce of {size} bytes: busbw {busbw} GB/s"
-    if result.avg_busbw_gbps >= floor:
-        return passed(f"{busbw} GB/s", expected, what)
-    return failed(f"{busbw} GB/s", expected, f"{what}, expected >= {floor} GB/s (NVLink/NVSwitch)")
+    what = f"{gpus}-GPU all-reduce of {size} bytes"
+    measured: list[str] = []
+    for _ in range(ALLREDUCE_MEASUREMENTS):
+        r = ctx.run(argv, "nccl_allreduce", env=env, clear_prefixes=CLEARED_ENV)
+        if not r.ok:
+            return failed(", ".join(measured), expected, r.error)
+        result = parse_all_reduce_perf(r.text)
+        busbw = f"{result.avg_busbw_gbps:g}"
+        if result.out_of_bounds or result.wrong:
+            return failed(f"{busbw} GB/s", expected,
+                          "all_reduce_perf found wrong results (Out of bounds values FAILED)")  # fmt: skip
+        if result.avg_busbw_gbps >= floor:
+            again = f" (measured again: {', '.join(measured)} GB/s before)" if measured else ""
+            return passed(f"{busbw} GB/s", expected, f"{what}: busbw {busbw} GB/s{again}")
+        measured.append(busbw)
+    return failed(f"{measured[-1]} GB/s", expected,
+                  f"{what}: busbw {measured[-1]} GB/s, expected >= {floor} GB/s (NVLink/NVSwitch); below it in each "
+                  f"of {len(measured)} measurements ({', '.join(measured)} GB/s)")  # fmt: skip
 
 
 def _ib_write_bw_pair(ctx: Context, i: int, device: str, env: dict[str, str]) -> ToolResult:
