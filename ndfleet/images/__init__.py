@@ -16,9 +16,9 @@ version of an image shares (what ndfleet renders once for all of them).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = [
