@@ -1,35 +1,45 @@
 """The image contracts: what each VM image ndfleet deploys holds (and lacks) that ndfleet relies on, as data.
 
-One JSON file per image in this package (`ubuntu-hpc-2204.json` for the compute nodes, `ubuntu-server-2204.json`
-for the controller and login nodes), each fact with its primary source; docs/images.md says what they hold and
-how they are used. The tests hold the node program to the compute contract (tests/images), and the test twin
-builds its stand-in images from these files, so the fakes and the code agree with one description of the image.
+One JSON file per image version in this package, each fact with its primary source, read at the build that made
+that version: `<name>.json` is what `latest` gets (the newest build read), `<name>@<version>.json` a pinned
+marketplace version (`ubuntu-hpc-2204@22.04.2024102301.json`, built from azhpc-images tag ubuntu-hpc-20241023).
+`ubuntu-hpc-2204` is the compute nodes' image, `ubuntu-server-2204` the controller and login nodes'. docs/images.md
+says what they hold and how they are used. The tests hold the node program to every compute contract
+(tests/images), and the test twin builds its stand-in images from the contract of the version its stack pins.
 
-`load(name)` reads one contract and checks its shape; a file of the wrong shape raises `ImageContractError`
-naming the file and the key.
+`load(name, version)` reads one contract and checks its shape; a file of the wrong shape raises
+`ImageContractError` naming the file and the key. `for_image(urn)` is the contract a stack's `ndfleet:image` gets,
+with a warning when that version has no contract of its own; `agreed(name, fact)` is one fact every contracted
+version of an image shares (what ndfleet renders once for all of them).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "COMPUTE_IMAGE",
     "SERVER_IMAGE",
     "Absent",
+    "LATEST",
     "AptSource",
+    "BootService",
     "Environment",
     "HeldPackage",
     "ImageContract",
     "ImageContractError",
     "Library",
     "Tool",
+    "agreed",
+    "for_image",
     "load",
     "load_text",
     "names",
+    "versions",
 ]
 
 
@@ -37,6 +47,8 @@ __all__ = [
 # DEFAULT_IMAGE), Canonical's Ubuntu Server on the controller and login nodes (components/slurm_host.py).
 COMPUTE_IMAGE = "ubuntu-hpc-2204"
 SERVER_IMAGE = "ubuntu-server-2204"
+# The version `<name>.json` describes: what an unpinned image gets (the newest build of the image ndfleet has read).
+LATEST = "latest"
 
 
 class ImageContractError(ValueError):
@@ -98,9 +110,20 @@ class AptSource:
 
 
 @dataclass(frozen=True)
+class BootService:
+    """A systemd unit of the image that runs at every boot and writes files ndfleet's set-up may write too: the
+    set-up unit is ordered after it (ndfleet.nodefiles.bootstrap), so that the node's version is the one left."""
+
+    name: str  # the unit's name, e.g. sku-customizations.service
+    writes: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class ImageContract:
     name: str
     image: str
+    version: str  # the marketplace version it describes, or LATEST
     roles: tuple[str, ...]
     sources: dict[str, str]
     python_version: str
@@ -111,6 +134,15 @@ class ImageContract:
     absent: tuple[Absent, ...]
     held_packages: tuple[HeldPackage, ...]
     apt_sources: tuple[AptSource, ...]
+    boot_services: tuple[BootService, ...] = ()
+
+    @property
+    def urn(self) -> str:
+        return f"{self.image}:{self.version}"
+
+    def writers_of(self, path: str) -> tuple[str, ...]:
+        """The image's boot services that write `path`."""
+        return tuple(b.name for b in self.boot_services if path in b.writes)
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -247,6 +279,14 @@ def _parse(data: Any, where: str) -> ImageContract:
         )
         for i, s in enumerate(r.items(doc, "apt_sources"))
     ]
+    boot = [
+        BootService(
+            name=r.text(b, "name", f"boot_services[{i}]"),
+            writes=r.texts(b, "writes", f"boot_services[{i}]"),
+            source=r.text(b, "source", f"boot_services[{i}]"),
+        )
+        for i, b in enumerate(r.items(doc, "boot_services") if "boot_services" in doc else [])
+    ]
     both = {t.name for t in tools} & {a.name for a in absent}
     if both:
         raise r.fail("absent", "names not also listed in tools", sorted(both))
@@ -256,6 +296,7 @@ def _parse(data: Any, where: str) -> ImageContract:
     return ImageContract(
         name=r.text(doc, "name", ""),
         image=r.text(doc, "image", ""),
+        version=r.text(doc, "version", ""),
         roles=roles,
         sources=dict(sources),
         python_version=r.text(python, "version", "python"),
@@ -266,12 +307,29 @@ def _parse(data: Any, where: str) -> ImageContract:
         absent=tuple(absent),
         held_packages=tuple(held),
         apt_sources=tuple(apt),
+        boot_services=tuple(boot),
     )
+
+
+def _files() -> dict[tuple[str, str], str]:
+    """(name, version) -> file name, for every contract file of this package."""
+    out = {}
+    for f in resources.files(__name__).iterdir():
+        if f.name.endswith(".json"):
+            stem = f.name.removesuffix(".json")
+            name, _, version = stem.partition("@")
+            out[(name, version or LATEST)] = f.name
+    return out
 
 
 def names() -> list[str]:
     """The images that have a contract here."""
-    return sorted(f.name.removesuffix(".json") for f in resources.files(__name__).iterdir() if f.name.endswith(".json"))
+    return sorted({name for name, _ in _files()})
+
+
+def versions(name: str) -> list[str]:
+    """The versions of image `name` that have a contract (LATEST among them where `<name>.json` exists)."""
+    return sorted(v for n, v in _files() if n == name)
 
 
 def load_text(text: str, where: str = "<text>") -> ImageContract:
@@ -283,12 +341,58 @@ def load_text(text: str, where: str = "<text>") -> ImageContract:
     return _parse(data, where)
 
 
-def load(name: str) -> ImageContract:
-    """The contract of image `name` (e.g. "ubuntu-hpc-2204"); its `name` key must be the file's name."""
+def load(name: str, version: str = LATEST) -> ImageContract:
+    """The contract of image `name` (e.g. "ubuntu-hpc-2204") at `version`; its `name` and `version` keys must be the
+    file's."""
     if name not in names():
         raise ImageContractError(f"no image contract named {name!r}; there are {names()}")
-    where = f"ndfleet/images/{name}.json"
-    contract = load_text(resources.files(__name__).joinpath(f"{name}.json").read_text(encoding="utf-8"), where)
+    file = _files().get((name, version))
+    if file is None:
+        raise ImageContractError(f"no contract of {name!r} at version {version!r}; there are {versions(name)}")
+    where = f"ndfleet/images/{file}"
+    contract = load_text(resources.files(__name__).joinpath(file).read_text(encoding="utf-8"), where)
     if contract.name != name:
         raise ImageContractError(f"{where}: name: expected {name!r}, got {contract.name!r}")
+    if contract.version != version:
+        raise ImageContractError(f"{where}: version: expected {version!r} (the file's name), got {contract.version!r}")
     return contract
+
+
+def for_image(urn: str, name: str = COMPUTE_IMAGE) -> tuple[ImageContract, str]:
+    """The contract a stack's image URN (publisher:offer:sku:version) gets, and why it is not that image's own ("" when
+    it is). `latest` gets `<name>.json`, the newest build read. A pinned version, or another image, without a contract
+    gets that same contract, with the reason naming the versions that have one: ndfleet renders the nodes from it, and
+    the node program finds what varies between builds (HPC-X's folder) by itself, but nobody has read that build."""
+    publisher, _, rest = urn.partition(":")
+    offer, _, rest = rest.partition(":")
+    sku, _, version = rest.partition(":")
+    latest = load(name, LATEST)
+    if f"{publisher}:{offer}:{sku}".lower() != latest.image.lower():
+        return latest, (
+            f"image {urn!r} is not {latest.image!r}, which ndfleet has read: the nodes are set up as for "
+            f"{latest.urn} (ndfleet/images, docs/images.md); check that the image has what that contract lists"
+        )
+    if version.lower() == LATEST:
+        return latest, ""
+    pinned = [v for v in versions(name) if v != LATEST]
+    if version in pinned:
+        return load(name, version), ""
+    return latest, (
+        f"image version {version!r} has no image contract (ndfleet/images; contracted: {', '.join(pinned) or 'none'} "
+        f"and latest): the nodes are set up as for latest, the newest build ndfleet has read; pin a contracted "
+        "version, or add a contract for this one read from the azhpc-images tag that built it (docs/images.md)"
+    )
+
+
+_T = TypeVar("_T")
+
+
+def agreed(name: str, fact: Callable[[ImageContract], _T]) -> _T:
+    """`fact` of image `name`, which every contracted version must share (ImageContractError naming the versions that
+    differ): what ndfleet renders once for every version of the image, and what the node program may rely on."""
+    values = {v: fact(load(name, v)) for v in versions(name)}
+    first = values[LATEST] if LATEST in values else next(iter(values.values()))
+    differ = {v: x for v, x in values.items() if x != first}
+    if differ:
+        raise ImageContractError(f"{name}: the contracted versions disagree: {values!r}")
+    return first

@@ -57,7 +57,7 @@ from typing import Any
 import jinja2
 from ndfleet_node.checks import budget_s
 from ndfleet_node.config import NodeConfig
-from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
+from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet import images
 from ndfleet.images import COMPUTE_IMAGE
@@ -120,9 +120,10 @@ NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
 VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"
 STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # Folders of the tools the compute image keeps off the default PATH (nccl-tests; nvbandwidth where an image has it),
-# from the image contract (ndfleet/images/ubuntu-hpc-2204.json, docs/images.md). HPC-X's own folders are not on
-# it: the node program loads HPC-X (ndfleet_node.hpcx) for the tools that need it.
-NODE_TOOL_DIRS = images.load(COMPUTE_IMAGE).off_path_dirs(STANDARD_PATH)
+# from the image contracts (ndfleet/images, docs/images.md): the same for every contracted version, or the import
+# fails naming them. HPC-X's own folders are not on it: the node program loads HPC-X (ndfleet_node.hpcx) for the
+# tools that need it.
+NODE_TOOL_DIRS = images.agreed(COMPUTE_IMAGE, lambda c: c.off_path_dirs(STANDARD_PATH))
 NODE_PATH = ":".join((*NODE_TOOL_DIRS, *STANDARD_PATH))
 # The health endpoint's file-handle limit (systemd LimitNOFILE): well above its connection cap.
 HEALTH_NOFILE = 8192
@@ -227,6 +228,15 @@ class RenderedBootstrap:
         return out
 
 
+def setup_after(spec: ClusterSpec) -> list[str]:
+    """The units ndfleet-setup.service starts after: the network, and the boot services of the stack's image that write
+    the NCCL configuration the set-up writes (the image's contract; for azhpc-images, sku-customizations.service
+    rewrites /etc/nccl.conf at every boot). Ordered after them, the set-up's file is the one left; a unit the image
+    lacks orders nothing (systemd.unit(5), After=)."""
+    contract, _ = images.for_image(spec.image.urn)
+    return ["network-online.target", *contract.writers_of(NCCL_CONF_PATH)]
+
+
 def _node_config_for(
     spec: ClusterSpec, island: IslandSpec, extensions: BootstrapExtensions | None = None, *, blob_endpoint_suffix: str
 ) -> str:
@@ -273,6 +283,7 @@ def build_context(
         "node_app": NODE_APP_PATH,
         "validate_node": VALIDATE_NODE_PATH,
         "node_path": NODE_PATH,
+        "setup_after": " ".join(setup_after(spec)),
         "nccl_conf_lines": [f"{k}={v}" for k, v in nccl_conf.items()],
         "setup_timeout_s": p.thresholds.setup_timeout_s,
         "validation_level": spec.health.validation_level,

@@ -24,9 +24,11 @@ IMPACT_UNIT_TIMEOUT_S = 900
 def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
     """The `burnin` object of the node JSON."""
     b = profile.burnin
-    image = images.load(COMPUTE_IMAGE)
-    all_reduce_perf = image.tool("all_reduce_perf")
-    assert all_reduce_perf is not None, f"the {COMPUTE_IMAGE} contract lists all_reduce_perf"
+    # The same in every contracted version of the compute image (images.agreed fails naming them otherwise): the node
+    # JSON is one for every version, and the node program finds HPC-X's versioned folder by this glob.
+    hpcx_init = images.agreed(COMPUTE_IMAGE, lambda c: c.environments["hpcx"].init_glob)
+    all_reduce_perf = images.agreed(COMPUTE_IMAGE, lambda c: getattr(c.tool("all_reduce_perf"), "path", ""))
+    assert all_reduce_perf, f"the {COMPUTE_IMAGE} contracts list all_reduce_perf"
     # The validator's NCCL environment; an empty NCCL_TOPO_FILE is left out here, as the burn-in always has.
     common = {k: v for k, v in nccl_test_env(profile.nccl_topo_file).items() if v}
     return {
@@ -46,7 +48,7 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         # The compute image's contract (ndfleet/images, docs/images.md): HPC-X under /opt/hpcx-*/ (module mpi/hpcx;
         # ndfleet_node.hpcx sources its hpcx-init.sh, for the burn-in and the validator alike), nccl-tests built in
         # /opt/nccl-tests. mpirun is HPC-X's.
-        "hpcx_init": image.environments["hpcx"].init_glob,
+        "hpcx_init": hpcx_init,
         "mpirun": "mpirun",
         # Azure's NCCL validation scripts (Azure/ai-infrastructure-on-azure, infrastructure_validations/slurm/NCCL):
         # no HCOLL (NCCL does the collectives; MPI only bootstraps), no tree spawn (every VM is reached straight from
@@ -57,7 +59,7 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
         # UCX (MPI's transport) over reliable connection on the first InfiniBand port, as those scripts set it.
         "mpi_env": {"UCX_TLS": "rc", "UCX_NET_DEVICES": f"{profile.ib_devices[0]}:{profile.ib_port}"},
         "srun": "srun",
-        "all_reduce_perf": all_reduce_perf.path,
+        "all_reduce_perf": all_reduce_perf,
     }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ndfleet_node.names import TAG_PREFIX, TAG_STACK
 
+from ndfleet import images
 from ndfleet.stackconfig.clusterspec import (
     ClusterSpec,
     ElasticSpec,
@@ -337,6 +338,12 @@ def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: 
     image = ImageSpec.from_urn(config.image)
     if ok("image") and not image.pinned:
         warnings.append(latest_image_warning(image))
+    if ok("image"):
+        # The nodes are rendered from the image's contract (ndfleet/images, docs/images.md): a version nobody has read
+        # is set up as for the newest build read, and the plan says so.
+        _, uncontracted = images.for_image(image.urn)
+        if uncontracted:
+            warnings.append(f"{NAMESPACE}:image = {image.urn!r}: {uncontracted}")
     if ok("sshPublicKey") and is_example_key(config.ssh_public_key):
         warnings.append(EXAMPLE_KEY_WARNING)
 

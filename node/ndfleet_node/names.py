@@ -40,6 +40,10 @@ HOST_COMMENT_PREFIX = "ndfleet-host:"
 REPEAT_HOST_REASON = "ndfleet:host:repeat-failure"
 VM_FAILED_REASON = "ndfleet:elastic:vm-failed"  # an elastic node whose new VM Azure reports Failed: given up at once
 
+# The NCCL configuration NCCL reads itself: the set-up writes it (from the node bundle's copy); the HPC image's own boot
+# service writes it too, so the set-up unit is ordered after that service (docs/images.md, "Boot services").
+NCCL_CONF_PATH = "/etc/nccl.conf"
+
 # Kept present while Slurm has the node drained (slurm_health writes it, metrics reads it).
 DRAIN_MARKER = "/var/lib/ndfleet/drained"
 

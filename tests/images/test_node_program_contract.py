@@ -1,4 +1,5 @@
-"""The node program holds to the compute image's contract (ndfleet/images/ubuntu-hpc-2204.json, docs/images.md).
+"""The node program holds to every contract of the compute image (ndfleet/images/ubuntu-hpc-2204*.json, one per image
+version; docs/images.md).
 
 Which tools the node program runs is not a list copied here: it is what the program itself runs, recorded where it
 runs them, on the fake node (tests/fakes):
@@ -33,7 +34,7 @@ from ndfleet_node.runner import Runner
 from ndfleet_node.setup import SetupContext, run_steps
 from ndfleet_node.validate import run_checks
 
-from ndfleet.images import COMPUTE_IMAGE, ImageContract, load
+from ndfleet.images import COMPUTE_IMAGE, ImageContract, load, versions
 from ndfleet.nodefiles.nodeconfig import node_config
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import load_stack
@@ -42,9 +43,10 @@ from tests.fakes.node import FAKE_HPCX_INIT, FAKES, build_sysroot, hermetic_path
 PROD_MOUNTS = ["/mnt/resource_nvme", "/mnt/blob/datasets", "/mnt/blob/checkpoints", "/mnt/lustre"]
 
 
-@pytest.fixture(scope="module")
-def contract() -> ImageContract:
-    return load(COMPUTE_IMAGE)
+@pytest.fixture(scope="module", params=versions(COMPUTE_IMAGE))
+def contract(request: pytest.FixtureRequest) -> ImageContract:
+    """Each contracted version of the compute image in turn: the node program must work on every one."""
+    return load(COMPUTE_IMAGE, request.param)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ stamp=$( (sed -n '/^# --- base ---/,/^# --- end base ---/p' "$0"; echo "$suite $
   | sha256sum | cut -c1-16)
 hpc_stamp=$( (echo "$stamp ${hpc_pkgs[*]}"; sed -n '/^# --- hpc ---/,$p' "$0"
   cat "$repo/ndfleet/images/"*.json "$here/image.py" "$here/fakes/all_reduce_perf"
+  grep '^  ndfleet:image:' "$here/Pulumi.twin.yaml"  # the version whose contract the layer is built from
   find "$repo/tests/fakes/bin" "$repo/tests/fakes/lib" -type f | sort | xargs cat) | sha256sum | cut -c1-16)
 root=$cache/root-$stamp
 hpc=$cache/hpc-$hpc_stamp

@@ -3,13 +3,15 @@
 Two images, as on Azure:
 - the plain image (`ubuntu-server-2204`: the controller and login nodes) is the debootstrapped root itself, which
   has no HPC-X, no PMIx, no GPU or InfiniBand tools;
-- the HPC image (`ubuntu-hpc-2204`: the compute nodes) is that root plus one overlay layer (`hpc-<stamp>`) holding
-  what the contract says the HPC image adds, at the contract's paths: the hardware stand-ins (tests/fakes, real
+- the HPC image (`ubuntu-hpc-2204` at the version the twin's stack pins, `ndfleet:image` in Pulumi.twin.yaml:
+  `twin_contract()`) is that root plus one overlay layer (`hpc-<stamp>`) holding what that version's contract says
+  the HPC image adds, at the contract's paths: the hardware stand-ins (tests/fakes, real
   executables reading a fake /proc and /sys), HPC-X's tree with its `hpcx-init.sh` and a stand-in `libmpi.so.40`
   in `ompi/lib` only, nccl-tests' `all_reduce_perf` as a real ELF linked against that library with an rpath of only
   `$ORIGIN:$ORIGIN/verifiable` (NVIDIA/nccl-tests src/Makefile), so that without HPC-X loaded it fails with the
   loader's own message and exit 127, as on Azure; PMIx (installed into the layer by build-root.sh); the fabric
-  manager's unit. Tools the contract lists as absent (nvbandwidth, blobfuse2) are not there.
+  manager's unit; the image's boot service that rewrites /etc/nccl.conf (`sku-customizations.service`, a stand-in
+  writing the contract's lines, late). Tools the contract lists as absent (nvbandwidth, blobfuse2) are not there.
 
 `python3 -m tests.twin.image hpc-layer DIR` writes the files into DIR (build-root.sh runs it);
 `stood_in(contract)` says for each contract tool where the twin has it or why it does not (tests/twin/test_image.py
@@ -24,12 +26,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ndfleet.images import COMPUTE_IMAGE, Environment, ImageContract
+import re
+
+from ndfleet.images import COMPUTE_IMAGE, SERVER_IMAGE, Environment, ImageContract, for_image
 from ndfleet.images import load as contract
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 FAKES = REPO / "tests" / "fakes"
+STACK_FILE = HERE / "Pulumi.twin.yaml"
 HW_DIR = "/opt/twin-hw"  # where the fake tools live in the HPC layer; the contract's paths link here
 
 # Contract tools of the HPC image the twin does not stand in, and why (every other one must exist in the layer).
@@ -38,6 +43,27 @@ NOT_STOOD_IN = {
 }
 # Contract tools whose stand-in is one of tests/fakes/bin (a shell script reading the fake /proc and /sys).
 FAKE_TOOLS = ("nvidia-smi", "dcgmi", "ibstat", "ib_write_bw", "lspci", "mdadm", "mkfs.xfs")
+
+
+def twin_image_urn() -> str:
+    """The compute image the twin's stack names (`ndfleet:image`), read with the standard library only: build-root.sh
+    runs this module with the host's python3. The twin's stack must pin one: the twin models a version's contract."""
+    found = re.findall(r"^  ndfleet:image:\s*(\S+)\s*$", STACK_FILE.read_text(encoding="utf-8"), re.MULTILINE)
+    if len(found) != 1:
+        raise SystemExit(f"{STACK_FILE}: ndfleet:image must be set once, to a pinned image with a contract; "
+                         f"it is set {len(found)} times")
+    return found[0]
+
+
+def twin_contract(name: str = COMPUTE_IMAGE) -> ImageContract:
+    """The contract the twin builds image `name` from: for the HPC image, that of the version its stack pins (a
+    version without a contract is refused: the twin would model a build nobody has read); the plain image has one."""
+    if name == SERVER_IMAGE:
+        return contract(SERVER_IMAGE)
+    c, why = for_image(twin_image_urn(), name)
+    if why:
+        raise SystemExit(f"tests/twin/Pulumi.twin.yaml: {why}")
+    return c
 
 
 def hpcx(c: ImageContract) -> Environment:
@@ -59,7 +85,7 @@ int main(int argc, char **argv) {
 """
 # HPC-X's hpcx-init.sh defines hpcx_load, which puts HPC-X's bin on PATH and its lib dirs on LD_LIBRARY_PATH
 # (HPC-X README, "Loading HPC-X without modules"); this one does the same for the contract's lib dirs.
-_HPCX_INIT = """# twin stand-in for HPC-X's hpcx-init.sh (contract: ndfleet/images/ubuntu-hpc-2204.json)
+_HPCX_INIT = """# twin stand-in for HPC-X's hpcx-init.sh (contract: ndfleet/images, the twin stack's version)
 export HPCX_DIR={home}
 hpcx_load() {{
   export HPCX_MPI_DIR=$HPCX_DIR/ompi
@@ -94,7 +120,7 @@ def _cc(args: list[str]) -> None:
 
 def write_hpc_layer(layer: Path) -> None:
     """The HPC image's additions (files only; build-root.sh installs PMIx into the same layer)."""
-    c = contract(COMPUTE_IMAGE)
+    c = twin_contract()
     env = hpcx(c)
     tools = {t.name: t for t in c.tools}
     hw = layer / HW_DIR.lstrip("/")

@@ -6,6 +6,7 @@ import glob
 import os
 import time
 
+from ndfleet_node.names import NCCL_CONF_PATH
 from ndfleet_node.setup import SetupContext, StepFailed
 
 
@@ -63,9 +64,9 @@ def setup_nccl(ctx: SetupContext) -> str:
     content = ctx.read(source)
     if not content:
         raise StepFailed(f"{source} is missing")
-    if _write_if_changed(ctx, "/etc/nccl.conf", content):
-        return "/etc/nccl.conf written"
-    return "/etc/nccl.conf is up to date"
+    if _write_if_changed(ctx, NCCL_CONF_PATH, content):
+        return f"{NCCL_CONF_PATH} written"
+    return f"{NCCL_CONF_PATH} is up to date"
 
 
 def setup_fabricmanager(ctx: SetupContext) -> str:
