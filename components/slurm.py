@@ -14,8 +14,8 @@ from ndfleet.components.identity import role_definition_id
 from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, server_name
 from ndfleet.components.slurm_host import SlurmHost, SlurmHostArgs
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
-from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
+from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.slurm.machines import (
     machine_bootstrap,

@@ -16,8 +16,8 @@ import pulumi
 import pulumi_azure_native.keyvault as keyvault
 import pulumi_random as random
 
-from ndfleet.nodefiles.nodebundle import slot_values
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
+from ndfleet.nodefiles.nodebundle import slot_values
 
 VAULT_PRIVATE_DNS_ZONE = "privatelink.vaultcore.azure.net"
 MUNGE_KEY_SECRET = "munge-key"

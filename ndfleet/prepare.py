@@ -115,7 +115,8 @@ def slot_problem(spec: ClusterSpec, sizes: list[int], used: int) -> str:
     """The configuration problem of a stack whose distinct compute bundles need more Key Vault slots than the vault
     has."""
     return (
-        f"stack {spec.stack!r}: its islands have {len(sizes)} distinct node bundles ({', '.join(f'{s:,}' for s in sizes)} "
+        f"stack {spec.stack!r}: its islands have {len(sizes)} distinct node bundles "
+        f"({', '.join(f'{s:,}' for s in sizes)} "
         f"bytes xz) needing {used} Key Vault slots of {nodebundle.PART_CHARS:,} base64 characters; the Slurm vault "
         f"has {nodebundle.SLOT_COUNT}: give fewer islands distinct shapes (VM size, settings that change the bundle)"
     )
@@ -178,7 +179,8 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         for island, shape in shaped:
             try:
                 start = first.get(bundles[shape].bundle, 0)
-                islands.append(PreparedIsland(island=island, bootstrap=island_bootstrap(spec, island, bundles[shape], start)))
+                bootstrap = island_bootstrap(spec, island, bundles[shape], start)
+                islands.append(PreparedIsland(island=island, bootstrap=bootstrap))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
     if problems:

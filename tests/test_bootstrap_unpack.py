@@ -481,7 +481,10 @@ def vault_service(parts: dict[str, str], **kwargs: Any) -> Iterator[VaultService
                 doc: dict[str, Any] = {"value": items, "nextLink": None}
                 if skip + size < len(ids):
                     base = state.next_link_base or state.base
-                    doc["nextLink"] = f"{base}/{VAULT}/secrets/{name}/versions?api-version=7.4&maxresults={size}&$skiptoken={skip + size}"
+                    doc["nextLink"] = (
+                        f"{base}/{VAULT}/secrets/{name}/versions?api-version=7.4&maxresults={size}"
+                        f"&$skiptoken={skip + size}"
+                    )
                 return self.reply(200, doc)
             if version:
                 n = int(version[1:]) if version[1:].isdigit() else -1
@@ -519,7 +522,8 @@ def vault_node(tmp_path: Path, r: bootstrap.RenderedBootstrap, service: VaultSer
     v = {**m["vault"], "tags_url": f"{service.base}/metadata/instance/compute/tagsList?api-version=2021-02-01",
          "token_url": f"{service.base}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=x",
          "secret_url": service.base + "/{vault}/secrets/{name}?api-version=7.4",
-         "versions_url": service.base + "/{vault}/secrets/{name}/versions?api-version=7.4&maxresults=2", "retry_s": 1, "wait_s": 30, **vault}
+         "versions_url": service.base + "/{vault}/secrets/{name}/versions?api-version=7.4&maxresults=2",
+         "retry_s": 1, "wait_s": 30, **vault}
     return node(tmp_path, r, "http://127.0.0.1:9/unused", vault=v, attempts=2, timeout_s=5)
 
 
@@ -531,7 +535,8 @@ def dev_vault() -> bootstrap.RenderedBootstrap:
 def test_a_slurm_stacks_compute_bundle_travels_in_vault_parts_not_user_data(dev_vault):
     m = json.loads(dev_vault.files["bundle.json"])
     assert dev_vault.vm_user_data == "" and "vm-user-data.b64" not in dev_vault.output_files()
-    assert list(dev_vault.bundle_parts) == [p["slot"] for p in m["vault"]["parts"]] == nodebundle.part_names(dev_vault.bundle)
+    slots = [p["slot"] for p in m["vault"]["parts"]]
+    assert list(dev_vault.bundle_parts) == slots == nodebundle.part_names(dev_vault.bundle)
     assert [p["sha256"] for p in m["vault"]["parts"]] == [
         hashlib.sha256(v.encode()).hexdigest() for v in dev_vault.bundle_parts.values()
     ]

@@ -59,7 +59,8 @@ class Azure:
             else:
                 (scope,) = [by_name[d]["inputs"]["secretName"] for d in r.get("dependsOn", ())
                             if d in by_name and by_name[d]["type"] == SECRET and d in resources
-                            and by_name[d]["inputs"]["secretName"] not in ("munge-key", "slurmdbd-password")]  # fmt: skip
+                            and by_name[d]["inputs"]["secretName"] not in
+                            ("munge-key", "slurmdbd-password")]  # fmt: skip
                 key = (str(r["inputs"]["principalId"]), str(r["inputs"]["roleDefinitionId"]), scope)
                 if name not in self.state:
                     if key in self.grants:

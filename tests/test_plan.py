@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from ndfleet.cli import main
+from ndfleet.nodefiles import nodebundle
 from ndfleet.plans.build import SCHEMA_VERSION, execute_program, run_plan
 from ndfleet.stackconfig.settings import StackConfig
 from ndfleet.stackconfig.stackfile import load_stack, project_defaults
-from ndfleet.nodefiles import nodebundle
 from tests.conftest import EXAMPLE_STACKS, REPO, VMSS, base_config, of_type, stack_from
 
 PROJECT_FILE = REPO / "Pulumi.yaml"

@@ -13,8 +13,11 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """`--stack NAME` or `--stack-file PATH` (with an optional `--stack-name`), for every command that reads a
     stack."""
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--stack", metavar="NAME", help="stack name: reads Pulumi.NAME.yaml from the project's stackConfigDir "
-                       "(ndfleet's: stacks/), else beside Pulumi.yaml, or the working directory outside a project")
+    group.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="stack name: reads Pulumi.NAME.yaml from the project's stackConfigDir "
+        "(ndfleet's: stacks/), else beside Pulumi.yaml, or the working directory outside a project")
     group.add_argument("--stack-file", metavar="PATH", help="any file in Pulumi's stack-file format")
     parser.add_argument(
         "--stack-name", metavar="NAME",

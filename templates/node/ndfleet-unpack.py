@@ -122,7 +122,8 @@ def load_manifest(path: str) -> dict[str, Any]:
     vault = m.get("vault")
     if vault is not None:
         fields = {"tag": str, "client_id_tag": str, "parts": list, "tags_url": str, "token_url": str,
-                  "secret_url": str, "versions_url": str, "max_pages": int, "max_versions": int, "wait_s": int, "retry_s": int, "max_answer_bytes": int}  # fmt: skip
+                  "secret_url": str, "versions_url": str, "max_pages": int, "max_versions": int,
+                  "wait_s": int, "retry_s": int, "max_answer_bytes": int}  # fmt: skip
         if not isinstance(vault, dict) or any(not isinstance(vault.get(k), t) for k, t in fields.items()):
             raise BundleError(f"the manifest {path} has a 'vault' without {', '.join(fields)} of their types")
         if not vault["parts"] or not all(isinstance(p, dict) and isinstance(p.get("slot"), str)

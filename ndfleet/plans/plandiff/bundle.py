@@ -151,7 +151,7 @@ def _vault_bundles(plan: Mapping[str, Any]) -> dict[str, str]:
         props = (r.get("inputs") or {}).get("properties") if r.get("type") == SECRET_TYPE else None
         name = (r.get("inputs") or {}).get("secretName")
         match = _PART_NAME.fullmatch(name) if isinstance(name, str) else None
-        if match and isinstance(props, dict) and isinstance(props.get("value"), str):
+        if match and isinstance(name, str) and isinstance(props, dict) and isinstance(props.get("value"), str):
             slots[name] = props["value"]
     return slots
 
