@@ -20,13 +20,12 @@ holds the built roots to the contract).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import re
 
 from ndfleet.images import COMPUTE_IMAGE, SERVER_IMAGE, Environment, ImageContract, for_image
 from ndfleet.images import load as contract
