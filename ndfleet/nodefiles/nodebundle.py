@@ -75,8 +75,9 @@ COMMAND_TIMEOUT_S = 60
 PART_CHARS = 24_000
 PART_PREFIX = "ndfleet-bundle-"
 # How many slots every Slurm vault holds: the distinct bundles of a stack (one per island shape) take consecutive
-# slots; a stack needing more is refused at plan time (slot_problem). 8 x 24,000 characters: about 140 KB of xz.
-SLOT_COUNT = 8
+# slots; a stack needing more is refused at plan time (slot_problem). 16 x 24,000 characters: about 280 KB of xz
+# (the twin stack's three shapes take 11).
+SLOT_COUNT = 16
 SLOT_NAMES = tuple(f"{PART_PREFIX}{n}" for n in range(SLOT_COUNT))
 # What an unused slot holds (a short word, so the plan shows it is no part).
 SLOT_PLACEHOLDER = "unused"

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from ndfleet.images import COMPUTE_IMAGE, SERVER_IMAGE
-from tests.twin.image import NOT_STOOD_IN, contract, in_layer
+from tests.twin.image import NOT_STOOD_IN, in_layer, twin_contract
 
 
 def _exists(layers: list[Path], path: str) -> bool:
@@ -17,7 +17,7 @@ def _exists(layers: list[Path], path: str) -> bool:
 
 def test_the_hpc_image_has_every_contract_tool_at_its_path(twin_root: tuple[Path, Path, Path]) -> None:
     root, hpc, _ = twin_root
-    c = contract(COMPUTE_IMAGE)
+    c = twin_contract()
     stood_in = [t for t in c.tools if t.name not in NOT_STOOD_IN]
     missing = [f"{t.name} ({t.path})" for t in stood_in if not _exists([hpc, root], t.path)]
     assert not missing, f"the twin's HPC image lacks contract tools: {missing}"
@@ -28,7 +28,7 @@ def test_neither_image_has_what_its_contract_says_is_absent(twin_root: tuple[Pat
     root, hpc, _ = twin_root
     path_dirs = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")
     for name, layers in ((COMPUTE_IMAGE, [hpc, root]), (SERVER_IMAGE, [root])):
-        for absent in contract(name).absent:
+        for absent in twin_contract(name).absent:
             paths = [absent.path] if absent.path else []
             paths += [f"{d}/{absent.name}" for d in path_dirs]
             found = [p for p in paths if _exists(layers, p)]
@@ -44,7 +44,7 @@ def test_only_the_hpc_image_has_pmix(twin_root: tuple[Path, Path, Path]) -> None
 
 def test_all_reduce_perf_loads_only_with_hpcx_libraries(twin_root: tuple[Path, Path, Path]) -> None:
     _, hpc, _ = twin_root
-    tool = contract(COMPUTE_IMAGE).tool("all_reduce_perf")
+    tool = twin_contract().tool("all_reduce_perf")
     assert tool is not None
     binary = in_layer(hpc, tool.path)
     dynamic = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
