@@ -54,7 +54,9 @@ def test_each_compute_node_reads_its_bundle_from_the_key_vault_parts_its_manifes
     for tm in healthy_nodes(twin):
         parts = json.loads(tm.run("cat /etc/ndfleet/bundle.json").stdout)["vault"]["parts"]
         assert tm.spec.user_data is None and len(parts) >= 2
-        assert {f"/secrets/{name}" for name in parts} <= {path for client, path in read if client == tm.spec.ip}
+        # Each part names its slot and the sha256 of its text (docs/bootstrap.md, "Slots, not one secret per bundle").
+        slots = {p["slot"] for p in parts}
+        assert {f"/secrets/{slot}" for slot in slots} <= {path for client, path in read if client == tm.spec.ip}
 
 
 def test_each_node_fills_its_own_island_into_the_shared_bundle(twin: Twin) -> None:
