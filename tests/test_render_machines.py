@@ -80,7 +80,7 @@ def received(custom_data: str, user_data: str, compute: bool, secrets: dict[str,
             next(f for f in cloud_config["write_files"] if f["path"] == nodebundle.MANIFEST_PATH)))  # fmt: skip
         if "vault" in manifest:
             assert not user_data
-            user_data = "".join(secrets[name] for name in manifest["vault"]["parts"])
+            user_data = "".join(secrets[part["slot"]] for part in manifest["vault"]["parts"])
         bundle_files, _ = nodebundle.unpack(user_data, manifest["island"])
         files += [f.data for f in bundle_files]
     elif user_data:  # a Slurm machine: the controller's library bundle (its boot step unpacks it), the configuration
