@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from ndfleet_node.checks.perf import ALLREDUCE_MEASUREMENTS
 
 from ndfleet.nodefiles import bootstrap, nodebundle
 from ndfleet.nodefiles.bootstrap import (
@@ -433,5 +434,7 @@ def test_full_validation_budget_covers_the_perf_checks():
     full = spec_of("dev", health={"validationLevel": "full", "dcgmLevel": 3})
     quick = spec_of("dev", health={"validationLevel": "quick"})
     t = full.profile.thresholds
-    extra = t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s + t.dcgm_diag_timeout_s[2]
+    # The all-reduce may run twice: a figure below the floor is measured again (checks/perf.py, issue 47).
+    extra = (ALLREDUCE_MEASUREMENTS * t.nccl_allreduce_timeout_s + t.ib_write_bw_timeout_s + t.nvbandwidth_timeout_s
+             + t.dcgm_diag_timeout_s[2])
     assert validation_budget_s(full) - validation_budget_s(quick) == extra
