@@ -30,7 +30,7 @@ from tests.conftest import EXAMPLE_STACKS
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
 VM = "azure-native:compute:VirtualMachine"
 SECRET = "azure-native:keyvault:Secret"
-PART_FILE = re.compile(r"ndfleet-bundle-[0-9a-f]{16}-[0-9]+\.b64")  # a Key Vault part of the bundle, as it is sent
+PART_FILE = re.compile(r"ndfleet-bundle-[0-9]+\.b64")  # a Key Vault slot holding a part of the bundle, as it is sent
 
 
 @functools.lru_cache(maxsize=8)
