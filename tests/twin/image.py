@@ -10,8 +10,9 @@ Two images, as on Azure:
   in `ompi/lib` only, nccl-tests' `all_reduce_perf` as a real ELF linked against that library with an rpath of only
   `$ORIGIN:$ORIGIN/verifiable` (NVIDIA/nccl-tests src/Makefile), so that without HPC-X loaded it fails with the
   loader's own message and exit 127, as on Azure; PMIx (installed into the layer by build-root.sh); the fabric
-  manager's unit; the image's boot service that rewrites /etc/nccl.conf (`sku-customizations.service`, a stand-in
-  writing the contract's lines, late). Tools the contract lists as absent (nvbandwidth, blobfuse2) are not there.
+  manager's unit. The image's boot service that rewrites /etc/nccl.conf (`sku-customizations.service`) is not stood
+  in: the node set-up's ordering after it is checked in the rendered unit (tests/images/test_image_versions.py).
+  Tools the contract lists as absent (nvbandwidth, blobfuse2) are not there.
 
 `python3 -m tests.twin.image hpc-layer DIR` writes the files into DIR (build-root.sh runs it);
 `stood_in(contract)` says for each contract tool where the twin has it or why it does not (tests/twin/test_image.py
