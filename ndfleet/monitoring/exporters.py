@@ -94,10 +94,14 @@ DCGM_COUNTERS: tuple[DcgmCounter, ...] = (
     DcgmCounter("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "counter", "NVLink data CRC errors."),
     DcgmCounter("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "NVLink retries."),
     DcgmCounter("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "NVLink recovery errors."),
-    DcgmCounter("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor pipe is active."),
-    DcgmCounter("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe transmit rate (bytes per second)."),
-    DcgmCounter("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe receive rate (bytes per second)."),
 )
+# No profiling fields (DCGM_FI_PROF_*). dcgm-exporter runs DCGM embedded in its container (NVIDIA/dcgm-exporter
+# issue #421, maintainer), beside the host's own nv-hostengine that the Azure HPC image runs for `dcgmi diag`; the
+# profiling counters are one resource per GPU (DCGM API "Profiling": groups that share hardware cannot be watched
+# together; `dcgmi profile --pause` exists so that Nsight and CUPTI profilers can have them), so an embedded engine
+# beside the host's reports them "not enabled" (dcgm-exporter issues #22, #707) and, when it does get them, takes
+# them from a job's own profiler. Reading them through the host's engine (`-r`) would tie the exporter's DCGM to the
+# image's (3.3.7 on the pinned image, 4.1.3 in this tag). No alert and no dashboard reads them.
 
 
 def dcgm_counters_csv() -> str:

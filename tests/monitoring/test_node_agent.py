@@ -131,6 +131,18 @@ def test_binaries_are_pinned(mon_spec: ClusterSpec) -> None:
     assert files["dcgm-counters.csv"].content == exporters.dcgm_counters_csv()
 
 
+def test_the_embedded_dcgm_exporter_asks_for_no_profiling_fields(mon_spec: ClusterSpec) -> None:
+    # Issue 47: the exporter's own (embedded) DCGM beside the host's nv-hostengine; profiling counters are one
+    # resource per GPU, which a job's profiler may need (ndfleet/monitoring/exporters.py says why and the sources).
+    files = files_of(mon_spec)
+    unit = files["ndfleet-dcgm-exporter.service"].content
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exporters.DCGM_EXPORTER_IMAGE in exec_start
+    assert not {"-r", "--remote-hostengine-info"} & set(exec_start.split()), exec_start  # embedded, not remote
+    counters = [ln for ln in files["dcgm-counters.csv"].content.splitlines() if ln and not ln.startswith("#")]
+    assert counters and not [ln for ln in counters if ln.startswith("DCGM_FI_PROF_")], counters
+
+
 def test_every_download_and_call_in_setup_has_a_timeout(mon_spec: ClusterSpec) -> None:
     setup = files_of(mon_spec)["ndfleet-monitoring-setup"].content
     for line in setup.splitlines():

@@ -204,9 +204,9 @@ def test_the_preferences_file_must_sort_before_the_images(apt: Apt) -> None:
 
 
 def _resolver(text: str) -> str:
-    """The set-up script's of_release and resolve_release functions, as rendered."""
-    out = []
-    for name in ("of_release", "resolve_release"):
+    """The set-up script's of_release, update_lists and resolve_release functions, as rendered, and its apt_."""
+    out = [next(line + "\n" for line in text.splitlines() if line.startswith("apt_() {"))]
+    for name in ("of_release", "update_lists", "resolve_release"):
         start = text.index(f"\n{name}() {{\n") + 1
         out.append(text[start : text.index("\n}\n", start) + 3])
     return "".join(out)
@@ -257,3 +257,57 @@ def test_a_channel_that_offers_nothing_says_so(apt: Apt, resolver: str) -> None:
     proc = _resolve(apt, resolver, "25.11.5", suite="nightly")
     assert proc.returncode == 1
     assert proc.stderr.endswith(f"slurm-smd 25.11.5 is not in {REPO_URL} nightly; it has: nothing\n")
+
+
+# --- a source the set-up does not use fails: `apt-get update` exits 100 (apt-get(8)), the set-up goes on (issue 47)
+
+
+def _apt_with_a_gone_source(proxy: tuple[int, Path], root: Path) -> Apt:
+    """apt as on a compute node, plus a third-party source whose repository has gone (no Release file: 404)."""
+    require_tools("apt-get", "apt-cache")
+    port, www = proxy
+    for old in www.glob("*"):
+        shutil.rmtree(old)
+    for channel in CHANNELS:
+        _write_channel(www, channel, "suite and codename")
+    apt = Apt(root, port)
+    (apt.root / "etc" / "sources.list.d" / "gone.list").write_text(
+        "deb [trusted=yes] http://repo.example.invalid/gone jammy main\n"
+    )
+    return apt
+
+
+def _update_then_resolve(apt: Apt, resolver: str, slurm_list: Path) -> subprocess.CompletedProcess[str]:
+    script = (
+        'set -euo pipefail\nlog() { echo "ndfleet-slurm-setup: $*" >&2; }\nversion=25.11.5\n'
+        f"{resolver}update_lists {slurm_list} || exit 1\nresolve_release {REPO_URL}/ stable\n"
+    )
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=apt.env, timeout=120,
+                          check=False)  # fmt: skip
+
+
+def test_a_failing_source_slurm_does_not_use_does_not_stop_the_setup(
+    proxy: tuple[int, Path], resolver: str, tmp_path: Path
+) -> None:
+    apt = _apt_with_a_gone_source(proxy, tmp_path)
+    plain = subprocess.run(["apt-get", "-q", "update"], capture_output=True, text=True, env=apt.env, timeout=120,
+                           check=False)  # fmt: skip
+    assert plain.returncode == 100, plain.stdout + plain.stderr  # what stopped the old set-up under `set -e`
+    proc = _update_then_resolve(apt, resolver, apt.root / "etc" / "sources.list.d" / "ndfleet-slurm.list")
+    assert (proc.returncode, proc.stdout.splitlines()[-1]) == (0, "25.11.5-2"), proc.stderr  # after apt's progress
+    assert "apt-get update: a source failed (named above); going on with the lists it fetched" in proc.stderr
+    # The other lists are kept (List-Cleanup off): the image's insiders channel still offers pmix.
+    assert apt.candidate("pmix") == "5.0.8-1"
+
+
+def test_microsofts_channel_failing_stops_the_setup_with_its_name(
+    proxy: tuple[int, Path], resolver: str, tmp_path: Path
+) -> None:
+    apt = _apt_with_a_gone_source(proxy, tmp_path)
+    slurm_list = apt.root / "etc" / "sources.list.d" / "ndfleet-slurm.list"
+    slurm_list.write_text("deb [trusted=yes] http://repo.example.invalid/gone jammy main\n")
+    proc = _update_then_resolve(apt, resolver, slurm_list)
+    assert proc.returncode == 1 and "25.11" not in proc.stdout
+    assert proc.stderr.rstrip().endswith(
+        f"ndfleet-slurm-setup: apt-get update of {slurm_list} failed: Microsoft's Slurm channel could not be read"
+    )

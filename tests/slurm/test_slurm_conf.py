@@ -250,7 +250,7 @@ def test_packages_come_signed_from_the_stable_channel(prod: ClusterSpec, role: s
     # `insiders` only where the preferences keep Slurm from it (tests/slurm/test_slurm_apt.py), and in comments.
     code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
     assert "insiders" not in code.replace(shlex.quote(slurm_apt_preferences()), "")
-    assert text.index("microsoft.asc") < text.index("apt_ update")
+    assert text.index("microsoft.asc") < text.index('update_lists "$slurm_list"')
 
 
 @pytest.mark.parametrize("role", ["controller", "login", "compute"])
@@ -259,7 +259,7 @@ def test_the_setup_installs_the_resolved_version_under_the_apt_lock(prod: Cluste
     text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
     prefs = f"printf '%s' {shlex.quote(slurm_apt_preferences())} > {APT_PREFERENCES_PATH}"
     lock = f'flock -w {prod.profile.thresholds.setup_timeout_s} "$apt_lock_fd"'
-    order = [prefs, f"exec {{apt_lock_fd}}>{APT_LOCK}", lock, "apt_ update",
+    order = [prefs, f"exec {{apt_lock_fd}}>{APT_LOCK}", lock, 'update_lists "$slurm_list" || exit 1',
              'resolved=$(resolve_release "$repo" stable) || exit 1', "apt_ install", "apt-mark",
              "exec {apt_lock_fd}>&-"]  # fmt: skip
     at = [text.index(step) for step in order]
@@ -312,11 +312,11 @@ def test_already_installed_means_every_package_at_one_version_of_the_release(
 def test_every_apt_call_waits_for_the_dpkg_lock(prod: ClusterSpec, role: str) -> None:
     setup = (_compute_files(prod) if role == "compute" else machine_bootstrap(prod, role).files)
     text = setup["/usr/local/sbin/ndfleet-slurm-setup" if role == "compute" else "ndfleet-slurm-setup"]
-    calls = [ln.strip() for ln in text.splitlines()
-             if "apt-get" in ln or "apt-mark" in ln or ln.strip().startswith("apt_ ")]
+    lines = [ln.strip() for ln in text.splitlines() if not ln.strip().startswith(("#", "log ", "{ log "))]
+    calls = [ln for ln in lines if "apt-get" in ln or "apt-mark" in ln or ln.startswith(("apt_ ", "if ! apt_ "))]
     assert calls
     for call in calls:
-        assert call.startswith("apt_ ") or f"DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_S}" in call, call
+        assert call.startswith(("apt_ ", "if ! apt_ ")) or f"DPkg::Lock::Timeout={DPKG_LOCK_TIMEOUT_S}" in call, call
     install = next(c for c in calls if c.startswith("apt_ install"))
     assert "--allow-change-held-packages" in install
 
