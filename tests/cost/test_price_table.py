@@ -145,3 +145,22 @@ def test_monitoring_prices_the_same_730_hour_month() -> None:
     assert cost.samples_per_month == pytest.approx(cost.samples_per_minute * 60 * 730)
     assert "per 730-hour month" in cost_markdown(spec)
     assert any("monitoring ingestion: about" in line and "per 730-hour month" in line for line in plan_cost_lines(spec))
+
+
+def test_refresh_write_follows_the_pages_and_records_every_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_file = tmp_path / "prices.json"
+    d8 = "Standard_D8s_v5"
+    routes = {
+        H100: {0: [Reply(file="nd-h100-v5-eastus.json")]},
+        d8: {0: [Reply(file="d8s-v5-eastus-page1.json")], 100: [Reply(file="d8s-v5-eastus-page2.json")]},
+    }
+    with retail_server(routes) as server:
+        env = {ENDPOINT_ENV: server.url}
+        code, _, _ = run(capsys, stack(tmp_path, scheduler="slurm"), "--refresh", "--write", str(out_file), env=env)
+    assert code == 0 and sum("$skip=100" in r for r in server.requests) == 1  # D8s_v5's Linux meter is on page 2
+    today = datetime.date.today().isoformat()
+    rows = {(r.vm_size, r.region): r for r in load_table(out_file)}
+    assert [(rows[(s, "eastus")].usd_per_hour, rows[(s, "eastus")].observed) for s in (H100, d8)] == [
+        (98.32, today), (0.384, today)]  # fmt: skip
