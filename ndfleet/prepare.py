@@ -124,10 +124,12 @@ def slot_problem(spec: ClusterSpec, sizes: list[int], used: int) -> str:
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
-    # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) join the spec's own.
+    # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) or ndfleet's price table
+    # (ndfleet/cost/estimate.py) join the spec's own.
+    from ndfleet.cost.estimate import with_price_warnings
     from ndfleet.monitoring.budget import with_workspace_warnings
 
-    spec = with_workspace_warnings(spec)
+    spec = with_price_warnings(with_workspace_warnings(spec))
     problems: list[str] = []
     budget = validation_budget_s(spec)
     explicit = explicit_probe_grace_period(spec)

@@ -113,15 +113,24 @@ def write_table(path: str, fresh: list[Any]) -> str:
     not exist yet) with the fresh figures in place. The problem in one line, or "" when written."""
     from pathlib import Path
 
-    from ndfleet.cost.prices import PRICE_TABLE, PriceTableError, load_table, merged, table_json
+    from ndfleet.cost.prices import (
+        NO_METER,
+        PRICE_TABLE,
+        PriceTableError,
+        load_no_meter,
+        load_table,
+        merged,
+        table_json,
+    )
 
     target = Path(path)
     try:
         old = load_table(target) if target.exists() else PRICE_TABLE
+        absent = load_no_meter(target) if target.exists() else NO_METER
     except PriceTableError as error:
         return f"--write: {error}"
     try:
-        target.write_text(table_json(merged(old, fresh)))
+        target.write_text(table_json(merged(old, fresh), absent))
     except OSError as error:
         return f"--write: cannot write {path}: {error.strerror}"
     return ""

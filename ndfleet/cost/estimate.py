@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME
-from ndfleet.cost.prices import TABLE_NAME, ListPrice, table_price
+from ndfleet.cost.prices import TABLE_NAME, ListPrice, missing_meter, no_price_line, table_price, table_regions
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.vms import VmGroup, stack_vms
 
@@ -93,11 +93,12 @@ class CostEstimate:
     def missing(self) -> list[str]:
         """One message per size without a figure in this region, in the order the VMs are listed."""
         sizes = dict.fromkeys(i.group.vm_size for i in self.items if i.usd_per_vm_hour is None)
-        return [
-            f"no list price recorded for {size} in {self.region}: `ndfleet cost --refresh` (with network) reads it "
-            "from Azure's Retail Prices API, `--write FILE` records it"
-            for size in sizes
-        ]
+        return [no_price_line(size, self.region) for size in sizes]
+
+    @property
+    def sources(self) -> list[str]:
+        """Where the figures come from, each once, in the order the VMs are listed."""
+        return list(dict.fromkeys(i.price.source for i in self.items if i.price))
 
     @property
     def spares(self) -> int:
@@ -195,9 +196,35 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
             "lower); the Spot price itself moves with demand"
         )
     lines.append(f"  prices: {estimate.prices_from}")
+    lines += [f"  source: {source}" for source in estimate.sources]
     lines.append(f"  not included: {NOT_PRICED}")
     lines.append("  prices change: `ndfleet cost --refresh` reads today's from Azure's Retail Prices API")
     return lines
+
+
+def price_warnings(spec: ClusterSpec) -> list[str]:
+    """What `ndfleet plan` (and the Pulumi program) warns about before deploying: a VM size the Retail Prices API had
+    no meter for in the stack's region, though Azure lists it there or a recording asked for it (prices.json's
+    `noMeter`). `ndfleet preflight` asks Azure itself whether the subscription may deploy the size there."""
+    warnings = []
+    for size in dict.fromkeys(g.vm_size for g in stack_vms(spec)):
+        absent = missing_meter(size, spec.location)
+        if absent is None:
+            continue
+        regions = table_regions(size)
+        warnings.append(
+            f"{size} in {spec.location}, as of {absent.observed}: {absent.source}; Azure may not offer the size here "
+            "and ndfleet has no list price for it: `ndfleet preflight` asks Azure whether the subscription may deploy "
+            f"it and has the quota; regions with a recorded price: {', '.join(regions) or 'none'}"
+        )
+    return warnings
+
+
+def with_price_warnings(spec: ClusterSpec) -> ClusterSpec:
+    """The spec with `price_warnings` added to its warnings (here, not in the spec's own checks, which sit below
+    ndfleet's price table)."""
+    found = price_warnings(spec)
+    return spec.model_copy(update={"warnings": (*spec.warnings, *found)}) if found else spec
 
 
 def plan_cost_lines(spec: ClusterSpec) -> list[str]:

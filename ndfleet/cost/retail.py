@@ -2,7 +2,8 @@
 
 The API (Microsoft Learn, "Azure Retail Prices overview"): `GET https://prices.azure.com/api/retail/prices` with an
 OData `$filter`; the answer is `{"BillingCurrency", "CustomerEntityId", "CustomerEntityType", "Items": [...],
-"NextPageLink": url or null, "Count": n}`, at most 100 items a page, every item a meter with `currencyCode`,
+"NextPageLink": url or null, "Count": n}`, at most 1,000 items a page ("API response pagination"; earlier
+revisions of the page said 100), every item a meter with `currencyCode`,
 `retailPrice`, `unitPrice`, `armRegionName`, `armSkuName`, `meterName`, `productName`, `skuName`, `serviceName`,
 `priceType`, `type`, `unitOfMeasure`, `effectiveStartDate`, `isPrimaryMeterRegion`. Filter values are
 case-sensitive from API version 2023-01-01-preview on. One VM size in one region has several `Consumption` meters:
@@ -10,9 +11,12 @@ Linux pay-as-you-go, Spot (`skuName` ends "Spot"), Low Priority, and Windows (`p
 ndfleet takes the Linux pay-as-you-go one.
 
 Every request goes through ndfleet.azure's bounded transport: one answer (headers and body, a drip cut off) within
-the request timeout and what is left of the refresh's deadline, a page within max_body_bytes (a page is at most 100
-meters of about 700 bytes, 70 KiB; 4 MiB is fifty times that); pages and 429 retries are bounded; a NextPageLink
-must stay on the endpoint's own host, and a link seen before is a cycle. A retailPrice must be a plausible hourly
+the request timeout and what is left of the refresh's deadline, a page within max_body_bytes (a page is at most
+1,000 meters of about 700 bytes, 700 KB; 4 MiB is six times that); pages and 429 retries are bounded; a NextPageLink
+must stay on the endpoint's own scheme, host and port, and a link to a page read before is a cycle. Azure writes the
+default port out in it (Learn's example: `https://prices.azure.com:443/api/retail/prices?$filter=...&$skip=1000`),
+so where a link goes is compared with the defaults filled in (ndfleet.azure.http.endpoint_of), never as text.
+A retailPrice must be a plausible hourly
 price (0 to MAX_USD_PER_HOUR). Failures raise RetailPriceError with one line to print.
 """
 
@@ -22,9 +26,12 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ndfleet.azure.text import plausible, terminal_safe
+
+if TYPE_CHECKING:
+    from ndfleet.azure.http import BoundedTransport
 
 DEFAULT_ENDPOINT = "https://prices.azure.com/api/retail/prices"
 # Test-only: where `ndfleet cost --refresh` sends its requests instead (a local recording server).
@@ -106,7 +113,9 @@ class _Clock:
         return min(self.limits.request_timeout_s, left)
 
 
-def _get_json(url: str, clock: _Clock, sleep: Callable[[float], None], what: str) -> dict[str, Any]:
+def _get_json(
+    url: str, clock: _Clock, sleep: Callable[[float], None], what: str, transport: BoundedTransport | None = None
+) -> dict[str, Any]:
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
     from azure.core.rest import HttpRequest
 
@@ -114,7 +123,7 @@ def _get_json(url: str, clock: _Clock, sleep: Callable[[float], None], what: str
     from ndfleet.azure.http import AnswerRefused, BoundedTransport, Bounds
     from ndfleet.azure.text import one_line
 
-    transport = BoundedTransport()
+    transport = transport or BoundedTransport()
     for attempt in range(clock.limits.max_retries + 1):
         request = HttpRequest("GET", url, headers={"Accept": "application/json", "User-Agent": "ndfleet"})
         bounds = Bounds(clock.timeout(), clock.limits.max_body_bytes)
@@ -158,14 +167,37 @@ def _retry_after(header: str | None, clock: _Clock) -> float:
     return wait
 
 
+def _page_key(url: str) -> tuple[str, str, int, str] | str:
+    """Where a request goes (scheme, host, port with its default, path and query): the same page however its URL
+    spells the port. A URL ndfleet.azure.http would refuse is its own key (the request then fails on it)."""
+    from ndfleet.azure.http import AnswerRefused, endpoint_of
+
+    try:
+        where = endpoint_of(url)
+    except AnswerRefused:
+        return url
+    return (where.scheme, where.host, where.port, where.target)
+
+
 def _next_page(link: Any, endpoint: str) -> str | None:
+    """The next page's URL, or None on the last page. Followed only to the endpoint's own scheme, host and port,
+    compared with the default port filled in: Azure's links spell `:443` out where the endpoint does not."""
+    from ndfleet.azure.http import AnswerRefused, endpoint_of
+    from ndfleet.azure.text import one_line
+
     if link in (None, ""):
         return None
     if not isinstance(link, str):
-        raise RetailPriceError(f"{API_NAME} answered a NextPageLink that is not a URL: {link!r}")
-    ours, theirs = urllib.parse.urlsplit(endpoint), urllib.parse.urlsplit(link)
-    if (theirs.scheme, theirs.netloc) != (ours.scheme, ours.netloc):
-        raise RetailPriceError(f"{API_NAME} answered a NextPageLink to another host ({theirs.netloc}): not followed")
+        raise RetailPriceError(f"{API_NAME} answered a NextPageLink that is not a URL: {terminal_safe(repr(link), 80)}")
+    try:
+        ours, theirs = endpoint_of(endpoint), endpoint_of(link)
+    except AnswerRefused as error:
+        raise RetailPriceError(f"{API_NAME} answered a NextPageLink that is not followed: {one_line(error)}") from None
+    if (theirs.scheme, theirs.host, theirs.port) != (ours.scheme, ours.host, ours.port):
+        raise RetailPriceError(
+            f"{API_NAME} answered a NextPageLink to another host ({theirs.scheme}://{theirs.host}:{theirs.port}): "
+            "not followed"
+        )
     return link
 
 
@@ -190,20 +222,23 @@ def fetch_meter(
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], float] = time.monotonic,
     clock: _Clock | None = None,
+    transport: BoundedTransport | None = None,
 ) -> Meter:
-    """The Linux pay-as-you-go meter of `vm_size` in `region`, following NextPageLink up to `limits.max_pages`."""
+    """The Linux pay-as-you-go meter of `vm_size` in `region`, following NextPageLink up to `limits.max_pages`.
+    `transport`: ndfleet.azure's bounded one (tests: one that trusts a stand-in's certificate)."""
     clock = clock or _Clock(limits, now)
     url: str | None = query_url(endpoint, vm_size, region)
     found: list[Meter] = []
     pages = 0
-    seen: set[str] = set()
+    seen: set[tuple[str, str, int, str] | str] = set()
     while url is not None:
-        if url in seen:
+        key = _page_key(url)
+        if key in seen:
             raise RetailPriceError(f"{API_NAME}'s NextPageLink points back at a page already read for {vm_size}")
-        seen.add(url)
+        seen.add(key)
         if pages == clock.limits.max_pages:
             raise RetailPriceError(f"{API_NAME} still had pages after {clock.limits.max_pages} for {vm_size}")
-        doc = _get_json(url, clock, sleep, f"{vm_size} in {region}")
+        doc = _get_json(url, clock, sleep, f"{vm_size} in {region}", transport)
         pages += 1
         for item in doc["Items"]:
             if isinstance(item, dict) and is_linux_pay_as_you_go(item, vm_size, region):
@@ -231,6 +266,7 @@ def fetch_meters(
     *,
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], float] = time.monotonic,
+    transport: BoundedTransport | None = None,
 ) -> tuple[dict[str, Meter], list[str]]:
     """Every size's meter under one deadline; the errors of all sizes, one line each (never only the first).
     Raises RetailPriceError (`unreachable`) when the API cannot be reached at all."""
@@ -239,7 +275,9 @@ def fetch_meters(
     errors: list[str] = []
     for size in dict.fromkeys(sizes):
         try:
-            meters[size] = fetch_meter(size, region, endpoint, limits, sleep=sleep, now=now, clock=clock)
+            meters[size] = fetch_meter(
+                size, region, endpoint, limits, sleep=sleep, now=now, clock=clock, transport=transport
+            )
         except RetailPriceError as error:
             if error.unreachable:
                 raise  # one line: the network, not each size, is the problem

@@ -24,7 +24,7 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from ndfleet.cost.estimate import estimate_cost
+from ndfleet.cost.estimate import estimate_cost, with_price_warnings
 from ndfleet.monitoring.budget import with_workspace_warnings
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
@@ -264,7 +264,8 @@ def _resolve(value: Any) -> Any:
 def run_plan(stack: StackFile) -> Plan:
     """Validate the stack, then run the program (`ndfleet.program.main`, which `__main__.py` calls) under the
     mock runtime. Raises SpecError before any registration."""
-    spec = with_workspace_warnings(load_spec(stack.ndfleet_config, stack.name))  # and the series budget's
+    # and the series budget's and the price table's
+    spec = with_price_warnings(with_workspace_warnings(load_spec(stack.ndfleet_config, stack.name)))
     # The run allocates ~10^5 short-lived objects (Outputs, futures) and frees them at the end: the cyclic
     # collector would only rescan them, which costs a quarter of the wall time of a large plan.
     gc_was_enabled = gc.isenabled()

@@ -1,15 +1,19 @@
 """A stand-in for the Azure Retail Prices API on 127.0.0.1: answers from tests/data/retail/, by armSkuName and
-$skip, with scripted misbehaviour (429, garbage, a huge body, a hang) per size.
+$skip, with scripted misbehaviour (429, garbage, a huge body, a hang) per size; over HTTPS with `tls` (a server
+context), for a client that reaches it as prices.azure.com (BoundedTransport's connect_to).
 
 Built from the API's documented answer (Microsoft Learn, "Azure Retail Prices REST API overview",
 https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices, "API response pagination"
 and its sample answers): `{BillingCurrency, CustomerEntityId, CustomerEntityType, Items, NextPageLink, Count}`, at
-most 100 items a page, `NextPageLink` the same query with `$skip` (null on the last page), `Count` the items on the
-page. The pages under tests/data/retail/ have that shape; the endpoint in their NextPageLink is rewritten to ours."""
+most 1,000 items a page (earlier revisions of the page said 100), `NextPageLink` the same query with `$skip` (null
+on the last page), written with the port: `https://prices.azure.com:443/api/retail/prices?...&$skip=1000`, `Count`
+the items on the page. The pages under tests/data/retail/ have that shape; the endpoint in their NextPageLink is
+rewritten to ours (a Reply's `body` is served as given)."""
 
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,7 +56,9 @@ class RetailServer:
 
 
 @contextmanager
-def retail_server(routes: dict[str, dict[int, list[Reply]]]) -> Iterator[RetailServer]:
+def retail_server(
+    routes: dict[str, dict[int, list[Reply]]], tls: ssl.SSLContext | None = None
+) -> Iterator[RetailServer]:
     loopback_up()
     state = RetailServer(routes=routes)
 
@@ -83,7 +89,9 @@ def retail_server(routes: dict[str, dict[int, list[Reply]]]) -> Iterator[RetailS
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/api/retail/prices"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    state.url = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}/api/retail/prices"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

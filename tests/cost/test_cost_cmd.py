@@ -32,8 +32,8 @@ def run(capsys: pytest.CaptureFixture[str], path: Path, *flags: str, env: dict[s
 
 
 def test_table_prices_without_refresh(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, doc, _ = run(capsys, stack(tmp_path, nodes=64, vmSize="Standard_ND96isr_H200_v5"))
-    assert (code, doc["usdPerHour"], doc["refreshed"]) == (0, 7055.36, False)
+    code, doc, _ = run(capsys, stack(tmp_path, nodes=64, location="eastus2", vmSize="Standard_ND96isr_H200_v5"))
+    assert (code, doc["usdPerHour"], doc["refreshed"]) == (0, 5427.2, False)  # 64 x 84.80
 
 
 def test_refresh_prices_every_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,14 +54,28 @@ def test_month_is_730_hours() -> None:
     assert estimate.usd_per_month == pytest.approx(estimate.usd_per_hour * 730)
 
 
-def test_a_region_without_a_figure_says_so_and_uses_no_other_region() -> None:
-    estimate = estimate_cost(spec_of(location="eastus2", vmSize="Standard_ND96isr_H200_v5"))
-    assert estimate.missing == [
-        "no list price recorded for Standard_ND96isr_H200_v5 in eastus2: `ndfleet cost --refresh` (with network) reads"
-        " it from Azure's Retail Prices API, `--write FILE` records it"
-    ]
+def test_a_region_without_a_figure_says_so_in_one_line_naming_the_regions_with_one() -> None:
+    estimate = estimate_cost(spec_of(location="eastus", vmSize="Standard_ND96isr_H200_v5"))
+    [line] = estimate.missing
+    assert line.startswith(
+        "no list price recorded for Standard_ND96isr_H200_v5 in eastus (ndfleet's table has it in 28 regions: "
+        "australiaeast, australiasoutheast, brazilsouth, centralus, eastus2, "
+    )
+    assert line.endswith(
+        "westus, westus2, westus3): `ndfleet cost --refresh` (with network) reads it from Azure's Retail Prices API, "
+        "`--write FILE` records it"
+    )
+    assert "\n" not in line and " eastus," not in line
     assert estimate.usd_per_hour == 0
     assert estimate.as_json()["complete"] is False
+
+
+def test_a_size_in_no_region_of_the_table_says_so() -> None:
+    estimate = estimate_cost(spec_of(scheduler="slurm", slurm={"loginVmSize": "Standard_F8s_v2"}))
+    assert estimate.missing == [
+        "no list price recorded for Standard_F8s_v2 in eastus (ndfleet's table has it in no region): `ndfleet cost "
+        "--refresh` (with network) reads it from Azure's Retail Prices API, `--write FILE` records it"
+    ]
 
 
 def test_spot_without_a_cap_is_the_on_demand_ceiling() -> None:
@@ -75,8 +89,8 @@ def test_spot_with_a_lower_cap_uses_the_cap() -> None:
 
 
 def test_the_cost_block_names_the_missing_price_and_the_spot_ceiling() -> None:
-    text = "\n".join(render_cost(estimate_cost(spec_of(location="westus3", priority="Spot"))))
-    assert f"no list price recorded for {H100} in westus3: `ndfleet cost --refresh`" in text
+    text = "\n".join(render_cost(estimate_cost(spec_of(location="francecentral", priority="Spot"))))
+    assert f"no list price recorded for {H100} in francecentral (ndfleet's table has it in 23 regions: " in text
     assert "Spot: the GPU nodes' figure is the most Azure may charge" in text
 
 

@@ -14,7 +14,7 @@ import pytest
 from ndfleet.cli import build_parser
 from ndfleet.commands.cost import cost_command
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines, render_cost
-from ndfleet.cost.prices import PRICE_TABLE, PriceTableError, load_table, source_url
+from ndfleet.cost.prices import NO_METER, PRICE_TABLE, ListPrice, PriceTableError, load_no_meter, load_table, source_url
 from ndfleet.cost.retail import ENDPOINT_ENV
 from ndfleet.monitoring.cost import cost_markdown
 from ndfleet.monitoring.cost import estimate as monitoring_estimate
@@ -63,21 +63,24 @@ def test_a_broken_table_file_is_named(tmp_path: Path) -> None:
 
 
 def test_one_prices_line_for_a_table_with_two_dates() -> None:
-    spec = load_spec(base_config(scheduler="slurm"), "t")  # H100 (2026-09) and D8s_v5 (2026-06) rows
-    lines = render_cost(estimate_cost(spec))
+    spec = load_spec(base_config(scheduler="slurm"), "t")
+    dates = {H100: "2026-09", "Standard_D8s_v5": "2026-06"}
+    lines = render_cost(estimate_cost(spec, lambda size, region: ListPrice(size, region, 1.0, dates[size], "s")))
     prices = [line for line in lines if line.lstrip().startswith("prices:")]
     assert prices == [
         "  prices: ndfleet's recorded price table (ndfleet/cost/prices.json), observed 2026-06 to 2026-09"
     ]
+    assert [line for line in lines if line.lstrip().startswith("source:")] == ["  source: s"]
 
 
 def test_a_region_without_a_price_says_so_names_the_refresh_and_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, stack(tmp_path, location="eastus2", vmSize=H200))
+    code, out, _ = run(capsys, stack(tmp_path, location="eastus", vmSize=H200))
     assert code == 2
-    assert f"no list price recorded for {H200} in eastus2: `ndfleet cost --refresh` (with network) reads it" in out
-    assert "US$110.24" not in out  # never East US's figure for another region
+    assert f"no list price recorded for {H200} in eastus (ndfleet's table has it in 28 regions: " in out
+    assert "`ndfleet cost --refresh` (with network) reads it" in out
+    assert "US$84.80" not in out and "US$110.24" not in out  # never another region's figure (eastus2's, westus's)
 
 
 def test_refresh_without_network_is_one_line_and_the_last_known_table(
@@ -94,7 +97,7 @@ def test_refresh_without_network_is_one_line_and_the_last_known_table(
                              "(ndfleet/cost/prices.json)")  # fmt: skip
     assert "US$98.32/h each" in out and "total (4 VMs): US$197.41 per hour" in out
     assert [line for line in out.splitlines() if "prices:" in line] == [
-        "  prices: ndfleet's recorded price table (ndfleet/cost/prices.json), observed 2026-06 to 2026-09"
+        "  prices: ndfleet's recorded price table (ndfleet/cost/prices.json), observed 2026-06-18"
     ]
 
 
@@ -122,9 +125,10 @@ def test_refresh_write_records_rows_in_the_table_format(tmp_path: Path, capsys: 
     fresh = rows[(H100, "eastus")]
     assert (fresh.usd_per_hour, fresh.observed, fresh.source_url) == (98.32, today, source_url(H100, "eastus"))
     assert "effective 2024-05-01T00:00:00Z" in fresh.source
-    # The recorded table's other rows are kept, unchanged.
-    assert rows[(H200, "eastus")] == next(r for r in PRICE_TABLE if r.vm_size == H200)
+    # The recorded table's other rows are kept, unchanged, and so are its sizes without a meter.
+    assert rows[(H200, "eastus2")] == next(r for r in PRICE_TABLE if (r.vm_size, r.region) == (H200, "eastus2"))
     assert len(rows) == len(PRICE_TABLE)
+    assert load_no_meter(out_file) == NO_METER and NO_METER
 
 
 def test_write_without_refresh_is_a_usage_error(tmp_path: Path) -> None:
@@ -141,3 +145,22 @@ def test_monitoring_prices_the_same_730_hour_month() -> None:
     assert cost.samples_per_month == pytest.approx(cost.samples_per_minute * 60 * 730)
     assert "per 730-hour month" in cost_markdown(spec)
     assert any("monitoring ingestion: about" in line and "per 730-hour month" in line for line in plan_cost_lines(spec))
+
+
+def test_refresh_write_follows_the_pages_and_records_every_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_file = tmp_path / "prices.json"
+    d8 = "Standard_D8s_v5"
+    routes = {
+        H100: {0: [Reply(file="nd-h100-v5-eastus.json")]},
+        d8: {0: [Reply(file="d8s-v5-eastus-page1.json")], 100: [Reply(file="d8s-v5-eastus-page2.json")]},
+    }
+    with retail_server(routes) as server:
+        env = {ENDPOINT_ENV: server.url}
+        code, _, _ = run(capsys, stack(tmp_path, scheduler="slurm"), "--refresh", "--write", str(out_file), env=env)
+    assert code == 0 and sum("$skip=100" in r for r in server.requests) == 1  # D8s_v5's Linux meter is on page 2
+    today = datetime.date.today().isoformat()
+    rows = {(r.vm_size, r.region): r for r in load_table(out_file)}
+    assert [(rows[(s, "eastus")].usd_per_hour, rows[(s, "eastus")].observed) for s in (H100, d8)] == [
+        (98.32, today), (0.384, today)]  # fmt: skip

@@ -91,38 +91,53 @@ def test_readme_example_stack_row(stack: str) -> None:
     says("README.md", stack_row(prepared(stack).spec))
 
 
-@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
-def test_cost_page_price_is_what_ndfleet_cost_produces(stack: str) -> None:
-    """The cost page's price column is the recorded East US figure; an example's total is nodes x the recorded figure
-    for its own region, and an example in a region without one says so (never East US's figure for it)."""
-    from ndfleet.cost.prices import table_price
+def cost_row(stack: str) -> str:
+    """docs/cost.md's row for an example stack: its VMs, priced by `ndfleet cost` in the stack's own region."""
+    from ndfleet.cost.estimate import estimate_cost, usd
 
     spec = prepared(stack).spec
-    price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \| ([^|]*) \|", page("docs/cost.md"))
-    assert price_row, f"docs/cost.md: no price row for {spec.profile.name}"
-    east_us = table_price(spec.profile.name, "eastus")
-    assert east_us is not None and float(price_row.group(1).replace(",", "")) == east_us.usd_per_hour
-    own = table_price(spec.profile.name, spec.location)
-    if own is None:
-        assert f"`{stack}` is in `{spec.location}`, where ndfleet has no recorded price" in price_row.group(2)
-    else:
-        total = spec.total_nodes * own.usd_per_hour
-        assert f"`{stack}`, {spec.total_nodes:,} VMs: US${total:,.2f} per hour" in price_row.group(2)
+    cost = estimate_cost(spec)
+    assert cost.missing == [], cost.missing  # an example stack is priced in full
+    gpus = sum(i.group.count for i in cost.items if i.group.gpu)
+    others = sum(i.group.count for i in cost.items if not i.group.gpu)
+    vms = f"{gpus:,} x {spec.profile.name}" + (f" + {others} Slurm" if others else "")
+    return f"| `{stack}` | {spec.location} | {vms} | {usd(cost.usd_per_hour)} | {usd(cost.usd_per_month)} |"
 
 
+@pytest.mark.parametrize("stack", EXAMPLE_STACKS)
+def test_cost_page_prices_each_example_in_its_own_region(stack: str) -> None:
+    says("docs/cost.md", cost_row(stack))
 
 
-def test_readme_quotes_the_gpu_vms_hourly_cost_of_dev_and_prod() -> None:
-    """The README's cost sentence: GPU VMs x the list price of the cost page's table (the same figures as its rows)."""
+def test_cost_page_region_table_is_the_price_table() -> None:
+    """Every region with an ND figure, each cell the table's figure, "no meter" where the table records none."""
+    from ndfleet.cost.prices import missing_meter, table_price, table_regions
+
+    sizes = ("Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5", "Standard_D8s_v5")
+
+    def cell(size: str, region: str) -> str:
+        found = table_price(size, region)
+        return f"{found.usd_per_hour:.3f}" if found else ("no meter" if missing_meter(size, region) else "-")
+
+    regions = sorted(set(table_regions(sizes[0])) | set(table_regions(sizes[1])))
+    assert len(regions) == 36
+    rows = [f"| {r} | {' | '.join(cell(s, r) for s in sizes)} |" for r in regions]
+    table = re.findall(r"^\| [a-z0-9]+ \| [^\n]*\|$", (REPO / "docs/cost.md").read_text(), re.M)
+    assert [row for row in table if row.split(" | ")[0][2:] in regions] == rows
+
+
+def test_readme_quotes_what_ndfleet_cost_prices_dev_prod_and_h200_at() -> None:
+    """The README's cost sentence: each stack's VMs, priced by the tool in the stack's own region."""
+    from ndfleet.cost.estimate import estimate_cost, usd
+
     quoted = []
-    for stack in ("dev", "prod"):
+    for stack in ("dev", "prod", "h200"):
         spec = prepared(stack).spec
-        price_row = re.search(rf"\| {spec.profile.name} \| US\$([\d.,]+) \|", page("docs/cost.md"))
-        assert price_row, f"docs/cost.md: no price row for {spec.profile.name}"
-        total = spec.total_nodes * float(price_row.group(1).replace(",", ""))
-        quoted.append((f"`{stack}`'s {spec.total_nodes:,} GPU VMs", f"US${total:,.2f}"))
-    (dev, dev_cost), (prod, prod_cost) = quoted
-    says("README.md", f"{dev} cost {dev_cost} per hour and {prod} {prod_cost} (the Slurm controller")
+        cost = estimate_cost(spec)
+        vms = sum(i.group.count for i in cost.items)
+        quoted.append(f"`{stack}`'s {vms:,} VMs ({spec.location}) at {usd(cost.usd_per_hour)}")
+    dev, prod, h200 = quoted
+    says("README.md", f"`ndfleet cost` prices {dev} per hour, {prod} and {h200}, and a node costs")
 
 
 def test_bootstrap_customdata_size_of_every_example_stack() -> None:
