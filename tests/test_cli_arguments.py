@@ -6,8 +6,9 @@ later is walked too. For each command, with a stack (`--stack dev`, the reposito
 arguments it needs: the command alone; each option alone, with each of its values (every choice; a flag; an optional
 value bare and given); each pair of options, with every pair of values (so each pair of options that depend on each
 other, `cost --write` with and without `--refresh`, is among them); and the stack options' own combinations (each
-alone, `--stack-file` with `--stack-name`, both of the exclusive pair, none). The exit codes allowed for a command
-are read from docs/cli.md's table, so the documentation and the code cannot drift apart silently.
+alone, `--stack-file` with `--stack-name`, both of the exclusive pair, none); positional arguments that may be left
+out (`diff BASE HEAD` or `diff --base-dir A --head-dir B`) are walked given and left out. The exit codes allowed for
+a command are read from docs/cli.md's table, so the documentation and the code cannot drift apart silently.
 
 `python -m tests.test_cli_arguments` prints the list of combinations (issue 44 asked for it).
 """
@@ -73,8 +74,8 @@ def option_values(action: argparse.Action) -> list[list[str]]:
         return [[option, str(c)] for c in action.choices]
     if action.metavar in METAVAR_VALUES:
         value = METAVAR_VALUES[str(action.metavar)]
-    elif action.dest.endswith("_dir"):
-        value = f"{SCRATCH}/{action.dest}"
+    elif action.dest.endswith("_dir"):  # a folder of plans (`diff --base-dir`)
+        value = f"{SCRATCH}/plans"
     elif action.type is not None:
         value = "5"
     else:
@@ -116,17 +117,24 @@ def combinations(parser: argparse.ArgumentParser) -> Iterator[Combination]:
             optional.append(action)
     stack = option_values(group[0])[-1] if group else []  # `--stack dev`
     base = [*words(parser), *positional, *required]
+    # Positional arguments that may be left out (`diff BASE HEAD` or `diff --base-dir ...`): the options are walked
+    # with them and without them.
+    optional_positionals = bool(positional) and all(
+        a.nargs == "?" for a in parser._actions if not a.option_strings  # noqa: SLF001
+    )
+    bases = [base, [*words(parser), *required]] if optional_positionals else [base]
 
-    def combo(*parts: list[str]) -> Combination:
-        return Combination(command, tuple(base + [w for part in parts for w in part]))
+    def combo(*parts: list[str], start: list[str] = base) -> Combination:
+        return Combination(command, tuple(start + [w for part in parts for w in part]))
 
-    yield combo(stack)
-    for action in optional:
-        for value in option_values(action):
-            yield combo(stack, value)
-    for first, second in itertools.combinations(optional, 2):
-        for a, b in itertools.product(option_values(first), option_values(second)):
-            yield combo(stack, a, b)
+    for start in bases:
+        yield combo(stack, start=start)
+        for action in optional:
+            for value in option_values(action):
+                yield combo(stack, value, start=start)
+        for first, second in itertools.combinations(optional, 2):
+            for a, b in itertools.product(option_values(first), option_values(second)):
+                yield combo(stack, a, b, start=start)
     if group:
         for member in group[1:]:
             yield combo(option_values(member)[-1])
@@ -136,7 +144,7 @@ def combinations(parser: argparse.ArgumentParser) -> Iterator[Combination]:
                         yield combo(option_values(member)[-1], value)
         yield combo(*(option_values(member)[-1] for member in group))  # both of an either-or: a usage error
         yield combo()  # neither: a usage error
-    if positional:
+    if positional and not optional_positionals:
         yield Combination(command, tuple(words(parser) + required + stack))  # the positional arguments left out
 
 
