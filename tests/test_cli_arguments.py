@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import re
 import signal
 import sys
@@ -208,8 +209,11 @@ def test_no_traceback_and_a_documented_exit_code(
     assert "Traceback" not in err + out, err
     allowed = documented_exit_codes()[combination.command]
     assert code in allowed, f"{combination}: exit {code}, docs/cli.md gives {sorted(allowed)}\n{err}"
-    if code == EXIT_USAGE:
-        assert re.search(r"^ndfleet[a-z ]*: error: ", err, re.MULTILINE), err
+    if code == EXIT_USAGE:  # said as the convention says: a prefixed line, or the JSON error under --format json
+        said = re.search(r"^ndfleet[a-z ]*: error: ", err, re.MULTILINE) or (
+            out.startswith("{") and json.loads(out)["exitCode"] == EXIT_USAGE
+        )
+        assert said, (out, err)
 
 
 if __name__ == "__main__":
