@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ndfleet.cliconvention import EXIT_INTERRUPTED, Parser, leaf_parsers
+from ndfleet.cliconvention import EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError, fail, leaf_parsers
 
 # Module per subcommand, in the order `ndfleet --help` lists them. Each imports only the standard library at
 # module level (Pulumi, the Azure SDK, pydantic and Jinja2 load inside its handler): building the parser for
@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
+    except UsageError as error:  # options that parse but do not go together, found by a handler: 64, as any error
+        return fail(args, str(error), EXIT_USAGE)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -38,7 +38,11 @@ class Parser(argparse.ArgumentParser):
 
 
 class UsageError(Exception):
-    """Options that parse but do not go together (found in a handler): exit EX_USAGE with the usual prefix."""
+    """Options that parse but do not go together (found in a handler): exit EX_USAGE with the usual prefix.
+
+    A handler may raise it anywhere: `ndfleet.cli.main` reports it through `fail` with exit 64 (one prefixed line on
+    stderr, or the JSON error document under `--format json`, which was understood), so it never ends in a
+    traceback."""
 
 
 def prog_of(args: argparse.Namespace) -> str:

@@ -122,6 +122,9 @@ def test_options_that_do_not_go_together_are_a_usage_error(capsys: pytest.Captur
     assert capsys.readouterr().err.startswith("ndfleet diff: error: give either BASE.json HEAD.json or --base-dir")
     assert main(["policy"]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith("ndfleet policy: error: give a plan file")
+    # Found in the handler, raised as UsageError: 64 and one line, not a traceback (issue 44).
+    assert main(["cost", "--stack", "dev", "--write", "x.json"]) == EXIT_USAGE
+    assert capsys.readouterr().err == "ndfleet cost: error: --write records refreshed prices: give it with --refresh\n"
 
 
 @pytest.mark.parametrize("parser", LEAVES, ids=ids(LEAVES))

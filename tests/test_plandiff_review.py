@@ -121,6 +121,33 @@ def test_a_cost_without_any_price_is_unknown_not_zero(base: dict[str, Any], head
     assert "US$100.00 -> unknown per hour" in text and "US$0" not in text
 
 
+def test_a_null_cost_is_unknown(base: dict[str, Any], head: dict[str, Any]) -> None:
+    unknown = with_cost(head, 0.0, False)
+    unknown["cost"].update(usdPerHour=None, usdPerMonth=None)  # what a plan with nothing priced now says
+    plandiff.validate_plan(unknown)
+    text = plandiff.render_text([plandiff.diff_plans(with_cost(base, 100.0), unknown)])
+    assert "US$100.00 -> unknown per hour" in text and "US$0" not in text
+
+
+def test_the_month_is_the_plans_own_not_the_rounded_hour_times_730(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 44: for dev, `plan` said US$144,107.84 a month and `diff` 144,109.30 (the rounded 197.41 x 730).
+    from ndfleet.cli import main
+    from ndfleet.cost.estimate import estimate_cost, usd
+    from ndfleet.plans.build import run_plan
+
+    plan = run_plan(load_stack(name="dev"))
+    month = estimate_cost(plan.spec).usd_per_month
+    assert month is not None and round(month, 2) != round(round(month / HOURS_PER_MONTH, 2) * HOURS_PER_MONTH, 2)
+    doc = plan.as_json()
+    bigger = copy.deepcopy(doc)
+    bigger["cost"]["usdPerHour"] *= 2
+    bigger["cost"]["usdPerMonth"] *= 2
+    line = plandiff.render_text([plandiff.diff_plans(doc, bigger)]).splitlines()[1]
+    assert f"{usd(month)} -> {usd(2 * round(month, 2))} per {HOURS_PER_MONTH}-hour month" in line
+    assert main(["cost", "--stack", "dev"]) == 0
+    assert f"{usd(month)} per {HOURS_PER_MONTH}-hour month" in capsys.readouterr().out
+
+
 def test_a_plan_without_cost_is_named_not_guessed(base: dict[str, Any], head: dict[str, Any]) -> None:
     vmss_inputs(head)["sku"]["capacity"] = 3
     text = plandiff.render_text([plandiff.diff_plans(with_cost(base, 100.0), head)])

@@ -1,11 +1,13 @@
 """`ndfleet diff`: what a change does to the cluster, from two offline plans.
 
-    ndfleet diff BASE.json HEAD.json [--format table|markdown] [--stack-name NAME]
+    ndfleet diff BASE.json HEAD.json [--format table|markdown] [--stack-name NAME] [--fail-on danger|warning|policy]
     ndfleet diff --base-dir BASE/ --head-dir HEAD/ [--format table|markdown] [--out FILE]
 
 The second form diffs every `<stack>.json` found in either folder (the preview workflow plans each stack at the
 base and head commits into two folders, then makes one comment of all of them); a stack present on one side only
-shows as all-added or all-removed. Exit 0 with the diff; exit 2 when an input is missing or not a plan, or when the
+shows as all-added or all-removed. Exit 0 with the diff; 1 with `--fail-on` when the change has what it names (a danger
+consequence; a warning or danger one; a head plan that breaks a mandatory policy rule), the diff printed all the same;
+exit 2 when an input is missing or not a plan, or when the
 two plans are of different stacks (unless --allow-different-stacks); 64 when the arguments do not go together
 (docs/cli.md).
 """
@@ -17,10 +19,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_OK, EXIT_USAGE, UsageError, fail
+from ndfleet.cliconvention import EXIT_CANNOT_RUN, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError, fail
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ndfleet.plans.plandiff import StackDiff
+
+# What `--fail-on` can stop a change for: its consequences at a severity (warning takes danger in too), or a head plan
+# that breaks a mandatory policy rule (the rules `ndfleet policy` and `plan --policies` check).
+FAIL_ON = ("danger", "warning", "policy")
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +53,11 @@ def register(subparsers: Any) -> None:
         "--allow-different-stacks", action="store_true",
         help="diff two plans of different stacks (without it, plans whose 'stack' differs are refused, exit 2)",
     )  # fmt: skip
+    p.add_argument(
+        "--fail-on", action="append", choices=FAIL_ON, metavar="{danger,warning,policy}",
+        help="exit 1 (after the diff) when the change has a danger consequence; a warning or danger one; or a head "
+        "plan that breaks a mandatory policy rule. Repeat for more than one",
+    )  # fmt: skip
     p.set_defaults(handler=_run)
 
 
@@ -52,7 +65,8 @@ def _format_name(value: str) -> str:
     return "table" if value == "text" else value  # the plain form was called `text` before docs/cli.md
 
 
-def compute(args: argparse.Namespace) -> list[StackDiff]:
+def compute(args: argparse.Namespace) -> tuple[list[StackDiff], dict[str, Mapping[str, Any]]]:
+    """The diffs, and each stack's head plan (what `--fail-on policy` checks)."""
     from ndfleet.plans import plandiff
     from ndfleet.plans.planfiles import InputError, load_plan, load_plan_dir
     from ndfleet.stackconfig.names import stack_name_problem
@@ -74,7 +88,7 @@ def compute(args: argparse.Namespace) -> list[StackDiff]:
             ]
             if any(problems):
                 raise InputError("\n".join(p for p in problems if p))
-        return plandiff.diff_stacks(bases, heads)
+        return plandiff.diff_stacks(bases, heads), dict(heads)
     if args.stack_name is not None and stack_name_problem(args.stack_name) is not None:
         raise UsageError(f"--stack-name: {stack_name_problem(args.stack_name)}")
     if args.base is None or args.head is None:
@@ -83,7 +97,8 @@ def compute(args: argparse.Namespace) -> list[StackDiff]:
     problem = None if args.allow_different_stacks else different_stacks(base, head, args.base, args.head)
     if problem is not None:
         raise InputError(problem)
-    return [plandiff.diff_plans(base, head, args.stack_name)]
+    found = plandiff.diff_plans(base, head, args.stack_name)
+    return [found], {found.stack: head}
 
 
 def different_stacks(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str) -> str | None:
@@ -103,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
     from ndfleet.plans.planfiles import InputError
 
     try:
-        diffs = compute(args)
+        diffs, heads = compute(args)
     except UsageError as e:
         return fail(args, str(e), EXIT_USAGE)
     except InputError as e:
@@ -117,4 +132,31 @@ def _run(args: argparse.Namespace) -> int:
             return fail(args, f"cannot write {args.out}: {e.strerror or e}", EXIT_CANNOT_RUN)
     else:
         sys.stdout.write(out)
-    return EXIT_OK
+    reasons = fail_on_reasons(args.fail_on or [], diffs, heads)
+    for reason in reasons:  # after the diff, on stderr, so the diff on stdout (or in --out) stays the diff alone
+        print(f"fail-on {reason}", file=sys.stderr, flush=True)
+    return EXIT_FINDINGS if reasons else EXIT_OK
+
+
+def fail_on_reasons(wanted: list[str], diffs: list[StackDiff], heads: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Why `--fail-on` stops this change, one line per reason found (none: exit 0)."""
+    from ndfleet.plans import policy_rules
+
+    reasons = []
+    severities = {"danger": ("danger",), "warning": ("danger", "warning")}
+    for kind in dict.fromkeys(wanted):
+        if kind in severities:
+            for d in diffs:
+                found = [c for c in d.consequences if c.severity in severities[kind]]
+                if found:
+                    reasons.append(f"{kind}: {d.stack}: {len(found)} {' or '.join(severities[kind])} consequence"
+                                   f"{'s' if len(found) != 1 else ''} ({', '.join(sorted({c.rule for c in found}))})")
+        elif kind == "policy":
+            for stack, head in sorted(heads.items()):
+                broken = [v for v in policy_rules.evaluate_plan(head) if v.mandatory]
+                if broken:
+                    rules = ", ".join(sorted({v.rule_id for v in broken}))
+                    reasons.append(f"policy: {stack}: the head plan breaks {len(broken)} mandatory rule check"
+                                   f"{'s' if len(broken) != 1 else ''} ({rules}; `ndfleet policy HEAD.json` lists "
+                                   "them)")
+    return reasons

@@ -1,5 +1,9 @@
 """What the stack's VMs cost per hour and per month: every VM the stack creates x its list price.
 
+An unknown figure is unknown, never 0: a line without a price has `usdPerHour` null in the JSON, and so has a total
+with no priced line at all. A total of some priced lines is the sum of those, `complete` false, and `unpricedItems`
+names the lines it leaves out (docs/plan-json.md, "Unknown cost").
+
 The VMs are almost all of the bill; what else Azure charges for (disks, storage, Managed Lustre, NAT gateway,
 Bastion, the accounting database, data transfer) is named, not priced. A Spot VM's price moves with demand and is not
 in the table: its figure is the ceiling Azure may charge, the on-demand list price or `spotMaxPrice` when set lower.
@@ -11,11 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME
+from ndfleet.cost.money import usd
+from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME, per_month
 from ndfleet.cost.prices import TABLE_NAME, ListPrice, missing_meter, no_price_line, table_price, table_regions
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.vms import VmGroup, stack_vms
 
+# Azure Managed Lustre bills by capacity and SKU; ndfleet's price table holds VM prices only, and no price read from a
+# primary source (Microsoft Learn, the Retail Prices API) is recorded, so its line is unknown rather than left out.
+LUSTRE_NOT_PRICED = (
+    "not in ndfleet's price table, which holds VM prices only: Azure bills Managed Lustre by capacity and SKU"
+)
 NOT_PRICED = "disks, storage, Managed Lustre, NAT gateway, Bastion, Slurm database and shares, monitoring, traffic"
 PriceLookup = Callable[[str, str], ListPrice | None]
 
@@ -68,26 +78,52 @@ class LineItem:
 
 
 @dataclass(frozen=True)
+class UnpricedService:
+    """What the stack creates besides VMs that is billed but has no figure here: shown, as unknown, not omitted."""
+
+    service: str
+    detail: str
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"service": self.service, "detail": self.detail, "usdPerHour": None, "usdPerMonth": None,
+                "reason": self.reason}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class CostEstimate:
     region: str
     items: tuple[LineItem, ...]
+    # Billed, not priced (outside the VM totals): Managed Lustre.
+    services: tuple[UnpricedService, ...] = ()
     # A smoke stack's stated run length (ndfleet:smoke.hours, docs/smoke.md): priced as well as the hour and month.
     run_hours: float | None = None
     # Where every figure came from: the recorded table, or a refresh from the Retail Prices API on a date.
     prices_from: str = TABLE_NAME
 
     @property
+    def priced(self) -> tuple[LineItem, ...]:
+        return tuple(i for i in self.items if i.usd_per_hour is not None)
+
+    @property
+    def unpriced_items(self) -> list[str]:
+        """The lines without a figure (their `role`), which a total leaves out."""
+        return [i.group.role for i in self.items if i.usd_per_hour is None]
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """The priced VMs' total, unrounded; None when no VM has a price. See `missing` for what it leaves out."""
+        return sum(i.usd_per_hour or 0.0 for i in self.priced) if self.priced else None
+
+    @property
+    def usd_per_month(self) -> float | None:
+        hourly = self.usd_per_hour
+        return None if hourly is None else per_month(hourly)
+
+    @property
     def usd_per_run(self) -> float | None:
-        return None if self.run_hours is None else self.usd_per_hour * self.run_hours
-
-    @property
-    def usd_per_hour(self) -> float:
-        """The priced VMs' total; see `missing` for what it leaves out."""
-        return sum(i.usd_per_hour or 0.0 for i in self.items)
-
-    @property
-    def usd_per_month(self) -> float:
-        return self.usd_per_hour * HOURS_PER_MONTH
+        hourly = self.usd_per_hour
+        return None if self.run_hours is None or hourly is None else hourly * self.run_hours
 
     @property
     def missing(self) -> list[str]:
@@ -105,38 +141,46 @@ class CostEstimate:
         return sum(i.group.spares for i in self.items)
 
     @property
-    def spares_usd_per_hour(self) -> float:
-        return sum(i.spares_usd_per_hour or 0.0 for i in self.items)
+    def spares_usd_per_hour(self) -> float | None:
+        """What the warm spares cost; None when no island with spares has a price."""
+        known = [i.spares_usd_per_hour for i in self.items if i.group.spares and i.spares_usd_per_hour is not None]
+        return sum(known) if known else None
 
     @property
     def has_spot(self) -> bool:
         return any(i.group.spot for i in self.items)
 
     def as_json(self) -> dict[str, Any]:
+        spares = self.spares_usd_per_hour
         return {
             "currency": "USD",
             "region": self.region,
             "hoursPerMonth": HOURS_PER_MONTH,
             "items": [i.as_json() for i in self.items],
-            "usdPerHour": round(self.usd_per_hour, 2),
-            "usdPerMonth": round(self.usd_per_month, 2),
-            **(
-                {"runHours": self.run_hours, "usdPerRun": round(self.usd_per_run or 0.0, 2)}
-                if self.run_hours is not None
-                else {}
-            ),
-            **({"spares": self.spares, "sparesUsdPerHour": round(self.spares_usd_per_hour, 2),
-                "sparesUsdPerMonth": round(self.spares_usd_per_hour * HOURS_PER_MONTH, 2)} if self.spares else {}),
+            "usdPerHour": _rounded(self.usd_per_hour),
+            "usdPerMonth": _rounded(self.usd_per_month),
+            **({"runHours": self.run_hours, "usdPerRun": _rounded(self.usd_per_run)} if self.run_hours is not None
+               else {}),
+            **({"spares": self.spares, "sparesUsdPerHour": _rounded(spares),
+                "sparesUsdPerMonth": _rounded(None if spares is None else per_month(spares))} if self.spares else {}),
             "complete": not self.missing,
+            "unpricedItems": self.unpriced_items,
+            "services": [s.as_json() for s in self.services],
             "missing": self.missing,
             "pricesFrom": self.prices_from,
             "notIncluded": NOT_PRICED,
-        }
+        }  # fmt: skip
+
+
+def _rounded(value: float | None) -> float | None:
+    """A total as the JSON carries it: cents, or null when unknown (never 0 for "no figure")."""
+    return None if value is None else round(value, 2)
 
 
 def estimate_cost(
-    spec: ClusterSpec, price_of: PriceLookup = table_price, prices_from: str | None = None
+    spec: ClusterSpec, price_of: PriceLookup | None = None, prices_from: str | None = None
 ) -> CostEstimate:
+    price_of = price_of or table_price
     items = tuple(
         LineItem(group, price_of(group.vm_size, spec.location), spec.spot_max_price) for group in stack_vms(spec)
     )
@@ -145,12 +189,13 @@ def estimate_cost(
         observed = sorted({i.price.observed for i in items if i.price})
         when = f"observed {observed[0]}" + (f" to {observed[-1]}" if len(observed) > 1 else "") if observed else ""
         prices_from = f"{TABLE_NAME}, {when}".rstrip(", ")
-    return CostEstimate(region=spec.location, items=items, run_hours=run_hours, prices_from=prices_from)
-
-
-def usd(value: float) -> str:
-    """A figure in US dollars: cents, or tenths of a cent between nothing and a dollar (nothing is US$0.00)."""
-    return f"US${value:,.3f}" if 0 < value < 1 else f"US${value:,.2f}"
+    lustre = spec.storage.lustre
+    services = (
+        (UnpricedService("Azure Managed Lustre", f"{lustre.sku.name}, {lustre.capacity_tib} TiB", LUSTRE_NOT_PRICED),)
+        if lustre is not None
+        else ()
+    )
+    return CostEstimate(spec.location, items, services, run_hours, prices_from)
 
 
 def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[str]:
@@ -168,28 +213,26 @@ def render_cost(estimate: CostEstimate, title: str = "Cost (VMs only") -> list[s
     for row in rows:
         cells = [row[c].ljust(widths[c]) if c != 3 else row[c].rjust(widths[c]) for c in range(4)]
         lines.append(f"  {'  '.join(cells)}  {row[4]}".rstrip())
-    priced = sum(i.group.count for i in estimate.items if i.usd_per_vm_hour is not None)
-    if priced:
+    priced = sum(i.group.count for i in estimate.priced)
+    hourly, monthly = estimate.usd_per_hour, estimate.usd_per_month
+    if hourly is not None and monthly is not None:
         qualifier = "the priced " if estimate.missing else ""
-        lines.append(
-            f"  total ({qualifier}{priced:,} VMs): {usd(estimate.usd_per_hour)} per hour, "
-            f"{usd(estimate.usd_per_month)} per {MONTH_NAME}"
-        )
+        lines.append(f"  total ({qualifier}{priced:,} VMs): {usd(hourly)} per hour, {usd(monthly)} per {MONTH_NAME}")
     else:
         lines.append("  total: unknown, no VM of the stack has a list price in ndfleet's table for this region")
-    if priced and estimate.spares:
+    spares = estimate.spares_usd_per_hour
+    if spares is not None:
         # Spares run (and bill) like every node; this is what keeping them costs on top of the nodes that serve.
         lines.append(
             f"  of which {estimate.spares:,} warm spare(s), held out of scheduling: "
-            f"{usd(estimate.spares_usd_per_hour)} per hour, {usd(estimate.spares_usd_per_hour * HOURS_PER_MONTH)} "
-            f"per {HOURS_PER_MONTH}-hour month"
+            f"{usd(spares)} per hour, {usd(per_month(spares))} per {MONTH_NAME}"
         )
-    if priced and estimate.run_hours is not None:
+    if estimate.usd_per_run is not None and estimate.run_hours is not None:
         lines.append(
-            f"  smoke run of {estimate.run_hours:g} h (ndfleet:smoke.hours, up to destroy): "
-            f"{usd(estimate.usd_per_run or 0.0)}"
+            f"  smoke run of {estimate.run_hours:g} h (ndfleet:smoke.hours, up to destroy): {usd(estimate.usd_per_run)}"
         )
     lines += [f"  {m}" for m in estimate.missing]
+    lines += [f"  {s.service} ({s.detail}): unknown, {s.reason}" for s in estimate.services]
     if estimate.has_spot:
         lines.append(
             "  Spot: the GPU nodes' figure is the most Azure may charge (on-demand list price, or spotMaxPrice when "
@@ -231,8 +274,7 @@ def plan_cost_lines(spec: ClusterSpec) -> list[str]:
     """The block `ndfleet plan` prints under its summary: the VMs' cost and, with monitoring on, its ingestion."""
     lines = ["", *render_cost(estimate_cost(spec))]
     if spec.monitoring.enabled:
-        from ndfleet.monitoring.cost import estimate as monitoring_estimate
+        from ndfleet.monitoring.budget import ingestion_line
 
-        monthly = monitoring_estimate(spec).usd_per_month
-        lines.append(f"  monitoring ingestion: about {usd(monthly)} per {MONTH_NAME} on top (docs/monitoring.md)")
+        lines.append(ingestion_line(spec))
     return lines

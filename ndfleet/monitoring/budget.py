@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from ndfleet_node import slurm_export
 from ndfleet_node.names import JOB_RUN_END_METRIC, JOB_RUN_START_METRIC
 
+from ndfleet.cost.money import usd
+from ndfleet.cost.month import MINUTES_PER_MONTH, MONTH_NAME
 from ndfleet.monitoring import cost, exporters
 from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -57,7 +59,17 @@ class SeriesBudget:
 
     @property
     def events_per_minute(self) -> float:
+        """The stack's samples per minute, nodes and Slurm controller: the one figure `plan`, `monitoring`, the
+        bill and docs/monitoring.md give."""
         return self.series * 60 / self.scrape_interval_s
+
+    @property
+    def samples_per_month(self) -> float:
+        return self.events_per_minute * MINUTES_PER_MONTH
+
+    @property
+    def ingestion_usd_per_month(self) -> float:
+        return cost.ingestion_usd(self.samples_per_month)
 
     @property
     def max_nodes(self) -> int:
@@ -153,6 +165,47 @@ def plan_lines(spec: ClusterSpec) -> list[str]:
         f"{WORKSPACE_ACTIVE_SERIES_LIMIT:,} and {WORKSPACE_EVENTS_PER_MINUTE_LIMIT:,}/min by default, about "
         f"{b.max_nodes:,} nodes at this scrape interval"
     ]
+
+
+def ingestion_line(spec: ClusterSpec) -> str:
+    """The plan's line for what ingestion costs, with the meter's region (East US, whatever the stack's)."""
+    return (f"  monitoring ingestion: about {usd(budget(spec).ingestion_usd_per_month)} per {MONTH_NAME} on top, "
+            f"{cost.PRICE_NOTE} (docs/monitoring.md)")  # fmt: skip
+
+
+def as_json(spec: ClusterSpec) -> dict[str, object] | None:
+    """The monitoring figures of the plan's JSON summary (the ones plan_lines and ingestion_line print); None off."""
+    if not spec.monitoring.enabled:
+        return None
+    b = budget(spec)
+    return {
+        "activeSeries": b.series,
+        "seriesPerNode": b.series_per_node,
+        "samplesPerMinute": round(b.events_per_minute),
+        "scrapeIntervalSeconds": b.scrape_interval_s,
+        "nodesPerWorkspace": b.max_nodes,
+        "ingestionUsdPerMonth": round(b.ingestion_usd_per_month, 2),
+        "ingestionPriceRegion": cost.PRICE_REGION,
+        "usdPer10MSamples": cost.USD_PER_10M_SAMPLES,
+    }
+
+
+def cost_markdown(spec: ClusterSpec) -> str:
+    """The cost table docs/monitoring.md carries for the prod example (a test keeps the two equal)."""
+    c = cost.estimate(spec)
+    b = budget(spec)
+    lines = ["| source | series per node |", "|---|---|"]
+    lines += [f"| {name} | {n:,} |" for name, n in c.series_by_source.items()]
+    controller = f" (and the Slurm controller's {b.controller_series:,} series)" if b.controller_series else ""
+    lines += [
+        f"| **total** | **{c.series_per_node:,}** |",
+        "",
+        f"Stack `{spec.stack}`: {c.nodes:,} nodes{controller}, scraped every {c.scrape_interval_s} s: "
+        f"{c.samples_per_minute_per_node:,.0f} samples/min per node, **{b.events_per_minute:,.0f} samples/min** in "
+        f"all, {b.samples_per_month / 1e9:,.2f} billion samples per {MONTH_NAME}, about "
+        f"**USD {b.ingestion_usd_per_month:,.0f} per month** for ingestion {cost.PRICE_NOTE}.",
+    ]
+    return "\n".join(lines)
 
 
 def budget_markdown(spec: ClusterSpec) -> str:

@@ -1,10 +1,12 @@
-"""What monitoring costs: series per node, samples per minute, the Azure Monitor ingestion bill.
+"""What monitoring costs: series per node, and the price of a sample ingested.
 
 Azure Monitor managed Prometheus bills per sample ingested (and a small amount per sample queried); there is no
-storage charge (18 months' retention included). Samples per minute = series per node x nodes x 60 / scrape
-interval. The series count comes from the exporters' configuration (ndfleet/monitoring/exporters.py) and the
-VM-size profile; the counts that depend on the image (mounts, block devices, network interfaces) are estimates
-for the Ubuntu 22.04 HPC image on ND H100 v5 / H200 v5, stated here.
+storage charge (18 months' retention included). Samples per minute = (series per node x nodes + the Slurm
+controller's series) x 60 / scrape interval: the stack's figure, and its bill, come from one place,
+ndfleet/monitoring/budget.py (`SeriesBudget.events_per_minute`), which adds the controller to the nodes counted here.
+The series count comes from the exporters' configuration (ndfleet/monitoring/exporters.py) and the VM-size profile;
+the counts that depend on the image (mounts, block devices, network interfaces) are estimates for the Ubuntu 22.04
+HPC image on ND H100 v5 / H200 v5, stated here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from dataclasses import dataclass
 
 from ndfleet_node.checks import level_ids
 
-from ndfleet.cost.month import MINUTES_PER_MONTH, MONTH_NAME
 from ndfleet.monitoring import exporters
 from ndfleet.slurm.machines import NFS_MOUNTS
 from ndfleet.stackconfig.clusterspec import ClusterSpec
@@ -23,6 +24,10 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec
 # managed Prometheus became generally available (May 2023). Our machines cannot reach the page: re-check it (or
 # the Azure Retail Prices API, docs/monitoring.md) for your region before you budget.
 USD_PER_10M_SAMPLES = 0.16
+# The meter's region: the figure is East US's whatever the stack's region; every line that shows the bill says so.
+PRICE_REGION = "eastus"
+PRICE_NOTE = (f"at the East US ({PRICE_REGION}) meter, USD {USD_PER_10M_SAMPLES} per 10 million samples, whatever the "
+              "stack's region")
 
 # What the image and ndfleet's set-up add to the hardware (Ubuntu 22.04 HPC image on ND H100 v5 / H200 v5), as
 # node_exporter counts it with our flags. tests/monitoring/nd_node.py builds such a node for the real node_exporter
@@ -59,17 +64,10 @@ class Cost:
     def samples_per_minute_per_node(self) -> float:
         return self.series_per_node * 60 / self.scrape_interval_s
 
-    @property
-    def samples_per_minute(self) -> float:
-        return self.samples_per_minute_per_node * self.nodes
 
-    @property
-    def samples_per_month(self) -> float:
-        return self.samples_per_minute * MINUTES_PER_MONTH
-
-    @property
-    def usd_per_month(self) -> float:
-        return self.samples_per_month / 10_000_000 * USD_PER_10M_SAMPLES
+def ingestion_usd(samples: float) -> float:
+    """What Azure Monitor charges for ingesting `samples` (at the East US meter, PRICE_REGION)."""
+    return samples / 10_000_000 * USD_PER_10M_SAMPLES
 
 
 def _per_collector(spec: ClusterSpec) -> dict[str, int]:
@@ -105,19 +103,3 @@ def estimate(spec: ClusterSpec) -> Cost:
     return Cost(
         series_by_source=sources, nodes=spec.total_nodes, scrape_interval_s=spec.monitoring.scrape_interval_seconds
     )
-
-
-def cost_markdown(spec: ClusterSpec) -> str:
-    """The cost table docs/monitoring.md carries for the prod example (a test keeps the two equal)."""
-    c = estimate(spec)
-    lines = ["| source | series per node |", "|---|---|"]
-    lines += [f"| {name} | {n:,} |" for name, n in c.series_by_source.items()]
-    lines += [
-        f"| **total** | **{c.series_per_node:,}** |",
-        "",
-        f"Stack `{spec.stack}`: {c.nodes:,} nodes, scraped every {c.scrape_interval_s} s: "
-        f"{c.samples_per_minute_per_node:,.0f} samples/min per node, **{c.samples_per_minute:,.0f} samples/min** in "
-        f"all, {c.samples_per_month / 1e9:,.2f} billion samples per {MONTH_NAME}, about "
-        f"**USD {c.usd_per_month:,.0f} per month** for ingestion at USD {USD_PER_10M_SAMPLES} per 10 million samples.",
-    ]
-    return "\n".join(lines)

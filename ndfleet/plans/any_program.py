@@ -22,11 +22,10 @@ from typing import Any
 import pulumi
 
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines
-from ndfleet.plans.build import SCHEMA_VERSION, PlannedResource, execute_program
+from ndfleet.plans.build import SCHEMA_VERSION, PlannedResource, execute_program, plan_summary
 from ndfleet.prepare import PreparedCluster, recording_prepared
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.stackfile import PROJECT_FILE_NAME, StackFile, StackFileError, load_stack, read_yaml
-from ndfleet.stackconfig.summary import spec_summary
 
 
 class ProgramDirError(Exception):
@@ -115,7 +114,7 @@ def plan_document(program_dir: Path, stack: str, resources: list[PlannedResource
         "outputs": outputs,
     }
     if spec is not None:
-        doc["summary"] = spec_summary(spec)
+        doc["summary"] = plan_summary(spec)
         doc["cost"] = estimate_cost(spec).as_json()
     return doc
 

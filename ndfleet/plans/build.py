@@ -25,11 +25,13 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from ndfleet.cost.estimate import estimate_cost, with_price_warnings
+from ndfleet.monitoring.budget import as_json as monitoring_json
 from ndfleet.monitoring.budget import with_workspace_warnings
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.stackfile import StackFile
 from ndfleet.stackconfig.summary import spec_summary
+from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SPOT_QUOTA, quota_need
 
 SCHEMA_VERSION = 1
 MOCK_SUBSCRIPTION_ID = "00000000-0000-0000-0000-000000000000"
@@ -105,7 +107,7 @@ class Plan:
             "stack": self.stack,
             "resources": [r.as_json() for r in sorted(self.resources, key=lambda r: (r.type, r.name))],
             "outputs": self.outputs,
-            "summary": spec_summary(self.spec),
+            "summary": plan_summary(self.spec),
             "cost": estimate_cost(self.spec).as_json(),
         }
 
@@ -120,6 +122,22 @@ class Plan:
         resources = ",\n".join("    " + dumps(r) for r in doc.pop("resources"))
         head = ",\n".join(f"  {dumps(k)}: {dumps(v)}" for k, v in sorted(doc.items()))
         return "{\n" + head + ',\n  "resources": [\n' + resources + "\n  ]\n}\n"
+
+
+def plan_summary(spec: ClusterSpec) -> dict[str, Any]:
+    """The plan document's `summary`: the stack's (spec_summary, also a stack output) and the figures the table's
+    summary prints besides, so a script reads what a person reads (docs/plan-json.md): the regional vCPU totals, the
+    compute subnet's room and the monitoring estimate."""
+    need = quota_need(spec)
+    extra: dict[str, Any] = {
+        "regionalVcpuQuota": {REGIONAL_QUOTA: need.regional, **({SPOT_QUOTA: need.spot} if need.spot else {})},
+    }
+    if spec.network is not None:
+        extra["computeSubnet"] = {"cidr": spec.network.compute.cidr, "nodeCapacity": spec.network.compute_node_capacity}
+    monitoring = monitoring_json(spec)
+    if monitoring is not None:
+        extra["monitoring"] = monitoring
+    return {**spec_summary(spec), **extra}
 
 
 def _lower_camel(s: str) -> str:

@@ -105,9 +105,13 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _number_or_null(v: Any) -> bool:
+    return v is None or _number(v)
+
+
 _KIND: dict[Check, str] = {
     _str: "a string", _int: "an integer", _bool: "true or false", _dict: "an object", _list: "a list",
-    _str_or_null: "a string or null", _number: "a number",
+    _str_or_null: "a string or null", _number: "a number", _number_or_null: "a number or null",
 }
 
 # field -> (check, required, nested object schema | None, list item schema or check | None)
@@ -147,7 +151,9 @@ SUMMARY: Schema = {
 }
 # What `ndfleet diff` reads of the plan's cost (ndfleet/cost/estimate.py writes it).
 COST: Schema = {
-    "usdPerHour": (_number, True, None, None),
+    # null: no VM has a price (docs/plan-json.md, "Unknown cost"); plans before that said 0 with complete false
+    "usdPerHour": (_number_or_null, True, None, None),
+    "usdPerMonth": (_number_or_null, False, None, None),
     "complete": (_bool, True, None, None),
     "hoursPerMonth": (_int, False, None, None),
 }

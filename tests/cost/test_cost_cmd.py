@@ -56,3 +56,25 @@ def test_refresh_failure_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.C
     )
     # --format json (run's default): the error is the JSON document on stdout (docs/cli.md), stderr stays clean.
     assert (code, doc, err) == (2, {"command": "ndfleet cost", "error": message, "exitCode": 2}, "")
+
+
+def test_nothing_priced_is_null_in_cost_and_plan_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 44: with nothing priced both documents said "usdPerHour": 0.0 beside "complete": false.
+    from ndfleet.cli import main
+
+    def no_price(vm_size: str, region: str) -> None:
+        return None
+
+    monkeypatch.setattr("ndfleet.cost.prices.table_price", no_price)  # what `cost` reads
+    monkeypatch.setattr("ndfleet.cost.estimate.table_price", no_price)  # what `plan` reads
+    path = stack(tmp_path, scheduler="slurm")
+    code, doc, _ = run(capsys, path)
+    assert main(["plan", "--stack-file", str(path), "--format", "json"]) == 0
+    plan_cost = json.loads(capsys.readouterr().out)["cost"]
+    assert code == 2  # a partial answer (docs/cli.md), its whole document
+    for cost in (doc, plan_cost):
+        assert (cost["usdPerHour"], cost["usdPerMonth"], cost["complete"]) == (None, None, False)
+        assert [i["usdPerHour"] for i in cost["items"]] == [None, None, None]
+        assert cost["unpricedItems"] == [i["role"] for i in cost["items"]]

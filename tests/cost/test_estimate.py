@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from ndfleet.cost.estimate import CostEstimate, estimate_cost, render_cost, usd
-from ndfleet.cost.prices import PRICE_TABLE, table_price
+from ndfleet.cost.estimate import LUSTRE_NOT_PRICED, CostEstimate, estimate_cost, render_cost, usd
+from ndfleet.cost.prices import PRICE_TABLE, ListPrice, table_price
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec
 from ndfleet.stackconfig.vms import quota_lines
@@ -66,7 +67,7 @@ def test_a_region_without_a_figure_says_so_in_one_line_naming_the_regions_with_o
         "`--write FILE` records it"
     )
     assert "\n" not in line and " eastus," not in line
-    assert estimate.usd_per_hour == 0
+    assert estimate.usd_per_hour is None
     assert estimate.as_json()["complete"] is False
 
 
@@ -76,6 +77,67 @@ def test_a_size_in_no_region_of_the_table_says_so() -> None:
         "no list price recorded for Standard_F8s_v2 in eastus (ndfleet's table has it in no region): `ndfleet cost "
         "--refresh` (with network) reads it from Azure's Retail Prices API, `--write FILE` records it"
     ]
+
+
+def test_a_region_without_a_figure_says_so_and_uses_no_other_region() -> None:
+    estimate = estimate_cost(spec_of(location="eastus2", vmSize="Standard_ND96isr_H200_v5"), no_price)
+    [line] = estimate.missing
+    assert line.startswith("no list price recorded for Standard_ND96isr_H200_v5 in eastus2 (")
+    assert estimate.usd_per_hour is None
+    assert estimate.as_json()["complete"] is False
+
+
+def no_price(vm_size: str, region: str) -> ListPrice | None:
+    return None
+
+
+def only(size: str) -> Callable[[str, str], ListPrice | None]:
+    """A price table with one size at US$1.005/h (half a cent past a cent: rounding the hour moves the month)."""
+
+    def lookup(vm_size: str, region: str) -> ListPrice | None:
+        return ListPrice(size, region, 1.005, "2026-12-07", "test", "") if vm_size == size else None
+
+    return lookup
+
+
+def test_nothing_priced_is_null_everywhere_never_zero() -> None:
+    # Issue 44: a script summing usdPerHour read US$0/h for a cluster of thousands an hour. Unknown is null.
+    spec = spec_of(scheduler="slurm", slurm={"loginCount": 2}, nodes=None,
+                   islands=[{"name": "ib00", "nodes": 4, "spares": 1}])  # fmt: skip
+    doc = estimate_cost(spec, no_price).as_json()
+    assert [doc[k] for k in ("usdPerHour", "usdPerMonth", "sparesUsdPerHour", "sparesUsdPerMonth")] == [None] * 4
+    assert [(i["usdPerVmHour"], i["usdPerHour"]) for i in doc["items"]] == [(None, None)] * 3
+    assert doc["items"][0]["sparesUsdPerHour"] is None
+    assert doc["complete"] is False
+    assert doc["unpricedItems"] == ["GPU nodes, island ib00", "Slurm controller", "Slurm login"]
+    assert "total: unknown" in "\n".join(render_cost(estimate_cost(spec, no_price)))
+
+
+def test_a_partial_total_names_the_lines_it_leaves_out() -> None:
+    spec = spec_of(scheduler="slurm", slurm={"loginCount": 2})
+    doc = estimate_cost(spec, only("Standard_D8s_v5")).as_json()
+    assert doc["usdPerHour"] == round(3 * 1.005, 2) and doc["complete"] is False
+    assert doc["unpricedItems"] == ["GPU nodes, island ib00"]
+    assert estimate_cost(spec, only("Standard_D8s_v5")).missing[0].startswith(f"no list price recorded for {H100}")
+    assert estimate_cost(spec_of()).as_json()["unpricedItems"] == []
+
+
+def test_the_month_is_of_the_unrounded_hour() -> None:
+    estimate = estimate_cost(spec_of(nodes=1), only(H100))
+    doc = estimate.as_json()
+    assert doc["usdPerHour"] == 1.0  # 1.005 shown to the cent (binary 1.005 is just under it)
+    assert doc["usdPerMonth"] == round(1.005 * 730, 2) == 733.65  # not 1.00 x 730 = 730.00
+    assert f"{usd(733.65)} per 730-hour month" in "\n".join(render_cost(estimate))
+
+
+def test_managed_lustre_is_an_unknown_line_not_left_out() -> None:
+    spec = spec_of(zone="2", storage={"lustre": {"sku": "AMLFS-Durable-Premium-250", "capacityTiB": 128}})
+    (line,) = estimate_cost(spec).as_json()["services"]
+    assert line == {"service": "Azure Managed Lustre", "detail": "AMLFS-Durable-Premium-250, 128 TiB",
+                    "usdPerHour": None, "usdPerMonth": None, "reason": LUSTRE_NOT_PRICED}  # fmt: skip
+    text = "\n".join(render_cost(estimate_cost(spec)))
+    assert f"Azure Managed Lustre (AMLFS-Durable-Premium-250, 128 TiB): unknown, {LUSTRE_NOT_PRICED}" in text
+    assert estimate_cost(spec_of()).as_json()["services"] == []
 
 
 def test_spot_without_a_cap_is_the_on_demand_ceiling() -> None:

@@ -16,8 +16,8 @@ from ndfleet.commands.cost import cost_command
 from ndfleet.cost.estimate import estimate_cost, plan_cost_lines, render_cost
 from ndfleet.cost.prices import NO_METER, PRICE_TABLE, ListPrice, PriceTableError, load_no_meter, load_table, source_url
 from ndfleet.cost.retail import ENDPOINT_ENV
-from ndfleet.monitoring.cost import cost_markdown
-from ndfleet.monitoring.cost import estimate as monitoring_estimate
+from ndfleet.monitoring.budget import budget as series_budget
+from ndfleet.monitoring.budget import cost_markdown
 from ndfleet.stackconfig.config import load_spec
 from tests.conftest import base_config
 from tests.cost.retail_server import Reply, retail_server
@@ -141,8 +141,8 @@ def test_write_without_refresh_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_monitoring_prices_the_same_730_hour_month() -> None:
     spec = load_spec(base_config(monitoring={"enabled": True, "emails": ["ops@example.com"]}), "t")
-    cost = monitoring_estimate(spec)
-    assert cost.samples_per_month == pytest.approx(cost.samples_per_minute * 60 * 730)
+    b = series_budget(spec)
+    assert b.samples_per_month == pytest.approx(b.events_per_minute * 60 * 730)
     assert "per 730-hour month" in cost_markdown(spec)
     assert any("monitoring ingestion: about" in line and "per 730-hour month" in line for line in plan_cost_lines(spec))
 

@@ -210,12 +210,11 @@ def test_monitoring_summary_figures() -> None:
     kinds = len({a.name for a in alerts(prepared("prod").spec)})
     says("docs/monitoring.md", f"Azure evaluates {kinds} kinds of alert")
     # One figure for the stack's samples per minute, its nodes' and the Slurm controller's, as `plan` prints it
-    # (budget.plan_lines) and `ndfleet monitoring` too.
+    # (budget.plan_lines), `ndfleet monitoring` too, and the ingestion bill is priced from (budget.cost_markdown).
     says(
         "docs/monitoring.md",
-        f"(about {cost.series_per_node:,} series per node, {b.events_per_minute:,.0f} samples/min for the prod stack, "
-        f"{cost.samples_per_minute:,.0f} of them from its nodes; one workspace holds about {b.max_nodes:,} such "
-        "nodes at its default limits)",
+        f"(about {cost.series_per_node:,} series per node, {b.events_per_minute:,.0f} samples/min for the prod stack "
+        f"with its Slurm controller; one workspace holds about {b.max_nodes:,} such nodes at its default limits)",
     )
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from ndfleet.monitoring.alerts import alerts_table_markdown
-from ndfleet.monitoring.budget import budget_markdown
-from ndfleet.monitoring.cost import cost_markdown
+from ndfleet.monitoring.budget import budget_markdown, cost_markdown
 from ndfleet.monitoring.dashboards import panels_markdown
 from ndfleet.monitoring.exporters import exported_markdown
 from ndfleet.stackconfig.clusterspec import ClusterSpec

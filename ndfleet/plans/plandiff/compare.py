@@ -14,6 +14,7 @@ from typing import Any
 from ndfleet_node.names import TAG_ELASTIC
 
 from ndfleet.azure.text import terminal_safe
+from ndfleet.cost.month import per_month
 from ndfleet.plans.plandiff import bundle
 from ndfleet.plans.plandiff.resources import (
     DATA_HOLDING_TYPES,
@@ -462,14 +463,20 @@ def diff_plans(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None, s
 
 
 def plan_cost(plan: Mapping[str, Any] | None) -> PlanCost | None:
-    """The plan's VM cost per hour (its `cost.usdPerHour`, which plandoc checked is a finite number); None when the
-    plan has none. A stack on one side only costs nothing on the other."""
+    """The plan's VM cost per hour and month (its `cost`, which plandoc checked holds finite numbers or null); None
+    when the plan has none. A stack on one side only costs nothing on the other."""
     if plan is None:
-        return PlanCost(0.0, True)
+        return PlanCost(0.0, True, 0.0)
     cost = plan.get("cost")
-    if not isinstance(cost, Mapping) or not isinstance(cost.get("usdPerHour"), (int, float)):
+    if not isinstance(cost, Mapping) or "usdPerHour" not in cost:
         return None
-    return PlanCost(float(cost["usdPerHour"]), cost.get("complete") is True)
+    complete = cost.get("complete") is True
+    hourly, monthly = cost.get("usdPerHour"), cost.get("usdPerMonth")
+    if not isinstance(hourly, (int, float)) or (not hourly and not complete):  # unknown (0.0: an older plan's)
+        return PlanCost(None, complete, None)
+    if not isinstance(monthly, (int, float)):  # an older plan without it: the month of its rounded hour
+        monthly = per_month(float(hourly))
+    return PlanCost(float(hourly), complete, float(monthly))
 
 
 def diff_stacks(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ndfleet.cost.estimate import usd
-from ndfleet.cost.month import HOURS_PER_MONTH, MONTH_NAME
+from ndfleet.cost.month import MONTH_NAME, per_month
 from ndfleet.plans.plandiff.bundle import bundle_diff, is_user_data
 from ndfleet.plans.plandiff.compare import bootstrap_diff, format_value, short_type
 from ndfleet.plans.plandiff.resources import (
@@ -47,24 +47,28 @@ def _signed(value: float) -> str:
 
 def cost_line(d: StackDiff) -> str:
     """What the change does to the VMs' cost (the plans' `cost`, ndfleet/cost/estimate.py): per hour and per month
-    of HOURS_PER_MONTH hours, or a plain statement of why it is not compared."""
+    of the 730-hour month (the plans' own `usdPerMonth`), or a plain statement of why it is not compared."""
     old, new = d.cost.old, d.cost.new
     if old is None or new is None:
         sides = [side for side, c in (("base", old), ("head", new)) if c is None]
         return (f"cost: not compared: the {' and '.join(sides)} plan{'s carry' if len(sides) == 2 else ' carries'} "
                 "no cost (a program plan without an ndfleet cluster, or a plan from an older ndfleet)")
-    if not (old.complete and new.complete):
+    if not (old.complete and new.complete) or old.usd_per_hour is None or new.usd_per_hour is None:
         # A total that leaves out VMs without a price is no figure to subtract: no change is given.
         def side(c: PlanCost) -> str:
-            return usd(c.usd_per_hour) + ("" if c.complete else " (priced VMs only)") if c.usd_per_hour else "unknown"
+            if c.usd_per_hour is None:
+                return "unknown"
+            return usd(c.usd_per_hour) + ("" if c.complete else " (priced VMs only)")
 
         return (f"cost (VMs, list price): {side(old)} -> {side(new)} per hour; incomplete: a VM size has no list "
                 "price in the region, so no change is given (`ndfleet cost`)")
     delta = new.usd_per_hour - old.usd_per_hour
+    # The months are the plans' own (a month of the unrounded hour), so they match `plan` and `cost` to the cent.
+    old_month = old.usd_per_month if old.usd_per_month is not None else per_month(old.usd_per_hour)
+    new_month = new.usd_per_month if new.usd_per_month is not None else per_month(new.usd_per_hour)
     return (f"cost (VMs, list price): {usd(old.usd_per_hour)} -> {usd(new.usd_per_hour)} per hour "
-            f"({_signed(delta)}), {usd(old.usd_per_hour * HOURS_PER_MONTH)} -> "
-            f"{usd(new.usd_per_hour * HOURS_PER_MONTH)} per {MONTH_NAME} "
-            f"({_signed(delta * HOURS_PER_MONTH)})")
+            f"({_signed(delta)}), {usd(old_month)} -> {usd(new_month)} per {MONTH_NAME} "
+            f"({_signed(new_month - old_month)})")
 
 
 def summary_line(diffs: Sequence[StackDiff]) -> str:

@@ -137,10 +137,14 @@ class IslandCapacity:
 
 @dataclass(frozen=True)
 class PlanCost:
-    """A plan's `cost` (ndfleet/cost/estimate.py wrote it): the priced VMs per hour, and whether all had a price."""
+    """A plan's `cost` (ndfleet/cost/estimate.py wrote it): the priced VMs per hour and per month, and whether all
+    had a price. None: no VM had one (a plan before issue 44 said 0.0 with `complete` false: read as None too)."""
 
-    usd_per_hour: float
+    usd_per_hour: float | None
     complete: bool
+    # The plan's own `usdPerMonth`, a month of the unrounded hour (ndfleet/cost/month.per_month): never recomputed
+    # from the rounded hourly figure, which is how diff once said US$144,109.30 where plan said 144,107.84.
+    usd_per_month: float | None = None
 
 
 @dataclass(frozen=True)
