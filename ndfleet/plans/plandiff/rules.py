@@ -3,6 +3,7 @@ InfiniBand loss, refused while in use, data lost), each rule with its source; do
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from ndfleet.plans.resource_types import (
     DISK_TYPE,
     FILE_SHARE_TYPE,
     MYSQL_SERVER_TYPE,
+    NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
     STORAGE_ACCOUNT_TYPE,
     SUBNET_TYPE,
@@ -31,6 +33,19 @@ from ndfleet.plans.resource_types import (
 
 def _always(old: Any, new: Any) -> bool:
     return True
+
+
+def _is_ipv4(value: Any) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+    except (ipaddress.AddressValueError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _address_moves(old: Any, new: Any) -> bool:
+    """A fixed address changes from one IPv4 address to another (not the subnet id or allocation method beside it)."""
+    return _is_ipv4(old) and _is_ipv4(new) and old != new
 
 
 def _true_to_false(old: Any, new: Any) -> bool:
@@ -296,6 +311,18 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "subnet-prefixes", SUBNET_TYPE, "addressPrefixes", "refused", "danger",
         "changes the address ranges of a subnet: Azure refuses while anything is in it",
         "Azure docs: virtual-network-manage-subnet.md",
+    ),
+    ConsequenceRule(
+        "nic-fixed-address", NIC_TYPE, "ipConfigurations", "reimage", "danger",
+        "moves a fixed private address (the Slurm controller's or a login node's): slurm.conf names the controller "
+        "by it (SlurmctldHost=name(address), AccountingStorageHost for slurmdbd) and every node's slurmd fetches its "
+        "configuration and registers at it (`--conf-server address:6817`), so the running nodes lose the controller "
+        "until each is rebooted with the new address (reimage or replace the islands; munge-authenticated RPCs to "
+        "the old address go nowhere); users' and Bastion's `--target-ip-address` for a login node change too",
+        "slurm.conf(5) SlurmctldHost ('the hostname ... optionally followed by the NodeAddr in parentheses') and "
+        "AccountingStorageHost; slurmd(8) --conf-server; ndfleet.slurm.conf.slurm_addresses (the address is "
+        "rendered into every machine's boot data before deployment)",
+        when=_address_moves, condition="an IPv4 address (privateIPAddress) changes",
     ),
     ConsequenceRule(
         "vnet-address-space", VNET_TYPE, "addressSpace", "refused", "warning",
