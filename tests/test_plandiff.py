@@ -428,7 +428,9 @@ def test_a_fixed_address_that_moves_names_what_it_breaks() -> None:
     (row,) = [c for c in diff.consequences if c.rule == "nic-fixed-address"]
     assert row.severity == "danger"
     assert "10.40.0.62 -> 10.40.255.254" in row.message
-    for broken in ("SlurmctldHost", "AccountingStorageHost", "--conf-server"):
+    # What ndfleet renders from the address (ndfleet.slurm.conf, templates/slurm/*.j2), each named.
+    for broken in ("SlurmctldHost", "AccountingStorageHost", "--conf-server", "ndfleet-slurm-name",
+                   "slurm.loginAddresses", "--target-ip-address", "reimaged"):
         assert broken in row.message
 
 
@@ -438,3 +440,15 @@ def test_a_nic_change_that_is_no_address_is_not_called_a_moved_address() -> None
     resource(new, "azure-native:network:NetworkInterface")["inputs"]["ipConfigurations"][0][
         "privateIPAllocationMethod"] = "Dynamic"
     assert "nic-fixed-address" not in rules_fired(plandiff.diff_plans(old, new))
+
+
+def test_the_moved_address_rule_names_the_templates_that_write_the_address() -> None:
+    """The rule's source lists where the controller's address is written; each of those templates does write it."""
+    (rule,) = [r for r in plandiff.CONSEQUENCE_RULES if r.id == "nic-fixed-address"]
+    templates = Path(__file__).resolve().parent.parent / "templates" / "slurm"
+    named = re.findall(r"([\w.-]+\.j2)", rule.source)
+    assert len(named) == 3
+    for name in named:
+        text = (templates / name).read_text()
+        # slurmd_options: ndfleet.slurm.conf.slurmd_args, `--conf-server` + the controller's address.
+        assert "{{ controller_addr" in text or "{{ slurmd_options" in text, name

@@ -314,14 +314,20 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
     ),
     ConsequenceRule(
         "nic-fixed-address", NIC_TYPE, "ipConfigurations", "reimage", "danger",
-        "moves a fixed private address (the Slurm controller's or a login node's): slurm.conf names the controller "
-        "by it (SlurmctldHost=name(address), AccountingStorageHost for slurmdbd) and every node's slurmd fetches its "
-        "configuration and registers at it (`--conf-server address:6817`), so the running nodes lose the controller "
-        "until each is rebooted with the new address (reimage or replace the islands; munge-authenticated RPCs to "
-        "the old address go nowhere); users' and Bastion's `--target-ip-address` for a login node change too",
+        "moves a fixed private address. ndfleet renders the controller's (`<prefix>-slurm-ctl-nic`) into boot data "
+        "before deployment: slurm.conf on the controller and the login nodes (`SlurmctldHost=<name>(<address>)`; "
+        "`AccountingStorageHost`, where slurmctld reaches slurmdbd), updated in place through their userData; every "
+        "fixed island's `/etc/default/slurmd` (`--conf-server <address>:6817`, where slurmd fetches its configuration "
+        "and registers) and every elastic island's `ndfleet-slurm-name` (the controller it asks for the node's name), "
+        "in the node bootstrap, which running nodes read only at boot. Until each node is reimaged it talks to the old "
+        "address, so its slurmd loses the controller and its jobs fail. A login node's (`<prefix>-slurm-login<i>-nic`) "
+        "is the stack output `slurm.loginAddresses` and the `--target-ip-address` of its `connect` command: users' "
+        "saved commands and SSH configurations point at the old address. The address plan never moves them as a stack "
+        "grows (docs/network.md); this comes from a changed `vnetAddressSpace`",
         "slurm.conf(5) SlurmctldHost ('the hostname ... optionally followed by the NodeAddr in parentheses') and "
-        "AccountingStorageHost; slurmd(8) --conf-server; ndfleet.slurm.conf.slurm_addresses (the address is "
-        "rendered into every machine's boot data before deployment)",
+        "AccountingStorageHost; slurmd(8) --conf-server; ndfleet.slurm.conf.slurm_addresses, "
+        "templates/slurm/slurm.conf.j2, ndfleet-slurm-setup.sh.j2 and ndfleet-slurm-name.sh.j2 (where the address is "
+        "written)",
         when=_address_moves, condition="an IPv4 address (privateIPAddress) changes",
     ),
     ConsequenceRule(
