@@ -4,6 +4,7 @@ changes no subnet's range and no fixed address (issue 44 item 4; ndfleet/stackco
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +159,45 @@ def test_the_deploying_page_quotes_the_dev_stacks_room() -> None:
     spec = load_spec(load_stack(name="dev").ndfleet_config, "dev")
     page = (Path(__file__).parent.parent / "docs" / "deploying.md").read_text()
     assert f"(`room for {spec.network.compute_node_capacity:,} nodes` for the dev stack)" in page
+
+
+NETWORK_PAGE = Path(__file__).parent.parent / "docs" / "network.md"
+
+
+def _figure(name: str) -> str:
+    """The block after `<!-- figure: name -->` in docs/network.md."""
+    text = NETWORK_PAGE.read_text()
+    after = text.split(f"<!-- figure: {name} -->\n", 1)[1]
+    return after.split("\n\n", 1)[0]
+
+
+def test_the_network_page_quotes_the_dev_plans_room(capsys: pytest.CaptureFixture[str]) -> None:
+    from ndfleet.cli import main
+
+    assert main(["plan", "--stack", "dev"]) == 0
+    line = next(x.strip() for x in capsys.readouterr().out.splitlines() if "compute subnet" in x)
+    assert _figure("dev room") == f"```\n{line}\n```"
+
+
+def test_the_network_pages_room_table_is_computed() -> None:
+    rows = [r for r in _figure("room table").splitlines()[2:]]
+    assert rows
+    for row in rows:
+        vnet, compute, room = (c.strip() for c in row.strip("|").split("|"))
+        prefix = int(vnet.removeprefix("/"))
+        assert compute == f"/{prefix + 1}"
+        assert room == f"{compute_subnet_capacity(prefix + 1, 0):,}"
+
+
+@pytest.mark.parametrize(
+    ("settings", "smallest"),
+    [({"bastion": False, "storage": {}}, 26), ({"storage": {}}, 24), ({"bastion": False}, 21)],
+)
+def test_the_smallest_vnet_the_network_page_names_is_the_smallest_accepted(
+    settings: dict[str, Any], smallest: int
+) -> None:
+    page = NETWORK_PAGE.read_text()
+    assert f"/{smallest} with" in page
+    spec_with(nodes=2, vnetAddressSpace=f"10.40.0.0/{smallest}", **settings)
+    with pytest.raises(SpecError, match=f"use a /{smallest} or larger"):
+        spec_with(nodes=2, vnetAddressSpace=f"10.40.0.0/{smallest + 1}", **settings)
