@@ -201,3 +201,19 @@ def test_the_smallest_vnet_the_network_page_names_is_the_smallest_accepted(
     spec_with(nodes=2, vnetAddressSpace=f"10.40.0.0/{smallest}", **settings)
     with pytest.raises(SpecError, match=f"use a /{smallest} or larger"):
         spec_with(nodes=2, vnetAddressSpace=f"10.40.0.0/{smallest + 1}", **settings)
+
+
+@pytest.mark.parametrize("prefix", range(2, 30))
+def test_capacity_is_the_largest_count_that_fits_at_every_prefix(prefix: int) -> None:
+    from ndfleet.stackconfig.settings import node_headroom
+
+    room = 2 ** (32 - prefix) - AZURE_RESERVED_ADDRESSES_PER_SUBNET
+    n = compute_subnet_capacity(prefix, 0)
+    assert n == 0 or n + node_headroom(n) <= room
+    assert n + 1 + node_headroom(n + 1) > room
+
+
+def test_a_huge_vnet_gets_its_upper_half() -> None:
+    # (Counting down from the room, as the capacity once did, took a billion steps at /2: the test above.)
+    spec = spec_with(nodes=64, vnetAddressSpace="10.0.0.0/8")
+    assert spec.network.compute.cidr == "10.128.0.0/9"

@@ -16,7 +16,12 @@ import ipaddress
 import math
 from dataclasses import dataclass
 
-from ndfleet.stackconfig.settings import AZURE_RESERVED_ADDRESSES_PER_SUBNET, node_headroom
+from ndfleet.stackconfig.settings import (
+    AZURE_RESERVED_ADDRESSES_PER_SUBNET,
+    NODE_HEADROOM_FRACTION,
+    NODE_HEADROOM_MIN,
+    node_headroom,
+)
 
 # Azure's smallest subnet is a /29 (Microsoft Learn, "Azure Virtual Network FAQ": the smallest supported IPv4 subnet is
 # /29, the largest /2); Azure keeps 5 addresses of each (the first four and the last: the same FAQ, "Are there any
@@ -77,7 +82,9 @@ def compute_subnet_capacity(prefix: int, other_machines: int) -> int:
     """The most nodes a compute subnet of `prefix` holds beside `other_machines` (the Slurm VMs), with the
     headroom and Azure's reserved addresses: the inverse of machines_prefix."""
     room = 2 ** (32 - prefix) - AZURE_RESERVED_ADDRESSES_PER_SUBNET
-    machines = room
+    # No more than room / (1 + fraction) fit, nor room - the minimum headroom: start there (a /9 would otherwise
+    # count down over a million candidates) and step down to the first that fits.
+    machines = max(0, min(room - NODE_HEADROOM_MIN, int(room / (1 + NODE_HEADROOM_FRACTION)) + 1))
     while machines > 0 and machines + node_headroom(machines) > room:
         machines -= 1
     return max(0, machines - other_machines)

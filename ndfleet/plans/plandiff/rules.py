@@ -303,7 +303,9 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
     ConsequenceRule(
         "subnet-prefix", SUBNET_TYPE, "addressPrefix", "refused", "danger",
         "changes the address range of a subnet: Azure refuses while anything (the nodes' NICs, a private "
-        "endpoint, Lustre) is in it; the islands in it must be deleted first",
+        "endpoint, Lustre) is in it; the islands in it must be deleted first. ndfleet's address plan moves no subnet "
+        "as a stack grows (docs/network.md): this comes from a changed vnetAddressSpace or a stack planned with the "
+        "earlier, node-count-sized layout",
         "Azure docs: virtual-network-manage-subnet.md ('you can change the address range only if there are no "
         "resources in the subnet')",
     ),
