@@ -207,7 +207,7 @@ def _network(
                 + (f" ({planned[0]}, room for {capacity:,} nodes)" if planned is not None else "")
                 + ", the lower half holds "
                 + ", ".join(f"{s.name} /{s.prefix}" for s in slots)
-                + f" at fixed offsets; use a /{smallest} or larger"
+                + f" at fixed offsets (docs/network.md); use a /{smallest} or larger"
             )
         else:
             compute, fixed = planned
