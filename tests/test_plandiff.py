@@ -412,3 +412,43 @@ def test_an_elastic_island_says_slurm_manages_its_capacity_instead_of_a_scale_in
     (cons,) = plandiff.diff_plans(base, head).consequences
     assert (cons.rule, cons.severity) == ("island-elastic", "info")
     assert "Slurm manages its capacity" in cons.message
+
+
+SLURM_PLAN = Path(__file__).parent / "data" / "plans" / "slurm-services.json"
+
+
+def test_a_fixed_address_that_moves_names_what_it_breaks() -> None:
+    """The controller's NIC address is in slurm.conf (SlurmctldHost, AccountingStorageHost) and in every node's
+    `--conf-server`: moving it is a danger row naming those, not a bare NIC property (issue 44 item 4)."""
+    old = json.loads(SLURM_PLAN.read_text())
+    new = copy.deepcopy(old)
+    nic = resource(new, "azure-native:network:NetworkInterface")
+    nic["inputs"]["ipConfigurations"][0]["privateIPAddress"] = "10.40.255.254"
+    diff = plandiff.diff_plans(old, new)
+    (row,) = [c for c in diff.consequences if c.rule == "nic-fixed-address"]
+    assert row.severity == "danger"
+    assert "10.40.0.62 -> 10.40.255.254" in row.message
+    # What ndfleet renders from the address (ndfleet.slurm.conf, templates/slurm/*.j2), each named.
+    for broken in ("SlurmctldHost", "AccountingStorageHost", "--conf-server", "ndfleet-slurm-name",
+                   "slurm.loginAddresses", "--target-ip-address", "reimaged"):
+        assert broken in row.message
+
+
+def test_a_nic_change_that_is_no_address_is_not_called_a_moved_address() -> None:
+    old = json.loads(SLURM_PLAN.read_text())
+    new = copy.deepcopy(old)
+    resource(new, "azure-native:network:NetworkInterface")["inputs"]["ipConfigurations"][0][
+        "privateIPAllocationMethod"] = "Dynamic"
+    assert "nic-fixed-address" not in rules_fired(plandiff.diff_plans(old, new))
+
+
+def test_the_moved_address_rule_names_the_templates_that_write_the_address() -> None:
+    """The rule's source lists where the controller's address is written; each of those templates does write it."""
+    (rule,) = [r for r in plandiff.CONSEQUENCE_RULES if r.id == "nic-fixed-address"]
+    templates = Path(__file__).resolve().parent.parent / "templates" / "slurm"
+    named = re.findall(r"([\w.-]+\.j2)", rule.source)
+    assert len(named) == 3
+    for name in named:
+        text = (templates / name).read_text()
+        # slurmd_options: ndfleet.slurm.conf.slurmd_args, `--conf-server` + the controller's address.
+        assert "{{ controller_addr" in text or "{{ slurmd_options" in text, name

@@ -84,8 +84,8 @@ def render_table(plan: Plan) -> str:
     if spec.network is not None:
         capacity = spec.network.compute_node_capacity
         lines.append(
-            f"  compute subnet {spec.network.compute.cidr}: room for {capacity:,} nodes; growing past that re-ranges "
-            "every subnet (set ndfleet:plannedNodes to the most nodes the stack will reach)"
+            f"  compute subnet {spec.network.compute.cidr} (the VNet's upper half, for any node count): room for "
+            f"{capacity:,} nodes; growing to that moves no subnet and no fixed address"
         )
     lines += quota_lines(spec)
     lines += monitoring_plan_lines(spec)

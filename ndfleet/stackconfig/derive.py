@@ -14,6 +14,14 @@ from collections.abc import Callable
 from ndfleet_node.names import TAG_PREFIX, TAG_STACK
 
 from ndfleet import images
+from ndfleet.stackconfig.addressing import (
+    BASTION_SLOT,
+    LUSTRE_SLOT,
+    STORAGE_SLOT,
+    compute_subnet_capacity,
+    layout,
+    smallest_vnet_prefix,
+)
 from ndfleet.stackconfig.clusterspec import (
     ClusterSpec,
     ElasticSpec,
@@ -35,19 +43,13 @@ from ndfleet.stackconfig.regions import (
     zonal_near,
 )
 from ndfleet.stackconfig.settings import (
-    AZURE_RESERVED_ADDRESSES_PER_SUBNET,
-    BASTION_SUBNET_PREFIX,
     DEFAULT_VNET,
-    LUSTRE_SUBNET_PREFIX,
     MAX_NODES,
-    MIN_COMPUTE_PREFIX,
     NAMESPACE,
     NODES_BOUND,
-    STORAGE_SUBNET_PREFIX,
     IslandConfig,
     MonitoringConfig,
     StackConfig,
-    node_headroom,
 )
 from ndfleet.stackconfig.sshkeys import is_example_key
 
@@ -71,38 +73,6 @@ def split_islands(nodes: int, max_per_island: int) -> list[int]:
     """Fill islands to the limit, the remainder last: 250 at 100 -> [100, 100, 50]."""
     count = math.ceil(nodes / max_per_island)
     return [max_per_island] * (count - 1) + [nodes - max_per_island * (count - 1)]
-
-
-def compute_subnet_prefix(nodes: int) -> int:
-    needed = nodes + node_headroom(nodes) + AZURE_RESERVED_ADDRESSES_PER_SUBNET
-    return min(MIN_COMPUTE_PREFIX, 32 - math.ceil(math.log2(needed)))
-
-
-def compute_subnet_capacity(prefix: int, other_machines: int) -> int:
-    """The most nodes a compute subnet of `prefix` holds beside `other_machines` (the Slurm VMs), with the
-    headroom and Azure's reserved addresses: the inverse of compute_subnet_prefix."""
-    room = 2 ** (32 - prefix) - AZURE_RESERVED_ADDRESSES_PER_SUBNET
-    machines = room
-    while machines > 0 and machines + node_headroom(machines) > room:
-        machines -= 1
-    return max(0, machines - other_machines)
-
-
-def _allocate(vnet: ipaddress.IPv4Network, wanted: list[tuple[str, int]]) -> dict[str, ipaddress.IPv4Network] | None:
-    """Carve subnets out of the VNet, largest first so every one stays aligned. None if they do not fit."""
-    out: dict[str, ipaddress.IPv4Network] = {}
-    cursor = int(vnet.network_address)
-    end = int(vnet.broadcast_address) + 1
-    for name, prefix in sorted(wanted, key=lambda w: w[1]):
-        if prefix < vnet.prefixlen:
-            return None
-        size = 2 ** (32 - prefix)
-        cursor = (cursor + size - 1) // size * size
-        if cursor + size > end:
-            return None
-        out[name] = ipaddress.IPv4Network((cursor, prefix))
-        cursor += size
-    return out
 
 
 Ok = Callable[..., bool]
@@ -201,43 +171,59 @@ def _network(
             f"as {DEFAULT_VNET}"
         )
     total_nodes = sum(i.nodes for i in islands)
-    # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP).
+    # The Slurm controller and login VMs share the compute subnet (same NSG, NAT for packages, no public IP), at its
+    # top (ndfleet.slurm.conf.slurm_addresses): the subnet never changes with the node count, so neither do they.
     slurm_machines = 1 + config.slurm.login_count if config.scheduler == "slurm" else 0
     sized_for = total_nodes
     if config.planned_nodes is not None and ok("plannedNodes"):
         if islands and config.planned_nodes < total_nodes:
             problems.append(
-                f"{NAMESPACE}:plannedNodes = {config.planned_nodes}: below the stack's {total_nodes} nodes; it sizes "
-                f"the compute subnet for the most nodes the stack will reach: set it to {total_nodes} or more, or "
-                "remove it"
+                f"{NAMESPACE}:plannedNodes = {config.planned_nodes}: below the stack's {total_nodes} nodes; it is the "
+                "most nodes the stack will reach (the plan checks that the compute subnet holds them): set it to "
+                f"{total_nodes} or more, or remove it"
             )
         sized_for = max(total_nodes, config.planned_nodes)
     if islands and vnet_fits and sized_for <= MAX_NODES and ok("storage", "bastion", "plannedNodes"):
-        compute_prefix = compute_subnet_prefix(sized_for + slurm_machines)
-        wanted = [("compute", compute_prefix), ("storage", STORAGE_SUBNET_PREFIX)]
-        if config.storage.lustre is not None:
-            wanted.append(("lustre", LUSTRE_SUBNET_PREFIX))
-        if config.bastion:
-            wanted.append(("AzureBastionSubnet", BASTION_SUBNET_PREFIX))
-        subnets = _allocate(vnet, wanted)
-        if subnets is None:
-            need = sum(2 ** (32 - p) for _, p in wanted)
-            smallest = 32 - math.ceil(math.log2(need))
+        # The address plan (ndfleet/stackconfig/addressing.py): nothing in it depends on the node count.
+        slots = tuple(
+            slot for slot, used in ((STORAGE_SLOT, True), (LUSTRE_SLOT, config.storage.lustre is not None),
+                                    (BASTION_SLOT, config.bastion))
+            if used
+        )  # fmt: skip
+        planned = layout(vnet, slots)
+        capacity = (
+            compute_subnet_capacity(planned[0].prefixlen, slurm_machines) if planned is not None else 0
+        )
+        if planned is None or capacity < sized_for:
+            smallest = smallest_vnet_prefix(slots, sized_for + slurm_machines)
+            what = (
+                f"{sized_for:,} nodes plus headroom" + (" (plannedNodes)" if sized_for > total_nodes else "")
+                if planned is not None
+                else "its fixed subnets"
+            )
             problems.append(
-                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {sized_for} nodes plus "
-                f"headroom; it needs subnets {', '.join(f'{n} /{p}' for n, p in wanted)} ({need} addresses): "
-                f"use a /{smallest} or larger"
+                f"{NAMESPACE}:vnetAddressSpace = {config.vnet_address_space!r}: too small for {what}: the compute "
+                "subnet is the upper half of the VNet"
+                + (f" ({planned[0]}, room for {capacity:,} nodes)" if planned is not None else "")
+                + ", the lower half holds "
+                + ", ".join(f"{s.name} /{s.prefix}" for s in slots)
+                + f" at fixed offsets (docs/network.md); use a /{smallest} or larger"
             )
         else:
+            compute, fixed = planned
             network = NetworkSpec(
                 address_space=str(vnet),
-                compute=SubnetSpec(name="compute", cidr=str(subnets["compute"])),
-                compute_node_capacity=compute_subnet_capacity(compute_prefix, slurm_machines),
-                storage=SubnetSpec(name="storage", cidr=str(subnets["storage"])),
-                lustre=SubnetSpec(name="lustre", cidr=str(subnets["lustre"])) if "lustre" in subnets else None,
+                compute=SubnetSpec(name="compute", cidr=str(compute)),
+                compute_node_capacity=capacity,
+                storage=SubnetSpec(name=STORAGE_SLOT.name, cidr=str(fixed[STORAGE_SLOT.name])),
+                lustre=(
+                    SubnetSpec(name=LUSTRE_SLOT.name, cidr=str(fixed[LUSTRE_SLOT.name]))
+                    if LUSTRE_SLOT.name in fixed
+                    else None
+                ),
                 bastion=(
-                    SubnetSpec(name="AzureBastionSubnet", cidr=str(subnets["AzureBastionSubnet"]))
-                    if "AzureBastionSubnet" in subnets
+                    SubnetSpec(name=BASTION_SLOT.name, cidr=str(fixed[BASTION_SLOT.name]))
+                    if BASTION_SLOT.name in fixed
                     else None
                 ),
             )

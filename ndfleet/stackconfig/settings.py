@@ -35,10 +35,7 @@ RESERVED_ADMIN_NAMES = frozenset(
 AZURE_RESERVED_ADDRESSES_PER_SUBNET = 5
 NODE_HEADROOM_FRACTION = 0.2
 NODE_HEADROOM_MIN = 8
-MIN_COMPUTE_PREFIX = 26
-STORAGE_SUBNET_PREFIX = 27  # private endpoints only
-LUSTRE_SUBNET_PREFIX = 24  # Managed Lustre wants a dedicated subnet; /24 covers every capacity in the SKU table
-BASTION_SUBNET_PREFIX = 26  # AzureBastionSubnet must be /26 or larger
+# The subnets' sizes and places: ndfleet/stackconfig/addressing.py.
 
 # Azure allows 65,536 private IP addresses per virtual network (Microsoft Learn, "Azure subscription and
 # service limits, quotas, and constraints" > Networking limits). Every node holds one, and so does every node of

@@ -46,7 +46,7 @@ def test_controller_and_logins_are_private_with_static_addresses(slurm_plan: Pla
         assert "publicIPAddress" not in ipc
         assert ipc["privateIPAllocationMethod"] == "Static"
     assert sorted(n.inputs["ipConfigurations"][0]["privateIPAddress"] for n in nics) == [
-        "10.40.0.60", "10.40.0.61", "10.40.0.62"]
+        "10.40.255.252", "10.40.255.253", "10.40.255.254"]
     for vm in of_type(slurm_plan, VM):
         linux = dig(vm.inputs, "osProfile.linuxConfiguration")
         assert linux["disablePasswordAuthentication"] is True
@@ -123,8 +123,8 @@ def test_nodes_learn_the_vault_and_share_from_their_tags(slurm_plan: Plan) -> No
 
 def test_outputs_say_how_to_connect(slurm_plan: Plan) -> None:
     out = slurm_plan.outputs["slurm"]
-    assert out["loginAddresses"] == ["10.40.0.61", "10.40.0.60"]
-    assert "az network bastion ssh" in out["connect"] and "10.40.0.61" in out["connect"]
+    assert out["loginAddresses"] == ["10.40.255.253", "10.40.255.252"]
+    assert "az network bastion ssh" in out["connect"] and "10.40.255.253" in out["connect"]
     assert out["partitions"] == ["ib00"]
 
 

@@ -133,8 +133,8 @@ def test_a_compute_node_registers_with_its_island_gpus_and_memory(prod: ClusterS
 
 def test_static_addresses_at_the_top_of_the_compute_subnet() -> None:
     spec = spec_of(nodes=2, slurm={"loginCount": 2})
-    assert spec.network.compute.cidr == "10.40.0.0/26"
-    assert slurm_addresses(spec) == ("10.40.0.62", ["10.40.0.61", "10.40.0.60"])
+    assert spec.network.compute.cidr == "10.40.128.0/17"  # the VNet's upper half (ndfleet/stackconfig/addressing.py)
+    assert slurm_addresses(spec) == ("10.40.255.254", ["10.40.255.253", "10.40.255.252"])
 
 
 def test_slurm_topology_output_matches_the_rendered_partitions(prod: ClusterSpec) -> None:

@@ -3,6 +3,7 @@ InfiniBand loss, refused while in use, data lost), each rule with its source; do
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from ndfleet.plans.resource_types import (
     DISK_TYPE,
     FILE_SHARE_TYPE,
     MYSQL_SERVER_TYPE,
+    NIC_TYPE,
     ROLE_ASSIGNMENT_TYPE,
     STORAGE_ACCOUNT_TYPE,
     SUBNET_TYPE,
@@ -31,6 +33,19 @@ from ndfleet.plans.resource_types import (
 
 def _always(old: Any, new: Any) -> bool:
     return True
+
+
+def _is_ipv4(value: Any) -> bool:
+    try:
+        ipaddress.IPv4Address(value)
+    except (ipaddress.AddressValueError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _address_moves(old: Any, new: Any) -> bool:
+    """A fixed address changes from one IPv4 address to another (not the subnet id or allocation method beside it)."""
+    return _is_ipv4(old) and _is_ipv4(new) and old != new
 
 
 def _true_to_false(old: Any, new: Any) -> bool:
@@ -288,7 +303,9 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
     ConsequenceRule(
         "subnet-prefix", SUBNET_TYPE, "addressPrefix", "refused", "danger",
         "changes the address range of a subnet: Azure refuses while anything (the nodes' NICs, a private "
-        "endpoint, Lustre) is in it; the islands in it must be deleted first",
+        "endpoint, Lustre) is in it; the islands in it must be deleted first. ndfleet's address plan moves no subnet "
+        "as a stack grows (docs/network.md): this comes from a changed vnetAddressSpace or a stack planned with the "
+        "earlier, node-count-sized layout",
         "Azure docs: virtual-network-manage-subnet.md ('you can change the address range only if there are no "
         "resources in the subnet')",
     ),
@@ -296,6 +313,24 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "subnet-prefixes", SUBNET_TYPE, "addressPrefixes", "refused", "danger",
         "changes the address ranges of a subnet: Azure refuses while anything is in it",
         "Azure docs: virtual-network-manage-subnet.md",
+    ),
+    ConsequenceRule(
+        "nic-fixed-address", NIC_TYPE, "ipConfigurations", "reimage", "danger",
+        "moves a fixed private address. ndfleet renders the controller's (`<prefix>-slurm-ctl-nic`) into boot data "
+        "before deployment: slurm.conf on the controller and the login nodes (`SlurmctldHost=<name>(<address>)`; "
+        "`AccountingStorageHost`, where slurmctld reaches slurmdbd), updated in place through their userData; every "
+        "fixed island's `/etc/default/slurmd` (`--conf-server <address>:6817`, where slurmd fetches its configuration "
+        "and registers) and every elastic island's `ndfleet-slurm-name` (the controller it asks for the node's name), "
+        "in the node bootstrap, which running nodes read only at boot. Until each node is reimaged it talks to the old "
+        "address, so its slurmd loses the controller and its jobs fail. A login node's (`<prefix>-slurm-login<i>-nic`) "
+        "is the stack output `slurm.loginAddresses` and the `--target-ip-address` of its `connect` command: users' "
+        "saved commands and SSH configurations point at the old address. The address plan never moves them as a stack "
+        "grows (docs/network.md); this comes from a changed `vnetAddressSpace`",
+        "slurm.conf(5) SlurmctldHost ('the hostname ... optionally followed by the NodeAddr in parentheses') and "
+        "AccountingStorageHost; slurmd(8) --conf-server; ndfleet.slurm.conf.slurm_addresses, "
+        "templates/slurm/slurm.conf.j2, ndfleet-slurm-setup.sh.j2 and ndfleet-slurm-name.sh.j2 (where the address is "
+        "written)",
+        when=_address_moves, condition="an IPv4 address (privateIPAddress) changes",
     ),
     ConsequenceRule(
         "vnet-address-space", VNET_TYPE, "addressSpace", "refused", "warning",
