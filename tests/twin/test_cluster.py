@@ -186,12 +186,48 @@ def test_burn_in_resumes_the_good_nodes_and_keeps_the_bad_one_drained(slurm_up: 
     assert "DRAIN" in nodes_by_name(ctl)[BAD_CABLE_NODE]["State"]
     report = json.loads(ctl.run("cat /var/lib/ndfleet/burnin-ib00.json").stdout)
     assert report["unhealthy"] == [BAD_CABLE_NODE], report
+    # Issue 47: every burn-in test is a Slurm job, and a burn-in job's end is not checked (the Epilog skips the
+    # burn-in's reservation): no validator all-reduce (mpirun) on a node between its first and last burn-in test.
+    for tm in healthy_nodes(slurm_up):
+        if tm.name.startswith("twin-ib00-") and tm.name != BAD_CABLE_NODE:
+            runs = all_reduce_runs(tm)
+            burnin = [t for t, launcher, _, _ in runs if launcher == "srun"]
+            assert len(burnin) >= 2, (tm.name, runs)  # the pairwise round and the island round at least
+            between = [r for r in runs if r[1] == "mpirun" and burnin[0] <= r[0] <= burnin[-1]]
+            assert not between, (tm.name, runs)
+
+
+def all_reduce_runs(tm: TwinMachine) -> list[tuple[int, str, int, str]]:
+    """The all_reduce_perf stand-in's runs on `tm` (tests/twin/fakes/all_reduce_perf): (time, launcher, processes,
+    Slurm job or "none")."""
+    text = tm.run("cat /var/log/ndfleet-twin-all-reduce.log", check=False).stdout
+    runs = []
+    for line in text.splitlines():
+        when, launcher, processes, job = line.split()
+        runs.append((int(when), launcher, int(processes), job))
+    return runs
 
 
 def test_a_two_node_job_runs_inside_one_island(slurm_up: Twin) -> None:
+    started = int(controller(slurm_up).run("date +%s").stdout)
     cp = login(slurm_up).run("timeout 300 srun -p ib00 -N 2 hostname", timeout=360)
     hosts = set(cp.stdout.split())
     assert len(hosts) == 2 and all(h.startswith("twin-ib00-") for h in hosts), cp.stdout
+    # Issue 47: at the job's end each node's Epilog measured it with the validator's all-reduce, started the way
+    # Azure's references start it (mpirun, one process per GPU) with the job's Slurm variables cleared (the twin's
+    # mpirun stands in for Open MPI's refusal of a Slurm environment without its allocation), and passed.
+    ctl = controller(slurm_up)
+    machines = {tm.name: tm for tm in healthy_nodes(slurm_up)}
+
+    def measured(host: str) -> bool:
+        return any(t >= started and launcher == "mpirun" and processes == 8 and job == "none"
+                   for t, launcher, processes, job in all_reduce_runs(machines[host]))  # fmt: skip
+
+    for host in sorted(hosts):
+        ctl.wait_for(f"{host}'s Epilog measured it", lambda host=host: measured(host), 300)
+        ctl.wait_for(f"{host} idle after its Epilog",
+                     lambda host=host: "COMPLETING" not in nodes_by_name(ctl)[host]["State"], 300)  # fmt: skip
+        assert "Epilog error" not in nodes_by_name(ctl)[host]["Reason"], nodes_by_name(ctl)[host]
 
 
 def test_a_job_larger_than_an_island_is_refused(slurm_up: Twin) -> None:
