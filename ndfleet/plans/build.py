@@ -26,8 +26,8 @@ from pulumi.runtime.sync_await import _sync_await
 
 from ndfleet.cost.estimate import estimate_cost
 from ndfleet.monitoring.budget import with_workspace_warnings
-from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.prepare import prepare_config
+from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import check_settings
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.stackfile import StackFile

@@ -145,9 +145,15 @@ def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[st
             f"of at most maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
         )
     elif config.nodes is not None:
-        islands = [
-            IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(split_islands(config.nodes, limit))
-        ]
+        sizes = split_islands(config.nodes, limit)
+        islands = [IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(sizes)]
+        if config.scheduler == "slurm" and min(sizes) < SLURM_MIN_ISLAND_NODES:
+            split = " + ".join(str(n) for n in sizes)
+            fix = (
+                "set nodes to 2 or more" if len(sizes) == 1
+                else f"choose a node count that leaves no island of 1 (maxNodesPerIsland = {limit}), or list islands"
+            )
+            problems.append(lone_island_problem(f"{NAMESPACE}:nodes = {config.nodes} ({split} nodes)", fix))
     else:
         assert config.islands is not None
         if not config.islands:
@@ -418,12 +424,32 @@ def spare_problems(island: IslandConfig, index: int, scheduler: str) -> list[str
     return problems
 
 
+# With Slurm every node of an island enters service through the controller's fabric burn-in, which tests an island's
+# nodes in pairs within the island (InfiniBand does not cross scale sets): `burnin-slurm --partition P` burns in the
+# nodes of one island partition awaiting it, with idle in-service nodes of that partition as partners, and with fewer
+# than 2 it exits "need at least 2" (node/ndfleet_node/burnin/slurm.py, main; hosts.py and planner.py refuse a single
+# host too). A node alone in its island stays drained `ndfleet:burnin:awaiting` for good, fixed or elastic alike.
+SLURM_MIN_ISLAND_NODES = 2
+
+
+def lone_island_problem(setting: str, fix: str) -> str:
+    """The refusal of an island that would hold one node under Slurm (SLURM_MIN_ISLAND_NODES): one rule for a fixed
+    island, an elastic one and an island `nodes` splits off."""
+    return (
+        f"{setting}: with Slurm an island's nodes take jobs only once they pass the fabric burn-in, which tests them "
+        "in pairs inside their island, so a node alone in its island would stay drained awaiting burn-in for good; "
+        f"{fix} (or {NAMESPACE}:scheduler: none)"
+    )
+
+
 def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:
     """An island's size (its maximum when elastic), its elastic settings and the problems with them."""
     key = f"{NAMESPACE}:islands[{index}]"
     if island.elastic is None:
         if island.nodes is None:
             return 0, None, [f"{key}.nodes: missing; set the island's node count (or elastic.maxNodes when elastic)"]
+        if island.nodes < SLURM_MIN_ISLAND_NODES and scheduler == "slurm":
+            return island.nodes, None, [lone_island_problem(f"{key}.nodes = {island.nodes}", "set nodes to 2 or more")]
         return island.nodes, None, []
     elastic = island.elastic
     problems = []
@@ -432,13 +458,9 @@ def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, 
             f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
             "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
         )
-    if elastic.max_nodes < 2 and scheduler == "slurm":
-        # A resumed node waits drained for the fabric burn-in, which tests an island's nodes in pairs
-        # (node/ndfleet_node/burnin/planner.py; burnin-slurm refuses fewer than 2): alone, it would never serve.
-        problems.append(
-            f"{key}.elastic.maxNodes = {elastic.max_nodes}: an elastic island's new nodes must pass the fabric "
-            "burn-in, which tests them in pairs; set maxNodes to 2 or more (or make it a fixed island)"
-        )
+    if elastic.max_nodes < SLURM_MIN_ISLAND_NODES and scheduler == "slurm":
+        problems.append(lone_island_problem(f"{key}.elastic.maxNodes = {elastic.max_nodes}", "set maxNodes to 2 or more"
+                                            " (or make it a fixed island of 2 or more)"))
     if elastic.min_nodes > elastic.max_nodes:
         problems.append(
             f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "

@@ -265,7 +265,8 @@ class SmokeConfig(SettingsModel):
     island (docs/smoke.md). ndfleet.stackconfig.smoke derives the rest when the stack file is read."""
 
     of: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
-    nodes_per_island: int = Field(default=1, ge=1, le=2, alias="nodesPerIsland")
+    # None: 2 when the base runs Slurm (its burn-in pairs an island's nodes; derive.SLURM_MIN_ISLAND_NODES), else 1.
+    nodes_per_island: int | None = Field(default=None, ge=1, le=2, alias="nodesPerIsland")
     # None: the base's DCGM level, at most SMOKE_DCGM_LEVEL.
     dcgm_level: int | None = Field(default=None, ge=0, le=3, alias="dcgmLevel")
     hours: float = Field(default=DEFAULT_SMOKE_HOURS, gt=0, le=168)
