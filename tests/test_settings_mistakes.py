@@ -106,3 +106,30 @@ def test_an_encrypted_webhook_does_not_warn() -> None:
     assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings[0].startswith(
         "ndfleet:monitoring.webhooks[1] written in clear text"
     )
+
+
+# --- one rule for an island of one node under Slurm: fixed, elastic or split off by `nodes` ---------------------
+LONE = "a node alone in its island would stay drained awaiting burn-in for good"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        ({"islands": [{"name": "a", "nodes": 1}]}, "ndfleet:islands[0].nodes = 1"),
+        ({"islands": [{"name": "a", "elastic": {"maxNodes": 1}}]}, "ndfleet:islands[0].elastic.maxNodes = 1"),
+        ({"nodes": 1}, "ndfleet:nodes = 1"),
+        ({"nodes": 101}, "ndfleet:nodes = 101 (100 + 1 nodes)"),
+    ],
+)
+def test_an_island_of_one_node_is_refused_with_slurm(overrides: dict[str, Any], setting: str) -> None:
+    config = base_config(scheduler="slurm", bastion=True, **overrides)
+    if "islands" in overrides:
+        config.pop("nodes")
+    text = problems_of(config)
+    assert f"{setting}: with Slurm an island's nodes take jobs only once they pass the fabric burn-in" in text
+    assert LONE in text
+
+
+def test_an_island_of_one_node_is_fine_without_slurm() -> None:
+    assert [i.nodes for i in load_spec(base_config(nodes=101), "t").islands] == [100, 1]
+    load_spec(base_config(nodes=None, islands=[{"name": "a", "nodes": 1}]), "t")

@@ -153,7 +153,8 @@ def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[st
                 "set nodes to 2 or more" if len(sizes) == 1
                 else f"choose a node count that leaves no island of 1 (maxNodesPerIsland = {limit}), or list islands"
             )
-            problems.append(lone_island_problem(f"{NAMESPACE}:nodes = {config.nodes} ({split} nodes)", fix))
+            shown = f" ({split} nodes)" if len(sizes) > 1 else ""
+            problems.append(lone_island_problem(f"{NAMESPACE}:nodes = {config.nodes}{shown}", fix))
     else:
         assert config.islands is not None
         if not config.islands:
