@@ -75,3 +75,19 @@ def test_a_problem_across_settings_skips_them_too() -> None:
         "  further checks of the stack as a whole (boot data size, probe grace period, elastic timing) were skipped "
         "until these are fixed"
     )
+
+
+def test_the_plan_says_why_nodes_are_split_across_scale_sets() -> None:
+    """128 nodes at the default maxNodesPerIsland: two scale sets, and one line that says so and why."""
+    from ndfleet.commands.plan import render_table
+
+    plan = run_plan(stack_from(base_config(nodes=128), "split"))
+    lines = [line for line in render_table(plan).splitlines() if "split into" in line]
+    assert lines == [
+        "  ndfleet:nodes = 128 split into 2 islands (ib00 100 + ib01 28): an island is one scale set of one placement "
+        "group, as InfiniBand needs, of at most maxNodesPerIsland = 100 VMs (100 by default: Microsoft Learn, "
+        "\"Virtual Machine Scale Sets and placement groups\"); jobs do not cross islands; list ndfleet:islands to "
+        "choose the split"
+    ]
+    one = run_plan(stack_from(base_config(nodes=100), "one"))
+    assert "split into" not in render_table(one)

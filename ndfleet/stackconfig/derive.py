@@ -67,6 +67,25 @@ def latest_image_warning(image: ImageSpec) -> str:
     )
 
 
+# The Learn page that sets the size of one island: a scale set with singlePlacementGroup (which InfiniBand needs: its
+# fabric joins only the VMs of one placement group) holds at most 100 VMs; a larger one is a scale set of several
+# placement groups (singlePlacementGroup: false), whose VMs InfiniBand does not connect.
+# ("By default, a scale set consists of a single placement group with a maximum size of 100 VMs").
+PLACEMENT_GROUP_SOURCE = "Microsoft Learn, \"Virtual Machine Scale Sets and placement groups\""
+
+
+def island_split_line(nodes: int, sizes: list[int], limit: int) -> str | None:
+    """One line for the plan when `nodes` is split across several scale sets (islands), and why; None for one."""
+    if len(sizes) < 2:
+        return None
+    split = " + ".join(f"ib{i:02d} {n}" for i, n in enumerate(sizes))
+    return (
+        f"{NAMESPACE}:nodes = {nodes:,} split into {len(sizes)} islands ({split}): an island is one scale set of one "
+        f"placement group, as InfiniBand needs, of at most maxNodesPerIsland = {limit} VMs (100 by default: "
+        f"{PLACEMENT_GROUP_SOURCE}); jobs do not cross islands; list {NAMESPACE}:islands to choose the split"
+    )
+
+
 def split_islands(nodes: int, max_per_island: int) -> list[int]:
     """Fill islands to the limit, the remainder last: 250 at 100 -> [100, 100, 50]."""
     count = math.ceil(nodes / max_per_island)
@@ -372,6 +391,9 @@ def _spec(
     profile = PROFILES[config.vm_size]
     limit = config.max_nodes_per_island
     prefix = config.name_prefix or default_prefix(stack)
+    split = (
+        island_split_line(config.nodes, [i.nodes for i in islands], limit) if config.nodes is not None else None
+    )
     spec = ClusterSpec(
         stack=stack,
         name_prefix=prefix,
@@ -399,6 +421,7 @@ def _spec(
         preflight=config.preflight,
         subscription_id=config.subscription_id,
         warnings=tuple(warnings),
+        island_split=split,
         scheduler=config.scheduler,
         slurm=config.slurm if config.scheduler == "slurm" else None,
         smoke=config.smoke,
