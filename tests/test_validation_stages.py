@@ -53,7 +53,8 @@ def test_a_typo_inside_a_block_drops_only_that_key() -> None:
 def test_the_prepare_stage_alone_speaks_the_same_format() -> None:
     error = refusal(elastic_stack())
     assert isinstance(error, PrepareError)
-    assert str(error).splitlines() == ["invalid ndfleet stack configuration (1 problem(s)):", f"  - {error.problems[0]}"]
+    header = "invalid ndfleet stack configuration (1 problem(s)):"
+    assert str(error).splitlines() == [header, f"  - {error.problems[0]}"]
     assert TIMING in error.problems[0]
 
 
