@@ -4,6 +4,7 @@ naming the setting and what is valid, or warned about, as docs/configuration.md 
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,3 +134,32 @@ def test_an_island_of_one_node_is_refused_with_slurm(overrides: dict[str, Any], 
 def test_an_island_of_one_node_is_fine_without_slurm() -> None:
     assert [i.nodes for i in load_spec(base_config(nodes=101), "t").islands] == [100, 1]
     load_spec(base_config(nodes=None, islands=[{"name": "a", "nodes": 1}]), "t")
+
+
+# --- did you mean: a VM size in the wrong case, a smoke base misspelt ----------------------------------------------
+def test_a_vm_size_in_lower_case_is_refused_with_its_exact_spelling() -> None:
+    text = problems_of(base_config(vmSize="standard_nd96isr_h100_v5"))
+    assert (
+        "ndfleet:vmSize = 'standard_nd96isr_h100_v5': unsupported VM size; did you mean 'Standard_ND96isr_H100_v5' "
+        "(the spelling Azure lists; ndfleet takes no other)?"
+    ) in text
+
+
+def test_a_vm_size_one_letter_off_gets_a_guess() -> None:
+    text = problems_of(base_config(vmSize="Standard_ND96isr_H200_v4"))
+    assert "did you mean 'Standard_ND96isr_H200_v5'?" in text
+
+
+def test_a_misspelt_smoke_base_gets_a_guess(tmp_path: Path) -> None:
+    import yaml
+
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
+    base = {"ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key(), "ndfleet:nodes": 2}
+    (tmp_path / "Pulumi.train.yaml").write_text(yaml.safe_dump({"config": base}))
+    smoke = {"ndfleet:smoke": {"of": "trian"}, "ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key()}
+    (tmp_path / "Pulumi.train-smoke.yaml").write_text(yaml.safe_dump({"config": smoke}))
+    with pytest.raises(StackFileError) as info:
+        load_stack(path=tmp_path / "Pulumi.train-smoke.yaml")
+    assert "ndfleet:smoke.of = 'trian': no such stack" in str(info.value)
+    assert "did you mean of: train? known stacks: train, train-smoke" in str(info.value)

@@ -462,5 +462,5 @@ def test_example_key_is_accepted() -> None:
 def test_a_one_node_elastic_island_is_refused() -> None:
     config = base_config(scheduler="slurm", islands=[{"name": "solo", "elastic": {"maxNodes": 1}}])
     del config["nodes"]
-    assert "ndfleet:islands[0].elastic.maxNodes = 1: an elastic island's new nodes must pass the fabric burn-in" in (
-        problems_of(config))
+    assert "ndfleet:islands[0].elastic.maxNodes = 1: with Slurm an island's nodes take jobs only once they pass the " \
+        "fabric burn-in" in problems_of(config)

@@ -483,8 +483,8 @@ def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, 
             "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
         )
     if elastic.max_nodes < SLURM_MIN_ISLAND_NODES and scheduler == "slurm":
-        problems.append(lone_island_problem(f"{key}.elastic.maxNodes = {elastic.max_nodes}", "set maxNodes to 2 or more"
-                                            " (or make it a fixed island of 2 or more)"))
+        setting = f"{key}.elastic.maxNodes = {elastic.max_nodes}"
+        problems.append(lone_island_problem(setting, "set maxNodes to 2 or more"))
     if elastic.min_nodes > elastic.max_nodes:
         problems.append(
             f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "

@@ -3,6 +3,7 @@ field checked on its own. The checks across settings, and what is derived from t
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
@@ -331,8 +332,17 @@ class StackConfig(SettingsModel):
     @field_validator("vm_size")
     @classmethod
     def _known_size(cls, v: str) -> str:
+        # Refused, not normalised, when only the case differs: ndfleet copies the name into the scale sets and keys
+        # its profiles, prices and quota families by it, so the stack file holds the one spelling Azure lists
+        # (`az vm list-skus`), and a later fix of its case can never show up in a diff.
         if v not in PROFILES:
-            raise ValueError(f"unsupported VM size; valid: {', '.join(PROFILES)}")
+            by_case = {p.lower(): p for p in PROFILES}
+            close = difflib.get_close_matches(v, list(PROFILES), n=1, cutoff=0.9)
+            guess = by_case.get(v.lower()) or (close[0] if close else None)
+            case = guess is not None and guess.lower() == v.lower()
+            hint = (f"did you mean '{guess}'" + (" (the spelling Azure lists; ndfleet takes no other)" if case else "")
+                    + "? ") if guess else ""  # fmt: skip
+            raise ValueError(f"unsupported VM size; {hint}valid: {', '.join(PROFILES)}")
         return v
 
     @field_validator("image")

@@ -18,6 +18,7 @@ here, called by `load_stack` for every command and for the Pulumi program under 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,11 @@ def resolve_smoke(
     base_file = path.parent / f"Pulumi.{of}.yaml"
     if stack_name_problem(of) is not None or not base_file.is_file():
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        guess = next(iter(difflib.get_close_matches(of, [k for k in known if k != name], n=1)), None)
         problems.append(
-            f"{where}: no such stack ({base_file} does not exist); known stacks: {', '.join(known) or 'none'}"
+            f"{where}: no such stack ({base_file} does not exist); "
+            + (f"did you mean of: {guess}? " if guess else "")
+            + f"known stacks: {', '.join(known) or 'none'}"
         )
         raise SmokeRefused(SpecError(problems).render())
     base_config = {_full(str(k)): v for k, v in read_config(base_file).items()}
