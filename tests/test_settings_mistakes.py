@@ -163,3 +163,33 @@ def test_a_misspelt_smoke_base_gets_a_guess(tmp_path: Path) -> None:
         load_stack(path=tmp_path / "Pulumi.train-smoke.yaml")
     assert "ndfleet:smoke.of = 'trian': no such stack" in str(info.value)
     assert "did you mean of: train? known stacks: train, train-smoke" in str(info.value)
+
+
+# --- the resource-name prefix: never cut, never a double dash ----------------------------------------------------
+def test_a_stack_name_too_long_for_the_prefix_is_refused_not_cut() -> None:
+    text = problems_of(base_config(), stack="research-cluster-h200-a")
+    assert "stack name 'research-cluster-h200-a' makes a resource-name prefix of 23 characters" in text
+    assert "ndfleet does not cut it, since a cut prefix ('research-cluster-h20') could be another stack's" in text
+
+
+def test_two_long_stack_names_cannot_share_a_prefix() -> None:
+    """Each is refused, or each names its own prefix: the two can no longer end up with one."""
+    for stack in ("research-cluster-h200-a", "research-cluster-h200-b"):
+        problems_of(base_config(), stack=stack)
+    a = load_spec(base_config(namePrefix="research-h200-a"), "research-cluster-h200-a")
+    b = load_spec(base_config(namePrefix="research-h200-b"), "research-cluster-h200-b")
+    assert a.name_prefix != b.name_prefix
+
+
+def test_a_twenty_character_stack_name_is_its_prefix() -> None:
+    assert load_spec(base_config(), "abcdefghij-klmnopqrs").name_prefix == "abcdefghij-klmnopqrs"
+
+
+@pytest.mark.parametrize("stack", ["a..b", "team__x", "x-" * 3 + "y"])
+def test_a_default_prefix_has_no_double_dash(stack: str) -> None:
+    assert "--" not in load_spec(base_config(), stack).name_prefix
+
+
+@pytest.mark.parametrize("prefix", ["ab-", "a--b"])
+def test_a_name_prefix_with_a_trailing_or_double_dash_is_refused(prefix: str) -> None:
+    assert f"ndfleet:namePrefix = '{prefix}'" in problems_of(base_config(namePrefix=prefix))

@@ -39,6 +39,7 @@ from ndfleet.stackconfig.settings import (
     BASTION_SUBNET_PREFIX,
     DEFAULT_VNET,
     LUSTRE_SUBNET_PREFIX,
+    MAX_NAME_PREFIX,
     MAX_NODES,
     MIN_COMPUTE_PREFIX,
     NAMESPACE,
@@ -146,7 +147,7 @@ def build_spec(
     network = _network(config, islands, ok, problems, warnings)
     _region(config, ok, problems, warnings)
     lustre = _lustre(config, ok, problems, warnings)
-    image = _other_settings(config, ok, problems, warnings)
+    image = _other_settings(config, stack, ok, problems, warnings)
     if problems or network is None:
         return None, problems
     return _spec(config, stack, islands, network, lustre, image, warnings), []
@@ -331,7 +332,7 @@ def _lustre(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str
     return lustre
 
 
-def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
+def _other_settings(config: StackConfig, stack: str, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
     """Spot, Slurm, tags, image, key and monitoring; returns the image (its check warns on an unpinned one)."""
     # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
     if ok("priority", "spotMaxPrice"):
@@ -375,6 +376,8 @@ def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: 
 
     if ok("monitoring"):
         problems += monitoring_problems(config.monitoring)
+    if ok("namePrefix") and config.name_prefix is None and (prefix_problem := default_prefix_problem(stack)):
+        problems.append(prefix_problem)
 
     return image
 
@@ -513,9 +516,31 @@ def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
     return []
 
 
+
+
+def _cleaned_prefix(stack: str) -> str:
+    # Runs of dashes become one: host names join the prefix, the island and the instance with single dashes.
+    cleaned = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", stack.lower())).strip("-") or "ndfleet"
+    return cleaned if cleaned[0].isalpha() else "nd" + cleaned
+
+
 def default_prefix(stack: str) -> str:
-    """The resource-name prefix of a stack without `namePrefix`: its name, cleaned."""
-    cleaned = re.sub(r"[^a-z0-9-]", "-", stack.lower()).strip("-") or "ndfleet"
-    if not cleaned[0].isalpha():
-        cleaned = "nd" + cleaned
-    return cleaned[:20]
+    """The resource-name prefix of a stack without `namePrefix`: its name, cleaned (never cut in a deployed stack:
+    `default_prefix_problem` refuses a name that would be; the cut here only keeps a refused name's messages short)."""
+    return _cleaned_prefix(stack)[:MAX_NAME_PREFIX].rstrip("-")
+
+
+def default_prefix_problem(stack: str) -> str | None:
+    """A stack without `namePrefix` whose name would have to be cut to make its prefix: refused, since a cut prefix
+    hides the stack it belongs to (two stacks named alike share it, and with it their host names, which status, the
+    alerts and goodput read to tell stacks apart: docs/operations.md, "Which scale sets are the stack's")."""
+    cleaned = _cleaned_prefix(stack)
+    if len(cleaned) <= MAX_NAME_PREFIX:
+        return None
+    cut = cleaned[:MAX_NAME_PREFIX].rstrip("-")
+    return (
+        f"stack name {stack!r} makes a resource-name prefix of {len(cleaned)} characters ({cleaned!r}), and "
+        f"{NAMESPACE}:namePrefix allows {MAX_NAME_PREFIX} (it starts every resource and host name); ndfleet does not "
+        f"cut it, since a cut prefix ({cut!r}) could be another stack's: set {NAMESPACE}:namePrefix to a prefix of "
+        f"at most {MAX_NAME_PREFIX} characters that names this stack alone, or use a shorter stack name"
+    )

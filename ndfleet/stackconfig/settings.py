@@ -78,6 +78,15 @@ NODES_BOUND = (
     f"network, and every node plus {NODE_HEADROOM_FRACTION:.0%} headroom for repairs and scale-outs takes one"
 )
 
+# namePrefix's bound: ndfleet's own budget, so that every name built on the
+# prefix fits its Azure limit with room to spare. The tightest: the accounting database's private endpoint,
+# `<prefix>-slurm-accounting-mysql-pe` (27 characters after the prefix; a private endpoint's name is 2-64), and the
+# hosts, `<prefix>-<island>-` (computerNamePrefix, the island up to 15) plus the scale set's 6-character instance id
+# (a Linux computer name is at most 64: Microsoft Learn, "Naming rules and restrictions for Azure resources", and the
+# Compute REST API's osProfile.computerName, "Max-length (Linux): 64 characters").
+MAX_NAME_PREFIX = 20
+
+
 class FrozenModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -297,7 +306,10 @@ class StackConfig(SettingsModel):
     resource_group_name: str | None = Field(
         default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$"
     )
-    name_prefix: str | None = Field(default=None, alias="namePrefix", pattern=r"^[a-z][a-z0-9-]{1,19}$")
+    # At most MAX_NAME_PREFIX characters (why: beside it); a stack without it takes its name (derive.default_prefix).
+    name_prefix: str | None = Field(
+        default=None, alias="namePrefix", pattern=rf"^[a-z][a-z0-9-]{{0,{MAX_NAME_PREFIX - 2}}}[a-z0-9]$"
+    )
     priority: Literal["Regular", "Spot"] = "Regular"
     spot_max_price: float = Field(default=-1, alias="spotMaxPrice")
     proximity_placement_group: bool = Field(default=True, alias="proximityPlacementGroup")
@@ -343,6 +355,14 @@ class StackConfig(SettingsModel):
             hint = (f"did you mean '{guess}'" + (" (the spelling Azure lists; ndfleet takes no other)" if case else "")
                     + "? ") if guess else ""  # fmt: skip
             raise ValueError(f"unsupported VM size; {hint}valid: {', '.join(PROFILES)}")
+        return v
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _one_dash(cls, v: str | None) -> str | None:
+        # Host names are `<prefix>-<island>-<instance>`: a double dash would read as an empty part.
+        if v is not None and "--" in v:
+            raise ValueError("has a double dash ('--'): host and resource names join its parts with single dashes")
         return v
 
     @field_validator("image")
