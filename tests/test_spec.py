@@ -59,7 +59,7 @@ def test_island_limit_300_is_allowed_with_a_support_request_warning() -> None:
 
 
 def test_default_limit_gives_no_warning() -> None:
-    assert spec_of(nodes=100, image=PINNED_IMAGE).warnings == (EXAMPLE_KEY_WARNING,)
+    assert spec_of(nodes=100, image=PINNED_IMAGE, bastion=True).warnings == (EXAMPLE_KEY_WARNING,)
 
 
 def test_vcpu_quota_is_nodes_times_vcpus_per_family() -> None:

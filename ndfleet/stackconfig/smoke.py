@@ -27,8 +27,8 @@ from pydantic import ValidationError
 
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import STAND_IN_SSH_KEY, load_spec
-from ndfleet.stackconfig.derive import SLURM_MIN_ISLAND_NODES, default_prefix
-from ndfleet.stackconfig.names import grafana_name, stack_name_problem
+from ndfleet.stackconfig.islands import SLURM_MIN_ISLAND_NODES
+from ndfleet.stackconfig.names import default_prefix, grafana_name, stack_name_problem
 from ndfleet.stackconfig.problems import SpecError, setting_problem, show_value
 from ndfleet.stackconfig.settings import NAMESPACE, SMOKE_DCGM_LEVEL, SMOKE_KEY, SmokeConfig
 
@@ -157,7 +157,7 @@ def resolve_smoke(
             "stack needs its own group (leave resourceGroupName out and Pulumi creates one)"
         )
 
-    # With Slurm an island of one node never leaves the burn-in (derive.SLURM_MIN_ISLAND_NODES): the smoke run of a
+    # With Slurm an island of one node never leaves the burn-in (islands.SLURM_MIN_ISLAND_NODES): the smoke run of a
     # Slurm base takes 2 per island, so that its nodes enter service and take a job, as the base's do.
     least = SLURM_MIN_ISLAND_NODES if base.scheduler == "slurm" else 1
     per_island = smoke.nodes_per_island if smoke.nodes_per_island is not None else least
