@@ -185,7 +185,7 @@ def test_a_twenty_character_stack_name_is_its_prefix() -> None:
     assert load_spec(base_config(), "abcdefghij-klmnopqrs").name_prefix == "abcdefghij-klmnopqrs"
 
 
-@pytest.mark.parametrize("stack", ["a..b", "team__x", "x-" * 3 + "y"])
+@pytest.mark.parametrize("stack", ["a..b", "team__x", "x--y"])
 def test_a_default_prefix_has_no_double_dash(stack: str) -> None:
     assert "--" not in load_spec(base_config(), stack).name_prefix
 
