@@ -193,3 +193,21 @@ def test_a_default_prefix_has_no_double_dash(stack: str) -> None:
 @pytest.mark.parametrize("prefix", ["ab-", "a--b"])
 def test_a_name_prefix_with_a_trailing_or_double_dash_is_refused(prefix: str) -> None:
     assert f"ndfleet:namePrefix = '{prefix}'" in problems_of(base_config(namePrefix=prefix))
+
+
+def test_two_stacks_with_one_prefix_beside_each_other_are_warned_about(tmp_path: Path) -> None:
+    import yaml
+
+    from ndfleet.stackconfig.stackfile import load_stack
+
+    base = {"ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key(), "ndfleet:nodes": 2}
+    (tmp_path / "Pulumi.team-a.yaml").write_text(yaml.safe_dump({"config": base}))
+    (tmp_path / "Pulumi.team-b.yaml").write_text(yaml.safe_dump({"config": {**base, "ndfleet:namePrefix": "team-a"}}))
+    (tmp_path / "Pulumi.team-c.yaml").write_text(yaml.safe_dump({"config": base}))
+    warned = [w for w in load_stack(path=tmp_path / "Pulumi.team-b.yaml").warnings if "namePrefix" in w]
+    assert warned == [
+        "ndfleet:namePrefix: stack 'team-b' names its resources and hosts 'team-a-...', as stack(s) 'team-a' beside it "
+        "do; in one subscription `ndfleet status`, the alerts and goodput could not tell their scale sets and nodes "
+        "apart: give each its own ndfleet:namePrefix"
+    ]
+    assert not [w for w in load_stack(path=tmp_path / "Pulumi.team-c.yaml").warnings if "namePrefix" in w]
