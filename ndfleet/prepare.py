@@ -44,7 +44,8 @@ from ndfleet.stackconfig.clouds import (
     public_cloud_only_problems,
 )
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
-from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.config import STACK_CHECKS_SKIPPED, check_settings
+from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.settings import NAMESPACE
 
 # The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
@@ -56,12 +57,9 @@ GRACE_ROUND_S = 300
 GRACE_SETTING = f"{NAMESPACE}:health.probeGracePeriodSeconds"
 
 
-class PrepareError(Exception):
-    """The stack is valid setting by setting but cannot be deployed as a whole; every problem, one per line."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(problems))
+class PrepareError(SpecError):
+    """The stack is valid setting by setting but cannot be deployed as a whole; every problem, one per line, in
+    SpecError's form (one format for every stage of the checks)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +122,13 @@ def slot_problem(spec: ClusterSpec, sizes: list[int], used: int) -> str:
 
 def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCluster:
     """Render and check everything for `spec`; PrepareError lists every problem found."""
+    prepared = _prepare(spec, cloud)
+    for seen in _recorders:
+        seen.append(prepared)
+    return prepared
+
+
+def _prepare(spec: ClusterSpec, cloud: StorageCloud) -> PreparedCluster:
     # Warnings that need the monitoring exporters' series (ndfleet/monitoring/budget.py) or ndfleet's price table
     # (ndfleet/cost/estimate.py) join the spec's own.
     from ndfleet.cost.estimate import with_price_warnings
@@ -187,7 +192,7 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
                 problems.append(str(error))
     if problems:
         raise PrepareError(problems)
-    prepared = PreparedCluster(
+    return PreparedCluster(
         spec=spec,
         cloud=cloud,
         islands=tuple(islands),
@@ -195,9 +200,6 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         probe_grace_period_s=grace,
         probe_grace_period_explicit=explicit is not None,
     )
-    for seen in _recorders:
-        seen.append(prepared)
-    return prepared
 
 
 # `ndfleet plan --program DIR` runs a program that is not ndfleet's own; what it prepared gives its plan the same
@@ -222,12 +224,26 @@ def prepare_config(
 ) -> PreparedCluster:
     """load_spec + the cloud of the stack + prepare: what every command runs first. Raises SpecError or
     PrepareError (both: a message naming each setting, no traceback)."""
-    spec = load_spec(raw, stack)
+    checked = check_settings(raw, stack)
+    problems = list(checked.problems)
     try:
-        cloud = cloud_from_config(engine_config, env)
+        cloud: StorageCloud | None = cloud_from_config(engine_config, env)
     except UnknownCloud as error:
-        raise PrepareError([str(error)]) from None
-    return prepare(spec, cloud)
+        problems.append(str(error))
+        cloud = None
+    if checked.spec is None or cloud is None:
+        # The stack-wide checks need a spec the settings stage accepted, and a known cloud: one line says they wait.
+        skipped = checked.skipped_line() or (STACK_CHECKS_SKIPPED if checked.spec is not None else None)
+        raise PrepareError(problems, skipped)
+    if not problems:
+        return prepare(checked.spec, cloud)
+    # Only unknown keys so far, which the settings stage dropped to check the rest as written: the stack-wide
+    # checks run too, and every problem is reported at once.
+    try:
+        _prepare(checked.spec, cloud)
+    except PrepareError as error:
+        problems += error.problems
+    raise PrepareError(problems)
 
 
 __all__ = [

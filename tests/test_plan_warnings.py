@@ -176,3 +176,17 @@ def test_the_program_logs_the_workspace_warning_before_deploying() -> None:
 
     prepared = prepare(load_spec(monitored(1_000, 30), "t"))
     assert len(workspace_warnings(prepared.spec.warnings)) == 1
+
+
+def test_a_stack_without_bastion_says_how_its_nodes_are_reached() -> None:
+    """No machine of a stack has a public address: without Bastion (the h200 example) the plan says so, and how."""
+    from ndfleet.stackconfig.config import load_spec
+    from tests.conftest import base_config
+
+    lone = [w for w in load_spec(base_config(), "t").warnings if w.startswith("ndfleet:bastion off")]
+    assert lone == [
+        "ndfleet:bastion off: the nodes have no public address, so they are reachable only from inside the VNet (a VM "
+        "there, a peered network or a VPN gateway), not from a laptop on the internet; set ndfleet:bastion: true to "
+        "reach them through Azure Bastion (docs/deploying.md, \"Reaching a node\")"
+    ]
+    assert not [w for w in load_spec(base_config(bastion=True), "t").warnings if "bastion" in w]

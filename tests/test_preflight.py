@@ -924,9 +924,10 @@ def test_regional_total_counts_the_slurm_machines(tmp_path: Path, capsys: pytest
 
 
 def test_slurm_machines_can_break_the_regional_total(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # cores: limit 200, 96 in use, 104 free; one GPU node (96) fits alone, not with the two Slurm VMs (16).
-    path = slurm_stack(tmp_path, nodes=1)
-    run = preflight_run(capsys, path, arm(usages=ok("usages-eastus-regional-short.json")))
+    # cores: limit 200, none in use (usages-eastus-regional-short.json with cores' currentValue 0); two GPU nodes
+    # (192, the fewest a Slurm island has) fit alone, not with the two Slurm VMs (16).
+    path = slurm_stack(tmp_path, nodes=2)
+    run = preflight_run(capsys, path, arm(usages=ok("usages-eastus-regional-200-free.json")))
     check = run.check("quota-regional")
     assert (run.code, check["status"], check["figures"]["missing"]) == (1, "fail", 8)
 

@@ -4,6 +4,7 @@ naming the setting and what is valid, or warned about, as docs/configuration.md 
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,3 +107,107 @@ def test_an_encrypted_webhook_does_not_warn() -> None:
     assert StackFile.from_config("s", Path("Pulumi.s.yaml"), config).warnings[0].startswith(
         "ndfleet:monitoring.webhooks[1] written in clear text"
     )
+
+
+# --- one rule for an island of one node under Slurm: fixed, elastic or split off by `nodes` ---------------------
+LONE = "a node alone in its island would stay drained awaiting burn-in for good"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        ({"islands": [{"name": "a", "nodes": 1}]}, "ndfleet:islands[0].nodes = 1"),
+        ({"islands": [{"name": "a", "elastic": {"maxNodes": 1}}]}, "ndfleet:islands[0].elastic.maxNodes = 1"),
+        ({"nodes": 1}, "ndfleet:nodes = 1"),
+        ({"nodes": 101}, "ndfleet:nodes = 101 (100 + 1 nodes)"),
+    ],
+)
+def test_an_island_of_one_node_is_refused_with_slurm(overrides: dict[str, Any], setting: str) -> None:
+    config = base_config(scheduler="slurm", bastion=True, **overrides)
+    if "islands" in overrides:
+        config.pop("nodes")
+    text = problems_of(config)
+    assert f"{setting}: with Slurm an island's nodes take jobs only once they pass the fabric burn-in" in text
+    assert LONE in text
+
+
+def test_an_island_of_one_node_is_fine_without_slurm() -> None:
+    assert [i.nodes for i in load_spec(base_config(nodes=101), "t").islands] == [100, 1]
+    load_spec(base_config(nodes=None, islands=[{"name": "a", "nodes": 1}]), "t")
+
+
+# --- did you mean: a VM size in the wrong case, a smoke base misspelt ----------------------------------------------
+def test_a_vm_size_in_lower_case_is_refused_with_its_exact_spelling() -> None:
+    text = problems_of(base_config(vmSize="standard_nd96isr_h100_v5"))
+    assert (
+        "ndfleet:vmSize = 'standard_nd96isr_h100_v5': unsupported VM size; did you mean 'Standard_ND96isr_H100_v5' "
+        "(the spelling Azure lists; ndfleet takes no other)?"
+    ) in text
+
+
+def test_a_vm_size_one_letter_off_gets_a_guess() -> None:
+    text = problems_of(base_config(vmSize="Standard_ND96isr_H200_v4"))
+    assert "did you mean 'Standard_ND96isr_H200_v5'?" in text
+
+
+def test_a_misspelt_smoke_base_gets_a_guess(tmp_path: Path) -> None:
+    import yaml
+
+    from ndfleet.stackconfig.stackfile import StackFileError, load_stack
+
+    base = {"ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key(), "ndfleet:nodes": 2}
+    (tmp_path / "Pulumi.train.yaml").write_text(yaml.safe_dump({"config": base}))
+    smoke = {"ndfleet:smoke": {"of": "trian"}, "ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key()}
+    (tmp_path / "Pulumi.train-smoke.yaml").write_text(yaml.safe_dump({"config": smoke}))
+    with pytest.raises(StackFileError) as info:
+        load_stack(path=tmp_path / "Pulumi.train-smoke.yaml")
+    assert "ndfleet:smoke.of = 'trian': no such stack" in str(info.value)
+    assert "did you mean of: train? known stacks: train, train-smoke" in str(info.value)
+
+
+# --- the resource-name prefix: never cut, never a double dash ----------------------------------------------------
+def test_a_stack_name_too_long_for_the_prefix_is_refused_not_cut() -> None:
+    text = problems_of(base_config(), stack="research-cluster-h200-a")
+    assert "stack name 'research-cluster-h200-a' makes a resource-name prefix of 23 characters" in text
+    assert "ndfleet does not cut it, since a cut prefix ('research-cluster-h20') could be another stack's" in text
+
+
+def test_two_long_stack_names_cannot_share_a_prefix() -> None:
+    """Each is refused, or each names its own prefix: the two can no longer end up with one."""
+    for stack in ("research-cluster-h200-a", "research-cluster-h200-b"):
+        problems_of(base_config(), stack=stack)
+    a = load_spec(base_config(namePrefix="research-h200-a"), "research-cluster-h200-a")
+    b = load_spec(base_config(namePrefix="research-h200-b"), "research-cluster-h200-b")
+    assert a.name_prefix != b.name_prefix
+
+
+def test_a_twenty_character_stack_name_is_its_prefix() -> None:
+    assert load_spec(base_config(), "abcdefghij-klmnopqrs").name_prefix == "abcdefghij-klmnopqrs"
+
+
+@pytest.mark.parametrize("stack", ["a..b", "team__x", "x--y"])
+def test_a_default_prefix_has_no_double_dash(stack: str) -> None:
+    assert "--" not in load_spec(base_config(), stack).name_prefix
+
+
+@pytest.mark.parametrize("prefix", ["ab-", "a--b"])
+def test_a_name_prefix_with_a_trailing_or_double_dash_is_refused(prefix: str) -> None:
+    assert f"ndfleet:namePrefix = '{prefix}'" in problems_of(base_config(namePrefix=prefix))
+
+
+def test_two_stacks_with_one_prefix_beside_each_other_are_warned_about(tmp_path: Path) -> None:
+    import yaml
+
+    from ndfleet.stackconfig.stackfile import load_stack
+
+    base = {"ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key(), "ndfleet:nodes": 2}
+    (tmp_path / "Pulumi.team-a.yaml").write_text(yaml.safe_dump({"config": base}))
+    (tmp_path / "Pulumi.team-b.yaml").write_text(yaml.safe_dump({"config": {**base, "ndfleet:namePrefix": "team-a"}}))
+    (tmp_path / "Pulumi.team-c.yaml").write_text(yaml.safe_dump({"config": base}))
+    warned = [w for w in load_stack(path=tmp_path / "Pulumi.team-b.yaml").warnings if "namePrefix" in w]
+    assert warned == [
+        "ndfleet:namePrefix: stack 'team-b' names its resources and hosts 'team-a-...', as stack(s) 'team-a' beside it "
+        "do; in one subscription `ndfleet status`, the alerts and goodput could not tell their scale sets and nodes "
+        "apart: give each its own ndfleet:namePrefix"
+    ]
+    assert not [w for w in load_stack(path=tmp_path / "Pulumi.team-c.yaml").warnings if "namePrefix" in w]

@@ -51,7 +51,7 @@ def test_prod_smoke_creates_every_resource_prod_creates(prod: Plan, smoke: Plan)
 def test_prod_smoke_keeps_every_setting_of_prod_but_the_size(prod: Plan, smoke: Plan) -> None:
     base, run = prod.spec, smoke.spec
     assert [i.name for i in run.islands] == [i.name for i in base.islands] == ["ib00", "ib01", "ib02"]
-    assert [i.nodes for i in run.islands] == [1, 1, 1]
+    assert [i.nodes for i in run.islands] == [2, 2, 2]  # prod runs Slurm: its burn-in pairs an island's nodes
     same = ("location", "zone", "profile", "image", "admin_username", "bastion", "scheduler", "slurm", "monitoring",
             "priority", "proximity_placement_group", "os_disk_size_gb", "max_nodes_per_island")  # fmt: skip
     for field in same:
@@ -81,15 +81,19 @@ def test_prod_smoke_names_differ_from_prod(prod: Plan, smoke: Plan) -> None:
 
 
 def test_vmss_capacity_is_the_smoke_size(smoke: Plan) -> None:
-    assert sorted(r.inputs["sku"]["capacity"] for r in smoke.resources if r.type == VMSS) == [1, 1, 1]
+    assert sorted(r.inputs["sku"]["capacity"] for r in smoke.resources if r.type == VMSS) == [2, 2, 2]
 
 
 def test_plan_table_says_what_the_smoke_is(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--stack", "prod-smoke"]) == 0
     out = capsys.readouterr().out
-    assert "smoke run of stack prod: 1 node per island; every other setting is prod's" in out
+    assert "smoke run of stack prod: 2 nodes per island; every other setting is prod's" in out
     assert "validation: each node within 1,690 s (about 28 minutes; validationLevel full, dcgmLevel 1)" in out
-    assert "smoke run of 2 h (ndfleet:smoke.hours, up to destroy): US$592.99" in out
+    gpu = table_price("Standard_ND96isr_H100_v5", "eastus")
+    controller, login = table_price("Standard_D16s_v5", "eastus"), table_price("Standard_D8s_v5", "eastus")
+    assert gpu and controller and login
+    run = 2 * (6 * gpu.usd_per_hour + controller.usd_per_hour + 2 * login.usd_per_hour)
+    assert f"smoke run of 2 h (ndfleet:smoke.hours, up to destroy): US${run:,.2f}" in out
 
 
 def test_cost_prices_the_smoke_run(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,17 +102,17 @@ def test_cost_prices_the_smoke_run(capsys: pytest.CaptureFixture[str]) -> None:
     gpu = table_price("Standard_ND96isr_H100_v5", "eastus")
     controller, login = table_price("Standard_D16s_v5", "eastus"), table_price("Standard_D8s_v5", "eastus")
     assert gpu and controller and login
-    hourly = 3 * gpu.usd_per_hour + controller.usd_per_hour + 2 * login.usd_per_hour
+    hourly = 6 * gpu.usd_per_hour + controller.usd_per_hour + 2 * login.usd_per_hour
     assert doc["usdPerHour"] == pytest.approx(hourly, abs=0.01)
     assert doc["runHours"] == 2
     assert doc["usdPerRun"] == pytest.approx(2 * hourly, abs=0.01)
-    assert sum(i["count"] for i in doc["items"] if i["vmSize"] == "Standard_ND96isr_H100_v5") == 3
+    assert sum(i["count"] for i in doc["items"] if i["vmSize"] == "Standard_ND96isr_H100_v5") == 6
 
 
 def test_plan_json_says_what_the_smoke_is(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--stack", "prod-smoke", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["summary"]["smoke"] == {"of": "prod", "nodesPerIsland": 1, "dcgmLevel": 1, "hours": 2}
+    assert doc["summary"]["smoke"] == {"of": "prod", "nodesPerIsland": 2, "dcgmLevel": 1, "hours": 2}
     cost = doc["cost"]
     assert (cost["runHours"], cost["usdPerRun"]) == (2, pytest.approx(2 * cost["usdPerHour"], abs=0.01))
 
@@ -168,6 +172,24 @@ def test_two_nodes_per_island_and_elastic_islands(tmp_path: Path) -> None:
     assert burst is not None and (burst.min_nodes, burst.idle_minutes) == (2, 30)
     assert cold is not None and cold.min_nodes == 0
     assert spec.total_nodes == 6
+
+
+def test_a_slurm_base_takes_two_nodes_per_island_and_refuses_one(tmp_path: Path) -> None:
+    """With Slurm a node alone in its island never leaves the pair burn-in (derive.SLURM_MIN_ISLAND_NODES): the smoke
+    run of a Slurm base defaults to 2 per island, and an explicit 1 is refused, naming smoke.nodesPerIsland."""
+    _write(tmp_path, "big", ELASTIC_BASE)
+    default = _write(tmp_path, "big-smoke", _smoke(of="big"))
+    spec = load_spec(load_stack(path=default).ndfleet_config, "big-smoke")
+    assert [i.nodes for i in spec.islands] == [2, 2, 2] and spec.smoke is not None
+    assert spec.smoke.nodes_per_island == 2
+    _write(tmp_path, "one", _smoke(of="big", nodesPerIsland=1))
+    assert "ndfleet:smoke.nodesPerIsland = 1: the base stack 'big' runs Slurm" in _refusal(tmp_path, "one")
+
+
+def test_a_base_without_slurm_takes_one_node_per_island(tmp_path: Path) -> None:
+    _write(tmp_path, "plain", {"ndfleet:location": "eastus", "ndfleet:sshPublicKey": dev_ssh_key(), "ndfleet:nodes": 4})
+    spec = load_spec(load_stack(path=_write(tmp_path, "plain-smoke", _smoke(of="plain"))).ndfleet_config, "plain-smoke")
+    assert [i.nodes for i in spec.islands] == [1]
 
 
 def _refusal(tmp_path: Path, name: str) -> str:
@@ -274,7 +296,7 @@ def test_the_program_derives_the_smoke_stack_as_the_cli_does(monkeypatch: pytest
     prepared = program.prepare_from_stack()
     cli = load_stack("prod-smoke")
     assert prepared.spec == load_spec(cli.ndfleet_config, cli.name)
-    assert prepared.spec.scheduler == "slurm" and prepared.spec.bastion and prepared.spec.total_nodes == 3
+    assert prepared.spec.scheduler == "slurm" and prepared.spec.bastion and prepared.spec.total_nodes == 6
 
 
 def test_the_program_takes_the_smoke_stack_secrets_from_the_engine(tmp_path: Path,

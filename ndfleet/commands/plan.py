@@ -76,6 +76,8 @@ def render_table(plan: Plan) -> str:
         spares = (f" ({island.in_service} in service, {island.spares} warm spare{'s' if island.spares > 1 else ''})"
                   if island.spares else "")
         lines.append(f"    {island.name}: {island.nodes} nodes, {island.nodes * spec.profile.gpus_per_vm} GPUs{spares}")
+    if spec.island_split is not None:
+        lines.append(f"  {spec.island_split}")
     if spec.smoke is not None:
         from ndfleet.nodefiles.bootstrap import validation_budget_s
         from ndfleet.stackconfig.smoke import smoke_lines

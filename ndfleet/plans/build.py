@@ -27,8 +27,10 @@ from pulumi.runtime.sync_await import _sync_await
 from ndfleet.cost.estimate import estimate_cost, with_price_warnings
 from ndfleet.monitoring.budget import as_json as monitoring_json
 from ndfleet.monitoring.budget import with_workspace_warnings
+from ndfleet.prepare import prepare_config
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.config import load_spec
+from ndfleet.stackconfig.config import check_settings
+from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.stackfile import StackFile
 from ndfleet.stackconfig.summary import spec_summary
 from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SPOT_QUOTA, quota_need
@@ -282,8 +284,12 @@ def _resolve(value: Any) -> Any:
 def run_plan(stack: StackFile) -> Plan:
     """Validate the stack, then run the program (`ndfleet.program.main`, which `__main__.py` calls) under the
     mock runtime. Raises SpecError before any registration."""
-    # and the series budget's and the price table's
-    spec = with_price_warnings(with_workspace_warnings(load_spec(stack.ndfleet_config, stack.name)))
+    checked = check_settings(stack.ndfleet_config, stack.name)
+    if checked.problems or checked.spec is None:
+        # The prepare step's checks of the stack as a whole run too where they can: one refusal, every stage.
+        prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
+        raise SpecError(checked.problems)  # not reached: prepare_config refuses what check_settings found
+    spec = with_price_warnings(with_workspace_warnings(checked.spec))  # and the series budget's and the price table's
     # The run allocates ~10^5 short-lived objects (Outputs, futures) and frees them at the end: the cyclic
     # collector would only rescan them, which costs a quarter of the wall time of a large plan.
     gc_was_enabled = gc.isenabled()

@@ -123,6 +123,9 @@ class ClusterSpec(FrozenModel):
     preflight: bool
     subscription_id: str | None
     warnings: tuple[str, ...] = ()
+    # Why `ndfleet:nodes` became several islands, one line for the plan (derive.island_split_line); None when the
+    # stack lists its islands or they are one.
+    island_split: str | None = None
     # `ndfleet:scheduler`: "slurm" adds the Slurm controller, login node(s), accounting database, vault and NFS
     # share (components/slurm*.py); `slurm` holds their settings (None when the scheduler is "none").
     scheduler: str = "none"

@@ -13,8 +13,10 @@ This module is the way in: `load_spec` (and reading the config from Pulumi's eng
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, get_args
 
 from pydantic import ValidationError
@@ -74,37 +76,95 @@ def read_pulumi_config() -> dict[str, Any]:
     return from_engine(merged)
 
 
-def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
-    """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError.
+# The one line of a refusal whose stack-wide checks (ndfleet/prepare.py) could not run yet.
+STACK_CHECKS_SKIPPED = (
+    "further checks of the stack as a whole (boot data size, probe grace period, elastic timing) were skipped until "
+    "these are fixed"
+)
 
-    Every problem in one go: the settings are checked one by one, then the checks across settings (VNet size,
-    islands, Lustre zone, ...) run over the settings that passed, skipping those that read a failed one.
-    """
+
+@dataclass(frozen=True)
+class CheckedSettings:
+    """The settings checks of a stack (each setting, then the checks across settings): every problem they found, and
+    the spec when the stack-wide checks of the prepare step (ndfleet/prepare.py) can run on it as well.
+
+    `spec` is set when every setting the stack writes is valid and the checks across them passed: an unknown key
+    (a typo) does not stop it, since it is dropped and the stack is checked as written without it (its problem line
+    names the key and the setting it was probably meant to be). An invalid value has no value to check the stack
+    with: `blocked_by` names those settings, and the stack-wide checks wait for them (`SpecError.skipped`)."""
+
+    spec: ClusterSpec | None
+    problems: list[str]
+    blocked_by: tuple[str, ...] = ()
+
+    def skipped_line(self) -> str | None:
+        """One line saying the stack-wide checks did not run and what must be fixed first; None when they ran or
+        when there is nothing to say."""
+        if self.spec is not None or not self.problems:
+            return None
+        which = ", ".join(f"{NAMESPACE}:{k}" for k in self.blocked_by)
+        return STACK_CHECKS_SKIPPED + (f" (they read {which})" if which else "")
+
+
+def _drop(raw: dict[str, Any], loc: tuple[int | str, ...]) -> bool:
+    """Remove the unknown key at `loc` from the (copied) raw settings; False when the path is not there."""
+    node: Any = raw
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if isinstance(node, dict) and loc[-1] in node:
+        del node[loc[-1]]
+        return True
+    return False
+
+
+def check_settings(raw: Mapping[str, Any], stack: str) -> CheckedSettings:
+    """Every problem of the settings stage: each setting on its own, then the checks across settings over those that
+    passed, skipping the checks that read a failed one (CheckedSettings says what the next stage may do)."""
     problems: list[str] = []
     name_problem = stack_name_problem(stack)
     if name_problem is not None:
         problems.append(name_problem)
         stack = "invalid-stack-name"
-    raw = dict(raw)
+    kept: dict[str, Any] = copy.deepcopy(dict(raw))
     broken: set[str] = set()
     try:
-        config = StackConfig.model_validate(raw)
+        config = StackConfig.model_validate(kept)
     except ValidationError as e:
         for err in e.errors():
             problems.append(setting_problem(err))
-            broken.add(str(err["loc"][0]) if err["loc"] else "")
-        kept = {k: v for k, v in raw.items() if k not in broken}
+            loc = tuple(err["loc"])
+            # An unknown key is dropped where it stands (its block stays as written); any other problem takes its
+            # whole top-level setting out, which the checks that read it then skip.
+            if not (err["type"] == "extra_forbidden" and _drop(kept, loc)):
+                broken.add(str(loc[0]) if loc else "")
+        kept = {k: v for k, v in kept.items() if k not in broken}
         for key, stand_in in _STAND_INS.items():
             kept.setdefault(key, stand_in)
         try:
             config = StackConfig.model_validate(kept)
         except ValidationError:  # cannot happen: every failed key was dropped; report what we have
-            raise SpecError(problems) from None
+            return CheckedSettings(None, problems, tuple(sorted(broken)))
     broken |= {k for k in _STAND_INS if k not in raw}
     spec, cross_problems = build_spec(config, stack, frozenset(broken))
     problems += cross_problems
-    if problems or spec is None:
-        raise SpecError(problems)
-    return spec
+    if broken or cross_problems or name_problem is not None:
+        blocked = tuple(sorted(broken)) if broken else ()
+        return CheckedSettings(None, problems, blocked)
+    return CheckedSettings(spec, problems)
 
 
+def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
+    """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError.
+
+    Every problem in one go: the settings are checked one by one, then the checks across settings (VNet size,
+    islands, Lustre zone, ...) run over the settings that passed, skipping those that read a failed one. The checks
+    of the stack as a whole follow in the prepare step (ndfleet.prepare.prepare_config, which reports both stages'
+    problems together).
+    """
+    checked = check_settings(raw, stack)
+    if checked.problems or checked.spec is None:
+        raise SpecError(checked.problems)
+    return checked.spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import re
 from collections.abc import Callable
 
 from ndfleet_node.names import TAG_PREFIX, TAG_STACK
@@ -24,7 +23,6 @@ from ndfleet.stackconfig.addressing import (
 )
 from ndfleet.stackconfig.clusterspec import (
     ClusterSpec,
-    ElasticSpec,
     ImageSpec,
     IslandSpec,
     LustreSpec,
@@ -32,6 +30,14 @@ from ndfleet.stackconfig.clusterspec import (
     StorageSpec,
     SubnetSpec,
 )
+from ndfleet.stackconfig.islands import (
+    SLURM_MIN_ISLAND_NODES,
+    island_size,
+    island_split_line,
+    lone_island_problem,
+    spare_problems,
+)
+from ndfleet.stackconfig.names import default_prefix, default_prefix_problem
 from ndfleet.stackconfig.problems import show_value
 from ndfleet.stackconfig.profiles import DEFAULT_MAX_NODES_PER_ISLAND, LUSTRE_SKUS, PROFILES, RDMA_RESERVED_CIDR
 from ndfleet.stackconfig.regions import (
@@ -47,7 +53,6 @@ from ndfleet.stackconfig.settings import (
     MAX_NODES,
     NAMESPACE,
     NODES_BOUND,
-    IslandConfig,
     MonitoringConfig,
     StackConfig,
 )
@@ -97,7 +102,7 @@ def build_spec(
     network = _network(config, islands, ok, problems, warnings)
     _region(config, ok, problems, warnings)
     lustre = _lustre(config, ok, problems, warnings)
-    image = _other_settings(config, ok, problems, warnings)
+    image = _other_settings(config, stack, ok, problems, warnings)
     if problems or network is None:
         return None, problems
     return _spec(config, stack, islands, network, lustre, image, warnings), []
@@ -115,9 +120,16 @@ def _islands(config: StackConfig, ok: Ok, problems: list[str], warnings: list[st
             f"of at most maxNodesPerIsland) or 'islands' (a list of {{name, nodes}})"
         )
     elif config.nodes is not None:
-        islands = [
-            IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(split_islands(config.nodes, limit))
-        ]
+        sizes = split_islands(config.nodes, limit)
+        islands = [IslandSpec(name=f"ib{i:02d}", index=i, nodes=n) for i, n in enumerate(sizes)]
+        if config.scheduler == "slurm" and min(sizes) < SLURM_MIN_ISLAND_NODES:
+            split = " + ".join(str(n) for n in sizes)
+            fix = (
+                "set nodes to 2 or more" if len(sizes) == 1
+                else f"choose a node count that leaves no island of 1 (maxNodesPerIsland = {limit}), or list islands"
+            )
+            shown = f" ({split} nodes)" if len(sizes) > 1 else ""
+            problems.append(lone_island_problem(f"{NAMESPACE}:nodes = {config.nodes}{shown}", fix))
     else:
         assert config.islands is not None
         if not config.islands:
@@ -291,7 +303,7 @@ def _lustre(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str
     return lustre
 
 
-def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
+def _other_settings(config: StackConfig, stack: str, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
     """Spot, Slurm, tags, image, key and monitoring; returns the image (its check warns on an unpinned one)."""
     # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
     if ok("priority", "spotMaxPrice"):
@@ -312,6 +324,13 @@ def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: 
             f"{NAMESPACE}:scheduler = 'slurm' with {NAMESPACE}:bastion off: the login node has no public address, so "
             f"it is reachable only from inside the VNet (a peered network or VPN); set {NAMESPACE}:bastion: true to "
             "reach it through Azure Bastion"
+        )
+    elif not config.bastion:
+        # No machine of the stack has a public address, by design (docs/deploying.md, "Reaching a node").
+        warnings.append(
+            f"{NAMESPACE}:bastion off: the nodes have no public address, so they are reachable only from inside the "
+            "VNet (a VM there, a peered network or a VPN gateway), not from a laptop on the internet; set "
+            f"{NAMESPACE}:bastion: true to reach them through Azure Bastion (docs/deploying.md, \"Reaching a node\")"
         )
     if config.scheduler != "slurm" and "slurm" in config.model_fields_set:
         problems.append(
@@ -335,6 +354,8 @@ def _other_settings(config: StackConfig, ok: Ok, problems: list[str], warnings: 
 
     if ok("monitoring"):
         problems += monitoring_problems(config.monitoring)
+    if ok("namePrefix") and config.name_prefix is None and (prefix_problem := default_prefix_problem(stack)):
+        problems.append(prefix_problem)
 
     return image
 
@@ -351,6 +372,9 @@ def _spec(
     profile = PROFILES[config.vm_size]
     limit = config.max_nodes_per_island
     prefix = config.name_prefix or default_prefix(stack)
+    split = (
+        island_split_line(config.nodes, [i.nodes for i in islands], limit) if config.nodes is not None else None
+    )
     spec = ClusterSpec(
         stack=stack,
         name_prefix=prefix,
@@ -378,69 +402,12 @@ def _spec(
         preflight=config.preflight,
         subscription_id=config.subscription_id,
         warnings=tuple(warnings),
+        island_split=split,
         scheduler=config.scheduler,
         slurm=config.slurm if config.scheduler == "slurm" else None,
         smoke=config.smoke,
     )
     return spec
-
-
-def spare_problems(island: IslandConfig, index: int, scheduler: str) -> list[str]:
-    """What is wrong with `islands[i].spares` (docs/operations.md, "Warm spares")."""
-    if island.spares == 0:
-        return []
-    key = f"{NAMESPACE}:islands[{index}].spares = {island.spares}"
-    problems = []
-    if scheduler != "slurm":
-        problems.append(f"{key}: spares are held in a Slurm reservation and swapped in by the Slurm controller, and "
-                        f"{NAMESPACE}:scheduler = {scheduler!r}; set {NAMESPACE}:scheduler to 'slurm' or remove spares")
-    if island.elastic is not None:
-        # An elastic island already grows on demand, and Slurm's power saving would suspend (delete) an idle spare.
-        problems.append(f"{key}: an elastic island gets new nodes on demand and suspends idle ones, so it keeps no "
-                        "spares; remove spares or make the island fixed (nodes)")
-    elif island.nodes is not None and island.spares >= island.nodes:
-        problems.append(f"{key}: spares are part of the island's nodes = {island.nodes}, and at least one node must "
-                        f"take jobs; set spares between 0 and {island.nodes - 1}")
-    return problems
-
-
-def island_size(island: IslandConfig, index: int, scheduler: str) -> tuple[int, ElasticSpec | None, list[str]]:
-    """An island's size (its maximum when elastic), its elastic settings and the problems with them."""
-    key = f"{NAMESPACE}:islands[{index}]"
-    if island.elastic is None:
-        if island.nodes is None:
-            return 0, None, [f"{key}.nodes: missing; set the island's node count (or elastic.maxNodes when elastic)"]
-        return island.nodes, None, []
-    elastic = island.elastic
-    problems = []
-    if island.nodes is not None:
-        problems.append(
-            f"{key}.nodes = {island.nodes}: an elastic island's size is elastic.maxNodes = {elastic.max_nodes}; "
-            "remove nodes (Slurm decides how many run, between elastic.minNodes and elastic.maxNodes)"
-        )
-    if elastic.max_nodes < 2 and scheduler == "slurm":
-        # A resumed node waits drained for the fabric burn-in, which tests an island's nodes in pairs
-        # (node/ndfleet_node/burnin/planner.py; burnin-slurm refuses fewer than 2): alone, it would never serve.
-        problems.append(
-            f"{key}.elastic.maxNodes = {elastic.max_nodes}: an elastic island's new nodes must pass the fabric "
-            "burn-in, which tests them in pairs; set maxNodes to 2 or more (or make it a fixed island)"
-        )
-    if elastic.min_nodes > elastic.max_nodes:
-        problems.append(
-            f"{key}.elastic.minNodes = {elastic.min_nodes}: more than elastic.maxNodes = {elastic.max_nodes}; "
-            "minNodes must be between 0 and maxNodes"
-        )
-    if scheduler != "slurm":
-        problems.append(
-            f"{key}.elastic: elastic islands are run by Slurm's power saving, and {NAMESPACE}:scheduler = "
-            f"{scheduler!r}; set {NAMESPACE}:scheduler to 'slurm' or remove elastic"
-        )
-    spec = ElasticSpec(
-        min_nodes=elastic.min_nodes,
-        idle_minutes=elastic.idle_minutes,
-        resume_timeout_minutes=elastic.resume_timeout_minutes,
-    )
-    return elastic.max_nodes, spec, problems
 
 
 def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
@@ -451,11 +418,3 @@ def monitoring_problems(monitoring: MonitoringConfig) -> list[str]:
             "would be notified; list at least one e-mail address or https:// webhook"
         ]
     return []
-
-
-def default_prefix(stack: str) -> str:
-    """The resource-name prefix of a stack without `namePrefix`: its name, cleaned."""
-    cleaned = re.sub(r"[^a-z0-9-]", "-", stack.lower()).strip("-") or "ndfleet"
-    if not cleaned[0].isalpha():
-        cleaned = "nd" + cleaned
-    return cleaned[:20]

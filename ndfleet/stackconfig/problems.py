@@ -15,17 +15,21 @@ from ndfleet.stackconfig.sshkeys import looks_private
 
 
 class SpecError(Exception):
-    """The stack configuration is invalid. `problems` holds one line per offending setting."""
+    """The stack configuration is invalid. `problems` holds one line per offending setting, from every stage of the
+    checks that ran (the settings, the checks across them, the prepare step's checks of the stack as a whole);
+    `skipped`, when set, says in one line which later checks could not run until these are fixed."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], skipped: str | None = None):
         self.problems = problems
+        self.skipped = skipped
         super().__init__(self.render())
 
     def render(self) -> str:
         lines = [f"invalid ndfleet stack configuration ({len(self.problems)} problem(s)):"]
         lines += [f"  - {p}" for p in self.problems]
+        if self.skipped:
+            lines.append(f"  {self.skipped}")
         return "\n".join(lines)
-
 
 
 _REQUIRED_EXAMPLES = {

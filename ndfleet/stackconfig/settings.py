@@ -3,6 +3,7 @@ field checked on its own. The checks across settings, and what is derived from t
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
@@ -73,6 +74,15 @@ NODES_BOUND = (
     f"at most {MAX_NODES:,}: Azure allows {AZURE_MAX_PRIVATE_IPS_PER_VNET:,} private IP addresses per virtual "
     f"network, and every node plus {NODE_HEADROOM_FRACTION:.0%} headroom for repairs and scale-outs takes one"
 )
+
+# namePrefix's bound: ndfleet's own budget, so that every name built on the
+# prefix fits its Azure limit with room to spare. The tightest: the accounting database's private endpoint,
+# `<prefix>-slurm-accounting-mysql-pe` (27 characters after the prefix; a private endpoint's name is 2-64), and the
+# hosts, `<prefix>-<island>-` (computerNamePrefix, the island up to 15) plus the scale set's 6-character instance id
+# (a Linux computer name is at most 64: Microsoft Learn, "Naming rules and restrictions for Azure resources", and the
+# Compute REST API's osProfile.computerName, "Max-length (Linux): 64 characters").
+MAX_NAME_PREFIX = 20
+
 
 class FrozenModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -262,7 +272,8 @@ class SmokeConfig(SettingsModel):
     island (docs/smoke.md). ndfleet.stackconfig.smoke derives the rest when the stack file is read."""
 
     of: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
-    nodes_per_island: int = Field(default=1, ge=1, le=2, alias="nodesPerIsland")
+    # None: 2 when the base runs Slurm (its burn-in pairs an island's nodes; derive.SLURM_MIN_ISLAND_NODES), else 1.
+    nodes_per_island: int | None = Field(default=None, ge=1, le=2, alias="nodesPerIsland")
     # None: the base's DCGM level, at most SMOKE_DCGM_LEVEL.
     dcgm_level: int | None = Field(default=None, ge=0, le=3, alias="dcgmLevel")
     hours: float = Field(default=DEFAULT_SMOKE_HOURS, gt=0, le=168)
@@ -292,7 +303,10 @@ class StackConfig(SettingsModel):
     resource_group_name: str | None = Field(
         default=None, alias="resourceGroupName", pattern=r"^[-\w._()]{1,89}[-\w_()]$"
     )
-    name_prefix: str | None = Field(default=None, alias="namePrefix", pattern=r"^[a-z][a-z0-9-]{1,19}$")
+    # At most MAX_NAME_PREFIX characters (why: beside it); a stack without it takes its name (derive.default_prefix).
+    name_prefix: str | None = Field(
+        default=None, alias="namePrefix", pattern=rf"^[a-z][a-z0-9-]{{0,{MAX_NAME_PREFIX - 2}}}[a-z0-9]$"
+    )
     priority: Literal["Regular", "Spot"] = "Regular"
     spot_max_price: float = Field(default=-1, alias="spotMaxPrice")
     proximity_placement_group: bool = Field(default=True, alias="proximityPlacementGroup")
@@ -327,8 +341,25 @@ class StackConfig(SettingsModel):
     @field_validator("vm_size")
     @classmethod
     def _known_size(cls, v: str) -> str:
+        # Refused, not normalised, when only the case differs: ndfleet copies the name into the scale sets and keys
+        # its profiles, prices and quota families by it, so the stack file holds the one spelling Azure lists
+        # (`az vm list-skus`), and a later fix of its case can never show up in a diff.
         if v not in PROFILES:
-            raise ValueError(f"unsupported VM size; valid: {', '.join(PROFILES)}")
+            by_case = {p.lower(): p for p in PROFILES}
+            close = difflib.get_close_matches(v, list(PROFILES), n=1, cutoff=0.9)
+            guess = by_case.get(v.lower()) or (close[0] if close else None)
+            case = guess is not None and guess.lower() == v.lower()
+            hint = (f"did you mean '{guess}'" + (" (the spelling Azure lists; ndfleet takes no other)" if case else "")
+                    + "? ") if guess else ""  # fmt: skip
+            raise ValueError(f"unsupported VM size; {hint}valid: {', '.join(PROFILES)}")
+        return v
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _one_dash(cls, v: str | None) -> str | None:
+        # Host names are `<prefix>-<island>-<instance>`: a double dash would read as an empty part.
+        if v is not None and "--" in v:
+            raise ValueError("has a double dash ('--'): host and resource names join its parts with single dashes")
         return v
 
     @field_validator("image")

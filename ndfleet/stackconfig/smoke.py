@@ -6,9 +6,9 @@ here, called by `load_stack` for every command and for the Pulumi program under 
 (`ndfleet.program.smoke_settings`). One derivation, so `ndfleet plan --stack prod-smoke` shows what
 `pulumi up --stack prod-smoke` creates. What is changed from the base and why (docs/smoke.md):
 
-- islands: the base's islands, same names, `smoke.nodesPerIsland` (1 or 2) nodes each; an elastic island stays
-  elastic with maxNodes 2 (the least an elastic island may have: its new nodes are burnt in in pairs) and at most
-  2 started (minNodes);
+- islands: the base's islands, same names, `smoke.nodesPerIsland` (1 or 2; 2 for a Slurm base, whose burn-in pairs
+  an island's nodes) nodes each; an elastic island stays elastic with maxNodes 2 (the least an elastic island may
+  have: its new nodes are burnt in in pairs) and at most 2 started (minNodes);
 - validation: the base's level, DCGM at most level 1 (`smoke.dcgmLevel` to choose), so its time is bounded;
 - Managed Lustre: the base's SKU at its smallest capacity (the feature is tested, not the throughput);
 - names: its own resource group (a base's `resourceGroupName` is not inherited) and its own name prefix, checked
@@ -18,6 +18,7 @@ here, called by `load_stack` for every command and for the Pulumi program under 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from pydantic import ValidationError
 
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import STAND_IN_SSH_KEY, load_spec
-from ndfleet.stackconfig.derive import default_prefix
-from ndfleet.stackconfig.names import grafana_name, stack_name_problem
+from ndfleet.stackconfig.islands import SLURM_MIN_ISLAND_NODES
+from ndfleet.stackconfig.names import default_prefix, grafana_name, stack_name_problem
 from ndfleet.stackconfig.problems import SpecError, setting_problem, show_value
 from ndfleet.stackconfig.settings import NAMESPACE, SMOKE_DCGM_LEVEL, SMOKE_KEY, SmokeConfig
 
@@ -104,8 +105,11 @@ def resolve_smoke(
     base_file = path.parent / f"Pulumi.{of}.yaml"
     if stack_name_problem(of) is not None or not base_file.is_file():
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        guess = next(iter(difflib.get_close_matches(of, [k for k in known if k != name], n=1)), None)
         problems.append(
-            f"{where}: no such stack ({base_file} does not exist); known stacks: {', '.join(known) or 'none'}"
+            f"{where}: no such stack ({base_file} does not exist); "
+            + (f"did you mean of: {guess}? " if guess else "")
+            + f"known stacks: {', '.join(known) or 'none'}"
         )
         raise SmokeRefused(SpecError(problems).render())
     base_config = {_full(str(k)): v for k, v in read_config(base_file).items()}
@@ -153,6 +157,18 @@ def resolve_smoke(
             "stack needs its own group (leave resourceGroupName out and Pulumi creates one)"
         )
 
+    # With Slurm an island of one node never leaves the burn-in (islands.SLURM_MIN_ISLAND_NODES): the smoke run of a
+    # Slurm base takes 2 per island, so that its nodes enter service and take a job, as the base's do.
+    least = SLURM_MIN_ISLAND_NODES if base.scheduler == "slurm" else 1
+    per_island = smoke.nodes_per_island if smoke.nodes_per_island is not None else least
+    if per_island < least:
+        problems.append(
+            f"{SMOKE_SETTING}.nodesPerIsland = {per_island}: the base stack {of!r} runs Slurm, whose burn-in tests an "
+            f"island's nodes in pairs, so a node alone in its island would never take a job; set nodesPerIsland: "
+            f"{least} (or leave it out: {least} for a Slurm base)"
+        )
+    smoke = smoke.model_copy(update={"nodes_per_island": per_island})
+
     resolved: dict[str, Any] = {k: v for k, v in base_config.items() if k.startswith(NAMESPACE + ":")}
     for key in (*_SIZING, "resourceGroupName", "namePrefix"):
         resolved.pop(f"{NAMESPACE}:{key}", None)
@@ -187,7 +203,7 @@ def resolve_smoke(
 def _smoke_island(island: Any, smoke: SmokeConfig) -> dict[str, Any]:
     """One island of the base (an IslandSpec), at smoke size."""
     if island.elastic is None:
-        return {"name": island.name, "nodes": smoke.nodes_per_island}
+        return {"name": island.name, "nodes": smoke.nodes_per_island or 1}
     elastic = island.elastic
     return {
         "name": island.name,
@@ -206,7 +222,8 @@ def smoke_lines(spec: ClusterSpec, validation_budget_s: int) -> list[str]:
     if spec.smoke is None:
         return []
     smoke, health = spec.smoke, spec.health
-    per_island = f"{smoke.nodes_per_island} node{'s' if smoke.nodes_per_island > 1 else ''} per island"
+    count = smoke.nodes_per_island or 1
+    per_island = f"{count} node{'s' if count > 1 else ''} per island"
     elastic = f", elastic islands at most {SMOKE_ELASTIC_MAX_NODES}" if any(i.elastic for i in spec.islands) else ""
     return [
         f"  smoke run of stack {smoke.of}: {per_island}{elastic}; every other setting is {smoke.of}'s (docs/smoke.md)",

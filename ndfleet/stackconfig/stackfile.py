@@ -8,7 +8,7 @@ and `preflight` see exactly what `pulumi up` would.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,7 +269,41 @@ def load_stack(name: str | None = None, path: str | Path | None = None, stack_na
             config = smoke.resolve_smoke(name, file, config, read_stack_config, _settings_of)
         except smoke.SmokeRefused as e:
             raise StackFileError(str(e)) from None
-    return StackFile.from_config(name, file, config)
+    stack = StackFile.from_config(name, file, config)
+    shared = shared_prefix_warnings(name, file, config)
+    return replace(stack, warnings=(*stack.warnings, *shared)) if shared else stack
+
+
+def _prefix_of(name: str, config: dict[str, Any]) -> str:
+    from ndfleet.stackconfig.names import default_prefix
+
+    own = config.get(f"{NAMESPACE}:namePrefix", config.get("namePrefix"))
+    return own if isinstance(own, str) else default_prefix(name)
+
+
+def shared_prefix_warnings(name: str, file: Path, config: dict[str, Any]) -> list[str]:
+    """The other stack files beside this one whose resource-name prefix is this stack's: in one subscription their
+    scale sets and hosts (`<prefix>-<island>-...`) would be one stack's to `ndfleet status`, the alerts and goodput
+    (docs/operations.md, "Which scale sets are the stack's"). A warning, not a refusal: stacks in different
+    subscriptions may share one. A sibling that cannot be read is left out (its own commands report it)."""
+    mine = _prefix_of(name, config)
+    others = []
+    for sibling in sorted(file.parent.glob("Pulumi.*.yaml")):
+        other = sibling.name[len("Pulumi.") : -len(".yaml")]
+        if sibling.resolve() == file.resolve() or other == name or stack_name_problem(other) is not None:
+            continue
+        try:
+            if _prefix_of(other, read_stack_config(sibling)) == mine:
+                others.append(other)
+        except StackFileError:
+            continue
+    if not others:
+        return []
+    return [
+        f"{NAMESPACE}:namePrefix: stack {name!r} names its resources and hosts '{mine}-...', as stack(s) "
+        f"{', '.join(repr(o) for o in others)} beside it do; in one subscription `ndfleet status`, the alerts and "
+        f"goodput could not tell their scale sets and nodes apart: give each its own {NAMESPACE}:namePrefix"
+    ]
 
 
 def _settings_of(name: str, path: Path, config: dict[str, Any]) -> dict[str, Any]:

@@ -72,5 +72,5 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_a_one_node_elastic_island_is_still_refused() -> None:
     from ndfleet.stackconfig.problems import SpecError
 
-    with pytest.raises(SpecError, match=r"elastic.maxNodes = 1: an elastic island's new nodes must pass the fabric"):
+    with pytest.raises(SpecError, match=r"elastic.maxNodes = 1: with Slurm an island's nodes take jobs only once"):
         load_spec(base_config(nodes=None, islands=[{"name": "a", "elastic": {"maxNodes": 1}}], scheduler="slurm"), "x")

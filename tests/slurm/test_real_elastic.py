@@ -54,7 +54,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     require_tools(*SANDBOX_TOOLS)  # skipped with the summary line when missing; a failure under CI
     spec = load_spec(
         base_config(scheduler="slurm", nodes=None, islands=[
-            {"name": "ib00", "nodes": 1},
+            # 2: Slurm's fewest; the sandbox starts one slurmd of it (a fixed island's size is not in slurm.conf).
+            {"name": "ib00", "nodes": 2},
             {"name": ISLAND, "elastic": {"maxNodes": 3, "idleMinutes": 1, "resumeTimeoutMinutes": 5}},
         ]),
         "t",

@@ -132,15 +132,17 @@ def test_a_spare_is_healthy_counted_as_held_and_not_in_slurm_service() -> None:
 def test_an_idle_elastic_island_wants_no_node_and_is_no_finding() -> None:
     """An elastic island at capacity 0 (Slurm asked for no VM) is healthy, and status does not tell the operator to
     `pulumi up` it back to its maxNodes; a fixed island still wants its planned nodes."""
-    islands = [{"name": "ib00", "nodes": 1}, {"name": "burst", "elastic": {"maxNodes": 4}}]
+    islands = [{"name": "ib00", "nodes": 2}, {"name": "burst", "elastic": {"maxNodes": 4}}]  # 2: Slurm's fewest
     raw = {"location": "eastus", "sshPublicKey": KEY, "namePrefix": "prod", "scheduler": "slurm", "islands": islands}
     spec = prepare_config(raw, "prod", {}).spec
     fixed, burst = spec.islands
     idle = replace(SCALE_SET, name="b", island="burst", capacity=0, instances=())
-    assert wanted_nodes(burst, (idle,)) == 0 and wanted_nodes(fixed, (SCALE_SET,)) == 1
-    metrics = MetricsView({HOST: Validation("passed")}, None, None, None)
+    second = replace(HEALTHY, instance_id="2", name="prod-ib00-000002")
+    pair = replace(SCALE_SET, capacity=2, instances=(HEALTHY, second))
+    assert wanted_nodes(burst, (idle,)) == 0 and wanted_nodes(fixed, (pair,)) == 2
+    metrics = MetricsView({HOST: Validation("passed"), second.name: Validation("passed")}, None, None, None)
     status = StackStatus("prod", None, "eastus", "x", False, True)
-    status.islands.append(classify_island(spec, "ib00", wanted_nodes(fixed, (SCALE_SET,)), (SCALE_SET,), metrics))
+    status.islands.append(classify_island(spec, "ib00", wanted_nodes(fixed, (pair,)), (pair,), metrics))
     status.islands.append(classify_island(spec, "burst", wanted_nodes(burst, (idle,)), (idle,), metrics, elastic=True))
     assert status.islands[1].actions == () and status.exit_code == 0
     # Scaled out to 2 with one VM listed: one is missing, but `pulumi up` is still not the remedy.

@@ -409,9 +409,9 @@ def test_bad_stack_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_island_without_scale_set_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    islands = [{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 2}, {"name": "ib02", "nodes": 1}]
+    islands = [{"name": "ib00", "nodes": 2}, {"name": "ib01", "nodes": 2}, {"name": "ib02", "nodes": 2}]
     run = status_run(capsys, tmp_path, azure(), islands=islands)
-    assert (run.code, run.island("ib02")["missing"]) == (1, 1)
+    assert (run.code, run.island("ib02")["missing"]) == (1, 2)
     assert run.island("ib02")["actions"][0].startswith("no scale set found for island ib02")
 
 
