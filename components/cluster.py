@@ -26,7 +26,7 @@ from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
-from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs
+from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs, SlurmMachineBoot
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.monitoring.alerts import alerts
 from ndfleet.prepare import PreparedCluster, PreparedIsland
@@ -155,6 +155,12 @@ def island_args(
 
 
 
+def slurm_machine_boot(prepared: PreparedCluster, role: str) -> SlurmMachineBoot:
+    """The Slurm `role`'s boot data, as prepared: the VM's customData and userData."""
+    machine = prepared.slurm_machine(role)
+    return SlurmMachineBoot(custom_data=machine.custom_data, user_data=machine.user_data)
+
+
 def cluster_outputs(
     prepared: PreparedCluster,
     net: Network,
@@ -256,6 +262,8 @@ class Cluster(pulumi.ComponentResource):
                     subscription_id=subscription_id,
                     tenant_id=client_config.tenant_id,
                     node_principal_id=identity.principal_id,
+                    controller_boot=slurm_machine_boot(prepared, "controller"),
+                    login_boot=slurm_machine_boot(prepared, "login"),
                     metrics=controller_metrics,
                     node_bundle_parts={k: v for p in prepared.islands for k, v in p.bootstrap.bundle_parts.items()},
                 ),

@@ -17,10 +17,6 @@ from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_acc
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
 from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.slurm.conf import controller_host, slurm_addresses
-from ndfleet.slurm.machines import (
-    machine_bootstrap,
-    machine_user_data,
-)
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID
 
@@ -37,6 +33,15 @@ class ControllerMetrics:
 
 
 @dataclass(frozen=True)
+class SlurmMachineBoot:
+    """What one kind of Slurm machine boots with, as ndfleet.prepare rendered it (PreparedMachine): the values the
+    VM receives, base64, nothing to render here."""
+
+    custom_data: str  # the cloud-config: fixed for the VM's life
+    user_data: str  # the Slurm release and configuration (the controller's after its library bundle): updated in place
+
+
+@dataclass(frozen=True)
 class SlurmClusterArgs:
     spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
@@ -46,6 +51,8 @@ class SlurmClusterArgs:
     subscription_id: pulumi.Input[str]
     tenant_id: pulumi.Input[str]
     node_principal_id: pulumi.Input[str]  # the compute nodes' identity: reads the munge key
+    controller_boot: SlurmMachineBoot
+    login_boot: SlurmMachineBoot  # every login node's: they boot the same
     # Monitoring on: the controller's agent publishes the Slurm states through the stack's data collection rule.
     metrics: ControllerMetrics | None = None
     # The compute bundle in parts (secret name -> value, every island's; they share one bundle per shape): kept in
@@ -124,12 +131,13 @@ class SlurmCluster(pulumi.ComponentResource):
         metrics = args.metrics
 
         def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
+            boot = args.controller_boot if role == "controller" else args.login_boot
             return SlurmHostArgs(
                 resource_group_name=rg, location=spec.location, role=role, computer_name=computer_name,
                 vm_size=vm_size, private_ip=ip, subnet_id=args.compute_subnet_id,
                 subscription_id=args.subscription_id, admin_username=spec.admin_username,
-                ssh_public_key=spec.ssh_public_key, custom_data=machine_bootstrap(spec, role).custom_data,
-                user_data=machine_user_data(spec, role), zone=spec.zone, tags=spec.tags,
+                ssh_public_key=spec.ssh_public_key, custom_data=boot.custom_data,
+                user_data=boot.user_data, zone=spec.zone, tags=spec.tags,
                 secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags), boot_dependencies=machine_needs,
             )
 

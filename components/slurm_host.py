@@ -42,8 +42,8 @@ class SlurmHostArgs:
     subscription_id: pulumi.Input[str]  # for the role definition id
     admin_username: str
     ssh_public_key: str
-    custom_data: str  # base64 cloud-config (ndfleet.slurm.machines.machine_bootstrap): fixed for the VM's life
-    user_data: str  # base64 Slurm release and configuration (machine_user_data): updated in place
+    custom_data: str  # base64 cloud-config (ndfleet.prepare.PreparedMachine.custom_data): fixed for the VM's life
+    user_data: str  # base64 Slurm release and configuration (PreparedMachine.user_data): updated in place
     secret_ids: Sequence[pulumi.Input[str]] = ()  # the Key Vault secrets (resource ids) this machine may read
     # Values the machine reads at boot from its tags (vault, NFS account, database host), besides `tags`.
     boot_tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)

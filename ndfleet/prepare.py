@@ -1,8 +1,11 @@
 """The prepare step: everything decided about a stack before the first resource is registered.
 
-`prepare(spec, cloud)` turns a validated ClusterSpec into what the components receive: each island's rendered
-bootstrap (customData, size-checked against Azure's limit), the node's worst-case set-up + validation budget,
-the effective Application Health grace period, and the cloud's storage DNS names. `ndfleet.program.main`
+`prepare(spec, cloud)` turns a validated ClusterSpec into what the components receive: every machine's boot data,
+rendered here once and size-checked against Azure's limits (each island's customData and node bundle; with Slurm,
+the controller's and the login nodes' customData and userData), the node's worst-case set-up + validation budget,
+the effective Application Health grace period, and the cloud's storage DNS names. The components and `ndfleet
+render` read the boot data from here; neither renders any (tests/test_layout.py keeps the components from importing
+a renderer). `ndfleet.program.main`
 (`pulumi up`), `ndfleet plan`, `ndfleet render` and `ndfleet preflight` all run it first, so they accept and
 refuse exactly the same stacks, with the same messages, before anything exists.
 
@@ -70,6 +73,24 @@ class PreparedIsland:
     bootstrap: RenderedBootstrap
 
 
+# The Slurm machines other than compute nodes, in the order prepare renders them; every login node boots the same.
+SLURM_MACHINE_ROLES = ("controller", "login")
+
+
+@dataclass(frozen=True)
+class PreparedMachine:
+    """A Slurm controller's or login node's boot data (ndfleet/slurm/machines.py), rendered once for the stack."""
+
+    role: str  # "controller" | "login"
+    bootstrap: RenderedBootstrap  # its cloud-config and the files it carries (`ndfleet render`)
+    user_data: str  # base64 VM userData: the controller's library bundle, then the Slurm configuration
+
+    @property
+    def custom_data(self) -> str:
+        """base64 customData, as the VM receives it."""
+        return self.bootstrap.custom_data
+
+
 @dataclass(frozen=True)
 class PreparedCluster:
     spec: ClusterSpec
@@ -78,6 +99,12 @@ class PreparedCluster:
     validation_budget_s: int  # worst-case node set-up + validation
     probe_grace_period_s: int  # what the Application Health extension gets
     probe_grace_period_explicit: bool  # set by the user (else derived from the budget)
+    # With Slurm: the controller's and the login nodes' boot data, in SLURM_MACHINE_ROLES order; else empty.
+    slurm_machines: tuple[PreparedMachine, ...] = ()
+
+    def slurm_machine(self, role: str) -> PreparedMachine:
+        """The prepared boot data of the Slurm `role` ("controller" or "login")."""
+        return next(m for m in self.slurm_machines if m.role == role)
 
 
 def default_probe_grace_period_s(budget_s: int) -> int:
@@ -183,6 +210,7 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
                 islands.append(PreparedIsland(island=island, bootstrap=bootstrap))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
+    slurm_machines = prepare_slurm_machines(spec, problems)
     if problems:
         raise PrepareError(problems)
     prepared = PreparedCluster(
@@ -192,10 +220,36 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         validation_budget_s=budget,
         probe_grace_period_s=grace,
         probe_grace_period_explicit=explicit is not None,
+        slurm_machines=slurm_machines,
     )
     for seen in _recorders:
         seen.append(prepared)
     return prepared
+
+
+def prepare_slurm_machines(spec: ClusterSpec, problems: list[str]) -> tuple[PreparedMachine, ...]:
+    """The Slurm controller's and login nodes' boot data (none without Slurm); each one over an Azure limit is added
+    to `problems`, beside the stack's other configuration problems."""
+    if spec.scheduler != "slurm":
+        return ()
+    from ndfleet.slurm.machines import machine_bootstrap, machine_user_data
+
+    machines: list[PreparedMachine] = []
+    for role in SLURM_MACHINE_ROLES:
+        found = len(problems)
+        bootstrap: RenderedBootstrap | None = None
+        user_data = ""
+        try:
+            bootstrap = machine_bootstrap(spec, role)
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
+        try:
+            user_data = machine_user_data(spec, role)
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
+        if bootstrap is not None and len(problems) == found:
+            machines.append(PreparedMachine(role=role, bootstrap=bootstrap, user_data=user_data))
+    return tuple(machines)
 
 
 # `ndfleet plan --program DIR` runs a program that is not ndfleet's own; what it prepared gives its plan the same
@@ -234,6 +288,8 @@ __all__ = [
     "bootstrap_extensions",
     "PreparedCluster",
     "PreparedIsland",
+    "PreparedMachine",
+    "SLURM_MACHINE_ROLES",
     "default_probe_grace_period_s",
     "explicit_probe_grace_period",
     "prepare",

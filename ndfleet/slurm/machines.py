@@ -438,8 +438,11 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         modes={f.name: f.octal for f in files},
         custom_data_names=tuple(f.name for f in carried),
     )
-    if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
-        raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
+    size = len(rendered.custom_data_bytes)
+    if size > CUSTOM_DATA_MAX_BYTES:
+        raise BootstrapTooLarge(
+            f"the Slurm {role}'s customData is {size:,} bytes, over Azure's limit of {CUSTOM_DATA_MAX_BYTES:,} bytes"
+        )
     return rendered
 
 
