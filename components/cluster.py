@@ -265,7 +265,7 @@ class Cluster(pulumi.ComponentResource):
                     controller_boot=slurm_machine_boot(prepared, "controller"),
                     login_boot=slurm_machine_boot(prepared, "login"),
                     metrics=controller_metrics,
-                    node_bundle_parts={k: v for p in prepared.islands for k, v in p.bootstrap.bundle_parts.items()},
+                    vault_slots=prepared.vault_slots,
                 ),
                 opts=child,
             )

@@ -15,7 +15,6 @@ from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, 
 from ndfleet.components.slurm_host import SlurmHost, SlurmHostArgs
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
-from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.slurm.conf import controller_host, slurm_addresses
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID
@@ -55,9 +54,10 @@ class SlurmClusterArgs:
     login_boot: SlurmMachineBoot  # every login node's: they boot the same
     # Monitoring on: the controller's agent publishes the Slurm states through the stack's data collection rule.
     metrics: ControllerMetrics | None = None
-    # The compute bundle in parts (secret name -> value, every island's; they share one bundle per shape): kept in
-    # the vault for the nodes' boot step (docs/bootstrap.md, "When the bundle outgrows userData").
-    node_bundle_parts: Mapping[str, str] = field(default_factory=dict)
+    # Every slot of the vault -> its value, as prepared (ndfleet.prepare.PreparedCluster.vault_slots): the compute
+    # bundles' parts, which the nodes' boot step reads (docs/bootstrap.md, "When the bundle outgrows userData"), and
+    # a placeholder in the slots no bundle uses.
+    vault_slots: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -76,7 +76,7 @@ class SlurmCluster(pulumi.ComponentResource):
             f"{name}-secrets",
             SlurmVaultArgs(
                 resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
-                name_prefix=spec.name_prefix, bundle_parts=args.node_bundle_parts, **endpoints,
+                name_prefix=spec.name_prefix, bundle_slots=args.vault_slots, **endpoints,
             ),
             opts=child,
         )
@@ -120,7 +120,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
                 opts=child,
             )
-            for slot, part_id in zip(SLOT_NAMES, vault.bundle_part_ids, strict=True)
+            for slot, part_id in zip(args.vault_slots, vault.bundle_part_ids, strict=True)
         ]
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
         # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.

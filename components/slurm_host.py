@@ -18,10 +18,10 @@ import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_SLURM_ROLE
 
+from ndfleet.boot_contract import STATE_DISK_LUN
 from ndfleet.components.identity import role_definition_id
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
-from ndfleet.slurm.machines import STATE_DISK_LUN
 from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).

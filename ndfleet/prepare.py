@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ndfleet.nodefiles import nodebundle
@@ -101,6 +101,9 @@ class PreparedCluster:
     probe_grace_period_explicit: bool  # set by the user (else derived from the budget)
     # With Slurm: the controller's and the login nodes' boot data, in SLURM_MACHINE_ROLES order; else empty.
     slurm_machines: tuple[PreparedMachine, ...] = ()
+    # With Slurm: every slot of the Slurm vault (nodebundle.SLOT_NAMES, in order) -> its value: the parts of the
+    # islands' bundles, nodebundle.SLOT_PLACEHOLDER in the slots no bundle uses. Empty without Slurm.
+    vault_slots: Mapping[str, str] = field(default_factory=dict)
 
     def slurm_machine(self, role: str) -> PreparedMachine:
         """The prepared boot data of the Slurm `role` ("controller" or "login")."""
@@ -221,10 +224,18 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         probe_grace_period_s=grace,
         probe_grace_period_explicit=explicit is not None,
         slurm_machines=slurm_machines,
+        vault_slots=vault_slots(spec, islands),
     )
     for seen in _recorders:
         seen.append(prepared)
     return prepared
+
+
+def vault_slots(spec: ClusterSpec, islands: list[PreparedIsland]) -> dict[str, str]:
+    """The Slurm vault's slots and their values (PreparedCluster.vault_slots); {} without Slurm."""
+    if spec.scheduler != "slurm":
+        return {}
+    return nodebundle.slot_values({k: v for p in islands for k, v in p.bootstrap.bundle_parts.items()})
 
 
 def prepare_slurm_machines(spec: ClusterSpec, problems: list[str]) -> tuple[PreparedMachine, ...]:

@@ -60,6 +60,7 @@ from ndfleet_node.config import NodeConfig
 from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet import images
+from ndfleet.boot_contract import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
@@ -111,10 +112,6 @@ __all__ = [
     "validation_budget_s",
 ]
 
-# Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
-# binary array is 65535 bytes").
-CUSTOM_DATA_MAX_BYTES = 65_535
-USER_DATA_MAX_BYTES = nodebundle.USER_DATA_MAX_BYTES
 
 NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
 VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"

@@ -21,16 +21,12 @@ from ndfleet_node.checks import LEVELS, level_ids
 from ndfleet_node.config import Hardware, Thresholds
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
+from ndfleet.boot_contract import HEALTH_PATH
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.profiles import nccl_conf, nccl_test_env
 
 SCHEMA = 1
-HEALTH_PATH = "/health"
-# The Application Health extension's probes (components/ib_island.py HealthArgs): one every HEALTH_PROBE_INTERVAL_S,
-# and HEALTH_PROBES_TO_AGREE answers in a row before the extension changes the instance's state.
-HEALTH_PROBE_INTERVAL_S = 30
-HEALTH_PROBES_TO_AGREE = 3
 STATE_DIR = "/run/ndfleet"  # tmpfs: every boot starts Initializing and validates again
 REPORT_PATH = f"{STATE_DIR}/report.json"
 FAILED_MARKER = f"{STATE_DIR}/failed"
