@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ndfleet.monitoring.alerts import Alert, alerts
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
@@ -39,6 +40,8 @@ from ndfleet.nodefiles.bootstrap import (
     render_bundle,
     validation_budget_s,
 )
+from ndfleet.slurm.conf import island_partitions
+from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.stackconfig.clouds import (
     PUBLIC_CLOUD,
     StorageCloud,
@@ -71,6 +74,9 @@ class PrepareError(Exception):
 class PreparedIsland:
     island: IslandSpec
     bootstrap: RenderedBootstrap
+    # An elastic island's fixed scale-set name, which the controller's programs address (ndfleet/slurm/elastic.py);
+    # None: Azure's name from Pulumi's.
+    scale_set_name: str | None = None
 
 
 # The Slurm machines other than compute nodes, in the order prepare renders them; every login node boots the same.
@@ -104,6 +110,10 @@ class PreparedCluster:
     # With Slurm: every slot of the Slurm vault (nodebundle.SLOT_NAMES, in order) -> its value: the parts of the
     # islands' bundles, nodebundle.SLOT_PLACEHOLDER in the slots no bundle uses. Empty without Slurm.
     vault_slots: Mapping[str, str] = field(default_factory=dict)
+    # The slurm.conf lines that keep jobs inside one island (the stack output slurmTopology, ndfleet/slurm/conf.py).
+    slurm_topology: str = ""
+    # The alert table (ndfleet/monitoring/alerts.py), which the Monitoring component deploys; () with monitoring off.
+    alerts: tuple[Alert, ...] = ()
 
     def slurm_machine(self, role: str) -> PreparedMachine:
         """The prepared boot data of the Slurm `role` ("controller" or "login")."""
@@ -210,7 +220,8 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
             try:
                 start = first.get(bundles[shape].bundle, 0)
                 bootstrap = island_bootstrap(spec, island, bundles[shape], start)
-                islands.append(PreparedIsland(island=island, bootstrap=bootstrap))
+                scale_set_name = elastic_scale_set_name(spec, island) if island.elastic is not None else None
+                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
     slurm_machines = prepare_slurm_machines(spec, problems)
@@ -225,6 +236,8 @@ def prepare(spec: ClusterSpec, cloud: StorageCloud = PUBLIC_CLOUD) -> PreparedCl
         probe_grace_period_explicit=explicit is not None,
         slurm_machines=slurm_machines,
         vault_slots=vault_slots(spec, islands),
+        slurm_topology=island_partitions(spec),
+        alerts=tuple(alerts(spec)) if spec.monitoring.enabled else (),
     )
     for seen in _recorders:
         seen.append(prepared)

@@ -273,12 +273,11 @@ def test_an_own_connection_is_reported() -> None:
 # none: they import no renderer of boot data and no feature that contributes to it (the node's files, Slurm's, the
 # metrics agent's). The figures both sides set live below both, in ndfleet.boot_contract. What a component still takes
 # from a feature is a resource's own setting, never boot data, each named here: the Slurm machines' addresses and the
-# controller's host name (slurm.conf's), the partitions output, an elastic scale set's fixed name, the alert rules.
+# controller's host name (slurm.conf's), and the alert rules' shape and grouping (the Monitoring component's rules).
 COMPONENTS = "ndfleet.components"
 FEATURES = ("ndfleet.nodefiles", "ndfleet.slurm", "ndfleet.monitoring")
 COMPONENT_MAY_TAKE = {
-    "ndfleet.slurm.conf": frozenset({"controller_host", "slurm_addresses", "island_partitions"}),
-    "ndfleet.slurm.elastic": frozenset({"elastic_scale_set_name"}),
+    "ndfleet.slurm.conf": frozenset({"controller_host", "slurm_addresses"}),
     "ndfleet.monitoring.alerts": frozenset({"AZURE_SEVERITY", "EVALUATION_INTERVAL_MINUTES", "Alert", "alerts",
                                             "rule_groups"}),
 }
@@ -315,7 +314,7 @@ def test_a_component_importing_a_renderer_is_reported() -> None:
     sources = {
         "ndfleet.components.slurm": "def f():\n    from ndfleet.slurm.machines import machine_bootstrap\n",
         "ndfleet.components.vault": "from ndfleet.nodefiles.nodebundle import slot_values\nimport ndfleet.monitoring\n",
-        "ndfleet.components.cluster": "from ndfleet.slurm.conf import island_partitions, render\n"
+        "ndfleet.components.cluster": "from ndfleet.slurm.conf import slurm_addresses, render\n"
         "from ndfleet import slurm\nfrom ndfleet.prepare import PreparedCluster\n",
         "ndfleet.prepare": "from ndfleet.slurm.machines import machine_bootstrap\n",
     }
