@@ -26,20 +26,12 @@ from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
-from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs
+from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs, SlurmMachineBoot
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
-from ndfleet.monitoring.alerts import alerts
 from ndfleet.prepare import PreparedCluster, PreparedIsland
-from ndfleet.slurm.conf import island_partitions
-from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.names import computer_name_prefix
 from ndfleet.stackconfig.summary import spec_summary
-
-
-def slurm_topology(spec: ClusterSpec) -> str:
-    """The slurm.conf lines that keep every job inside one InfiniBand island (ndfleet/slurm/conf.py)."""
-    return island_partitions(spec)
 
 
 @dataclass(frozen=True)
@@ -96,8 +88,9 @@ def storage_args(
 
 
 def monitoring_args(
-    spec: ClusterSpec, net: Network, identity: NodeIdentity, subscription_id: pulumi.Output[str]
+    prepared: PreparedCluster, net: Network, identity: NodeIdentity, subscription_id: pulumi.Output[str]
 ) -> MonitoringArgs:
+    spec = prepared.spec
     return MonitoringArgs(
         resource_group_name=net.resource_group_name,
         location=spec.location,
@@ -107,7 +100,7 @@ def monitoring_args(
         private_endpoint_subnet_id=net.storage_subnet_id,
         node_principal_id=identity.principal_id,
         subscription_id=subscription_id,
-        alerts=alerts(spec),
+        alerts=prepared.alerts,
         emails=spec.monitoring.emails,
         webhooks=spec.monitoring.webhooks,
         tags=spec.tags,
@@ -135,7 +128,7 @@ def island_args(
         # An elastic island starts empty: Slurm's power saving creates its VMs (docs/elastic.md).
         node_count=0 if p.island.elastic is not None else p.island.nodes,
         elastic=p.island.elastic is not None,
-        scale_set_name=elastic_scale_set_name(spec, p.island) if p.island.elastic is not None else None,
+        scale_set_name=p.scale_set_name,
         vm_size=spec.profile.name,
         island_name=p.island.name,
         computer_name_prefix=computer_name_prefix(spec.name_prefix, p.island.name),
@@ -153,6 +146,12 @@ def island_args(
         boot_dependencies=node_boot_dependencies,
     )
 
+
+
+def slurm_machine_boot(prepared: PreparedCluster, role: str) -> SlurmMachineBoot:
+    """The Slurm `role`'s boot data, as prepared: the VM's customData and userData."""
+    machine = prepared.slurm_machine(role)
+    return SlurmMachineBoot(custom_data=machine.custom_data, user_data=machine.user_data)
 
 
 def cluster_outputs(
@@ -179,7 +178,7 @@ def cluster_outputs(
         },
         "natPublicIp": net.nat_public_ip,
         "bastionName": net.bastion_host_name,
-        "slurmTopology": slurm_topology(spec),
+        "slurmTopology": prepared.slurm_topology,
         "summary": spec_summary(spec),
     }
     if monitoring is not None:
@@ -231,7 +230,7 @@ class Cluster(pulumi.ComponentResource):
         if spec.monitoring.enabled:
             monitoring = Monitoring(
                 f"{name}-mon",
-                monitoring_args(spec, net, identity, subscription_id),
+                monitoring_args(prepared, net, identity, subscription_id),
                 opts=child,
             )
             metrics_tags: dict[str, pulumi.Input[str]] = {
@@ -256,8 +255,10 @@ class Cluster(pulumi.ComponentResource):
                     subscription_id=subscription_id,
                     tenant_id=client_config.tenant_id,
                     node_principal_id=identity.principal_id,
+                    controller_boot=slurm_machine_boot(prepared, "controller"),
+                    login_boot=slurm_machine_boot(prepared, "login"),
                     metrics=controller_metrics,
-                    node_bundle_parts={k: v for p in prepared.islands for k, v in p.bootstrap.bundle_parts.items()},
+                    vault_slots=prepared.vault_slots,
                 ),
                 opts=child,
             )

@@ -23,9 +23,14 @@ import pulumi_azure_native.compute as compute
 from ndfleet_node.names import TAG_ELASTIC, TAG_ISLAND
 
 from ndfleet.azure.text import terminal_safe
+from ndfleet.boot_contract import (
+    CUSTOM_DATA_MAX_BYTES,
+    HEALTH_PATH,
+    HEALTH_PROBE_INTERVAL_S,
+    HEALTH_PROBES_TO_AGREE,
+    USER_DATA_MAX_BYTES,
+)
 from ndfleet.components.linux_login import ssh_key_only
-from ndfleet.nodefiles.bootstrap import CUSTOM_DATA_MAX_BYTES, HEALTH_PATH, USER_DATA_MAX_BYTES
-from ndfleet.nodefiles.nodeconfig import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.stackconfig.profiles import PROFILES
 from ndfleet.stackconfig.settings import DEFAULT_VM_SIZE
 

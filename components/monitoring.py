@@ -30,8 +30,8 @@ import pulumi_azure_native.monitor as monitor
 import pulumi_azure_native.network as network
 import pulumi_azure_native.privatedns as privatedns
 
+from ndfleet.boot_contract import INGEST_STREAM
 from ndfleet.components.identity import role_definition_id
-from ndfleet.monitoring.agent import INGEST_STREAM
 from ndfleet.monitoring.alerts import AZURE_SEVERITY, EVALUATION_INTERVAL_MINUTES, Alert, rule_groups
 from ndfleet.stackconfig.names import grafana_name
 from ndfleet.stackconfig.profiles import MONITORING_DATA_READER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID

@@ -15,12 +15,7 @@ from ndfleet.components.slurm_database import SlurmDatabase, SlurmDatabaseArgs, 
 from ndfleet.components.slurm_host import SlurmHost, SlurmHostArgs
 from ndfleet.components.slurm_share import SlurmShare, SlurmShareArgs, share_account_name
 from ndfleet.components.slurm_vault import SlurmVault, SlurmVaultArgs
-from ndfleet.nodefiles.nodebundle import SLOT_NAMES
 from ndfleet.slurm.conf import controller_host, slurm_addresses
-from ndfleet.slurm.machines import (
-    machine_bootstrap,
-    machine_user_data,
-)
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID
 
@@ -37,6 +32,15 @@ class ControllerMetrics:
 
 
 @dataclass(frozen=True)
+class SlurmMachineBoot:
+    """What one kind of Slurm machine boots with, as ndfleet.prepare rendered it (PreparedMachine): the values the
+    VM receives, base64, nothing to render here."""
+
+    custom_data: str  # the cloud-config: fixed for the VM's life
+    user_data: str  # the Slurm release and configuration (the controller's after its library bundle): updated in place
+
+
+@dataclass(frozen=True)
 class SlurmClusterArgs:
     spec: ClusterSpec
     resource_group_name: pulumi.Input[str]
@@ -46,11 +50,14 @@ class SlurmClusterArgs:
     subscription_id: pulumi.Input[str]
     tenant_id: pulumi.Input[str]
     node_principal_id: pulumi.Input[str]  # the compute nodes' identity: reads the munge key
+    controller_boot: SlurmMachineBoot
+    login_boot: SlurmMachineBoot  # every login node's: they boot the same
     # Monitoring on: the controller's agent publishes the Slurm states through the stack's data collection rule.
     metrics: ControllerMetrics | None = None
-    # The compute bundle in parts (secret name -> value, every island's; they share one bundle per shape): kept in
-    # the vault for the nodes' boot step (docs/bootstrap.md, "When the bundle outgrows userData").
-    node_bundle_parts: Mapping[str, str] = field(default_factory=dict)
+    # Every slot of the vault -> its value, as prepared (ndfleet.prepare.PreparedCluster.vault_slots): the compute
+    # bundles' parts, which the nodes' boot step reads (docs/bootstrap.md, "When the bundle outgrows userData"), and
+    # a placeholder in the slots no bundle uses.
+    vault_slots: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmCluster(pulumi.ComponentResource):
@@ -69,7 +76,7 @@ class SlurmCluster(pulumi.ComponentResource):
             f"{name}-secrets",
             SlurmVaultArgs(
                 resource_group_name=rg, location=spec.location, tenant_id=args.tenant_id, tags=spec.tags,
-                name_prefix=spec.name_prefix, bundle_parts=args.node_bundle_parts, **endpoints,
+                name_prefix=spec.name_prefix, bundle_slots=args.vault_slots, **endpoints,
             ),
             opts=child,
         )
@@ -113,7 +120,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 role_definition_id=role_definition_id(args.subscription_id, KEY_VAULT_SECRETS_USER_ROLE_ID),
                 opts=child,
             )
-            for slot, part_id in zip(SLOT_NAMES, vault.bundle_part_ids, strict=True)
+            for slot, part_id in zip(args.vault_slots, vault.bundle_part_ids, strict=True)
         ]
         self.node_tags = {TAG_VAULT: vault.vault_name, TAG_NFS_ACCOUNT: share.account_name}
         # What every Slurm machine reaches at first boot: the vault and the share through their private endpoints.
@@ -124,12 +131,13 @@ class SlurmCluster(pulumi.ComponentResource):
         metrics = args.metrics
 
         def host(role: str, computer_name: str, vm_size: str, ip: str) -> SlurmHostArgs:
+            boot = args.controller_boot if role == "controller" else args.login_boot
             return SlurmHostArgs(
                 resource_group_name=rg, location=spec.location, role=role, computer_name=computer_name,
                 vm_size=vm_size, private_ip=ip, subnet_id=args.compute_subnet_id,
                 subscription_id=args.subscription_id, admin_username=spec.admin_username,
-                ssh_public_key=spec.ssh_public_key, custom_data=machine_bootstrap(spec, role).custom_data,
-                user_data=machine_user_data(spec, role), zone=spec.zone, tags=spec.tags,
+                ssh_public_key=spec.ssh_public_key, custom_data=boot.custom_data,
+                user_data=boot.user_data, zone=spec.zone, tags=spec.tags,
                 secret_ids=[vault.munge_secret_id], boot_tags=dict(self.node_tags), boot_dependencies=machine_needs,
             )
 

@@ -18,10 +18,10 @@ import pulumi_azure_native.managedidentity as managedidentity
 import pulumi_azure_native.network as network
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_SLURM_ROLE
 
+from ndfleet.boot_contract import STATE_DISK_LUN
 from ndfleet.components.identity import role_definition_id
 from ndfleet.components.linux_login import ssh_key_only
 from ndfleet.components.slurm_private_link import cannot_delete_lock
-from ndfleet.slurm.machines import STATE_DISK_LUN
 from ndfleet.stackconfig.profiles import KEY_VAULT_SECRETS_USER_ROLE_ID, MONITORING_METRICS_PUBLISHER_ROLE_ID
 
 # Ubuntu 22.04 LTS Gen2: Microsoft's Slurm packages are built for it (slurm-ubuntu-jammy).
@@ -42,8 +42,8 @@ class SlurmHostArgs:
     subscription_id: pulumi.Input[str]  # for the role definition id
     admin_username: str
     ssh_public_key: str
-    custom_data: str  # base64 cloud-config (ndfleet.slurm.machines.machine_bootstrap): fixed for the VM's life
-    user_data: str  # base64 Slurm release and configuration (machine_user_data): updated in place
+    custom_data: str  # base64 cloud-config (ndfleet.prepare.PreparedMachine.custom_data): fixed for the VM's life
+    user_data: str  # base64 Slurm release and configuration (PreparedMachine.user_data): updated in place
     secret_ids: Sequence[pulumi.Input[str]] = ()  # the Key Vault secrets (resource ids) this machine may read
     # Values the machine reads at boot from its tags (vault, NFS account, database host), besides `tags`.
     boot_tags: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)

@@ -17,7 +17,6 @@ import pulumi_azure_native.keyvault as keyvault
 import pulumi_random as random
 
 from ndfleet.components.slurm_private_link import PrivateLinkArgs, cannot_delete_lock, private_link
-from ndfleet.nodefiles.nodebundle import slot_values
 
 VAULT_PRIVATE_DNS_ZONE = "privatelink.vaultcore.azure.net"
 MUNGE_KEY_SECRET = "munge-key"
@@ -51,9 +50,10 @@ class SlurmVaultArgs:
     private_endpoint_subnet_id: pulumi.Input[str]
     vnet_id: pulumi.Input[str]  # linked to the vault's private DNS zone
     tags: Mapping[str, str] = field(default_factory=dict)
-    # The compute nodes' bundle in parts (secret name -> base64 part: ndfleet.nodefiles.nodebundle.parts), which the
-    # nodes' boot step reads instead of userData (docs/bootstrap.md, "When the bundle outgrows userData").
-    bundle_parts: Mapping[str, str] = field(default_factory=dict)  # the used slots; the others get a placeholder
+    # Every bundle slot -> its value (ndfleet.prepare.PreparedCluster.vault_slots): the compute nodes' bundle in base64
+    # parts, which the nodes' boot step reads instead of userData (docs/bootstrap.md, "When the bundle outgrows
+    # userData"), and a placeholder in the slots no bundle uses. One secret per slot, in this order.
+    bundle_slots: Mapping[str, str] = field(default_factory=dict)
 
 
 class SlurmVault(pulumi.ComponentResource):
@@ -157,7 +157,7 @@ class SlurmVault(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
             )
-            for slot, value in slot_values(dict(args.bundle_parts)).items()
+            for slot, value in args.bundle_slots.items()
         ]
         cannot_delete_lock(
             f"{name}-kv-lock", vault.id, "the Slurm munge key and database password", self,

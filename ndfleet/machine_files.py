@@ -75,14 +75,14 @@ def _compute(prepared: PreparedCluster) -> list[MachineFiles]:
 
 
 def _slurm(prepared: PreparedCluster) -> list[MachineFiles]:
-    from ndfleet.slurm.machines import machine_bootstrap, machine_user_data
-
+    """The Slurm machines' files, from the boot data prepare rendered: what their VMs receive, not a second render."""
     spec = prepared.spec
     machines = []
-    for role, kind in SLURM_ROLES.items():
-        boot = machine_bootstrap(spec, role)
+    for machine in prepared.slurm_machines:
+        role, kind = machine.role, SLURM_ROLES[machine.role]
+        boot = machine.bootstrap
         files = boot.output_files()
-        user_data = machine_user_data(spec, role)
+        user_data = machine.user_data
         decoded = base64.b64decode(user_data)
         files["vm-user-data.b64"] = ((user_data + "\n").encode(), 0o644)
         for path, content in decompose(user_data)[1]["files"].items():
@@ -97,10 +97,7 @@ def _slurm(prepared: PreparedCluster) -> list[MachineFiles]:
 
 def machine_files(prepared: PreparedCluster) -> list[MachineFiles]:
     """Every machine kind of the stack with every file it receives (module docstring)."""
-    machines = _compute(prepared)
-    if prepared.spec.scheduler == "slurm":
-        machines += _slurm(prepared)
-    return machines
+    return [*_compute(prepared), *_slurm(prepared)]
 
 
 __all__ = ["COMPUTE", "RAW_FILES", "SLURM_ROLES", "MachineFiles", "machine_files"]

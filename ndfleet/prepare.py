@@ -1,8 +1,11 @@
 """The prepare step: everything decided about a stack before the first resource is registered.
 
-`prepare(spec, cloud)` turns a validated ClusterSpec into what the components receive: each island's rendered
-bootstrap (customData, size-checked against Azure's limit), the node's worst-case set-up + validation budget,
-the effective Application Health grace period, and the cloud's storage DNS names. `ndfleet.program.main`
+`prepare(spec, cloud)` turns a validated ClusterSpec into what the components receive: every machine's boot data,
+rendered here once and size-checked against Azure's limits (each island's customData and node bundle; with Slurm,
+the controller's and the login nodes' customData and userData), the node's worst-case set-up + validation budget,
+the effective Application Health grace period, and the cloud's storage DNS names. The components and `ndfleet
+render` read the boot data from here; neither renders any (tests/test_layout.py keeps the components from importing
+a renderer). `ndfleet.program.main`
 (`pulumi up`), `ndfleet plan`, `ndfleet render` and `ndfleet preflight` all run it first, so they accept and
 refuse exactly the same stacks, with the same messages, before anything exists.
 
@@ -20,9 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ndfleet.monitoring.alerts import Alert, alerts
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
     BootstrapExtensions,
@@ -36,6 +40,8 @@ from ndfleet.nodefiles.bootstrap import (
     render_bundle,
     validation_budget_s,
 )
+from ndfleet.slurm.conf import island_partitions
+from ndfleet.slurm.elastic import elastic_scale_set_name
 from ndfleet.stackconfig.clouds import (
     PUBLIC_CLOUD,
     StorageCloud,
@@ -66,6 +72,27 @@ class PrepareError(SpecError):
 class PreparedIsland:
     island: IslandSpec
     bootstrap: RenderedBootstrap
+    # An elastic island's fixed scale-set name, which the controller's programs address (ndfleet/slurm/elastic.py);
+    # None: Azure's name from Pulumi's.
+    scale_set_name: str | None = None
+
+
+# The Slurm machines other than compute nodes, in the order prepare renders them; every login node boots the same.
+SLURM_MACHINE_ROLES = ("controller", "login")
+
+
+@dataclass(frozen=True)
+class PreparedMachine:
+    """A Slurm controller's or login node's boot data (ndfleet/slurm/machines.py), rendered once for the stack."""
+
+    role: str  # "controller" | "login"
+    bootstrap: RenderedBootstrap  # its cloud-config and the files it carries (`ndfleet render`)
+    user_data: str  # base64 VM userData: the controller's library bundle, then the Slurm configuration
+
+    @property
+    def custom_data(self) -> str:
+        """base64 customData, as the VM receives it."""
+        return self.bootstrap.custom_data
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,19 @@ class PreparedCluster:
     validation_budget_s: int  # worst-case node set-up + validation
     probe_grace_period_s: int  # what the Application Health extension gets
     probe_grace_period_explicit: bool  # set by the user (else derived from the budget)
+    # With Slurm: the controller's and the login nodes' boot data, in SLURM_MACHINE_ROLES order; else empty.
+    slurm_machines: tuple[PreparedMachine, ...] = ()
+    # With Slurm: every slot of the Slurm vault (nodebundle.SLOT_NAMES, in order) -> its value: the parts of the
+    # islands' bundles, nodebundle.SLOT_PLACEHOLDER in the slots no bundle uses. Empty without Slurm.
+    vault_slots: Mapping[str, str] = field(default_factory=dict)
+    # The slurm.conf lines that keep jobs inside one island (the stack output slurmTopology, ndfleet/slurm/conf.py).
+    slurm_topology: str = ""
+    # The alert table (ndfleet/monitoring/alerts.py), which the Monitoring component deploys; () with monitoring off.
+    alerts: tuple[Alert, ...] = ()
+
+    def slurm_machine(self, role: str) -> PreparedMachine:
+        """The prepared boot data of the Slurm `role` ("controller" or "login")."""
+        return next(m for m in self.slurm_machines if m.role == role)
 
 
 def default_probe_grace_period_s(budget_s: int) -> int:
@@ -187,9 +227,11 @@ def _prepare(spec: ClusterSpec, cloud: StorageCloud) -> PreparedCluster:
             try:
                 start = first.get(bundles[shape].bundle, 0)
                 bootstrap = island_bootstrap(spec, island, bundles[shape], start)
-                islands.append(PreparedIsland(island=island, bootstrap=bootstrap))
+                scale_set_name = elastic_scale_set_name(spec, island) if island.elastic is not None else None
+                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
+    slurm_machines = prepare_slurm_machines(spec, problems)
     if problems:
         raise PrepareError(problems)
     return PreparedCluster(
@@ -199,7 +241,43 @@ def _prepare(spec: ClusterSpec, cloud: StorageCloud) -> PreparedCluster:
         validation_budget_s=budget,
         probe_grace_period_s=grace,
         probe_grace_period_explicit=explicit is not None,
+        slurm_machines=slurm_machines,
+        vault_slots=vault_slots(spec, islands),
+        slurm_topology=island_partitions(spec),
+        alerts=tuple(alerts(spec)) if spec.monitoring.enabled else (),
     )
+
+
+def vault_slots(spec: ClusterSpec, islands: list[PreparedIsland]) -> dict[str, str]:
+    """The Slurm vault's slots and their values (PreparedCluster.vault_slots); {} without Slurm."""
+    if spec.scheduler != "slurm":
+        return {}
+    return nodebundle.slot_values({k: v for p in islands for k, v in p.bootstrap.bundle_parts.items()})
+
+
+def prepare_slurm_machines(spec: ClusterSpec, problems: list[str]) -> tuple[PreparedMachine, ...]:
+    """The Slurm controller's and login nodes' boot data (none without Slurm); each one over an Azure limit is added
+    to `problems`, beside the stack's other configuration problems."""
+    if spec.scheduler != "slurm":
+        return ()
+    from ndfleet.slurm.machines import machine_bootstrap, machine_user_data
+
+    machines: list[PreparedMachine] = []
+    for role in SLURM_MACHINE_ROLES:
+        found = len(problems)
+        bootstrap: RenderedBootstrap | None = None
+        user_data = ""
+        try:
+            bootstrap = machine_bootstrap(spec, role)
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
+        try:
+            user_data = machine_user_data(spec, role)
+        except BootstrapTooLarge as error:
+            problems.append(str(error))
+        if bootstrap is not None and len(problems) == found:
+            machines.append(PreparedMachine(role=role, bootstrap=bootstrap, user_data=user_data))
+    return tuple(machines)
 
 
 # `ndfleet plan --program DIR` runs a program that is not ndfleet's own; what it prepared gives its plan the same
@@ -252,6 +330,8 @@ __all__ = [
     "bootstrap_extensions",
     "PreparedCluster",
     "PreparedIsland",
+    "PreparedMachine",
+    "SLURM_MACHINE_ROLES",
     "default_probe_grace_period_s",
     "explicit_probe_grace_period",
     "prepare",

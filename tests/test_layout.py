@@ -11,8 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
 # Lowest layer first. A module may import from its own layer and the layers below it, never from one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images"),  # the configuration model; reading bounded
-    # input files; what Azure's images hold (the image contracts)
+    ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images", "ndfleet.boot_contract"),  # the configuration
+    # model; reading bounded input files; what Azure's images hold (the image contracts); the figures boot data and
+    # the resources around it agree on (Azure's size limits, the health probe)
     ("ndfleet.nodefiles", "ndfleet.azure", "ndfleet.cliconvention"),  # what is rendered for a node; reading Azure
     # (clouds, credentials, the one bounded HTTP transport): below every reader of Azure (cost, preflight, status,
     # the commands); the command line's exit codes and error prefix, used by every module that prints for a command
@@ -266,3 +267,61 @@ def test_an_own_connection_is_reported() -> None:
         "ndfleet.cost.retail:1 imports urllib.request",
         "ndfleet.status.prometheus:1 imports azure.core.PipelineClient",
         "ndfleet.status.prometheus:2 builds PipelineClient"]
+
+
+# The components receive every machine's boot data prepared (ndfleet.prepare: bytes and plain values) and render
+# none: they import no renderer of boot data and no feature that contributes to it (the node's files, Slurm's, the
+# metrics agent's). The figures both sides set live below both, in ndfleet.boot_contract. What a component still takes
+# from a feature is a resource's own setting, never boot data, each named here: the Slurm machines' addresses and the
+# controller's host name (slurm.conf's), and the alert rules' shape and grouping (the Monitoring component's rules).
+COMPONENTS = "ndfleet.components"
+FEATURES = ("ndfleet.nodefiles", "ndfleet.slurm", "ndfleet.monitoring")
+COMPONENT_MAY_TAKE = {
+    "ndfleet.slurm.conf": frozenset({"controller_host", "slurm_addresses"}),
+    "ndfleet.monitoring.alerts": frozenset({"AZURE_SEVERITY", "EVALUATION_INTERVAL_MINUTES", "Alert", "alerts",
+                                            "rule_groups"}),
+}
+
+
+def component_feature_imports(sources: Mapping[str, str]) -> list[str]:
+    """`component:line what` for every feature or renderer a component imports (a lazy import counts), but the
+    names COMPONENT_MAY_TAKE allows."""
+    problems = []
+    for module, source in sorted(sources.items()):
+        if not (module == COMPONENTS or module.startswith(COMPONENTS + ".")):
+            continue
+        for node in ast.walk(ast.parse(source)):
+            taken: list[tuple[str, str | None]] = []
+            if isinstance(node, ast.Import):
+                taken = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                taken = [(node.module, alias.name) for alias in node.names]
+            for imported, name in taken:
+                full = f"{imported}.{name}" if name else imported
+                if not any(full == f or full.startswith(f + ".") for f in FEATURES):
+                    continue
+                if name is not None and name in COMPONENT_MAY_TAKE.get(imported, ()):
+                    continue
+                problems.append(f"{module}:{node.lineno} imports {full}")
+    return problems
+
+
+def test_components_import_no_renderer_or_feature() -> None:
+    assert not component_feature_imports(package_sources())
+
+
+def test_a_component_importing_a_renderer_is_reported() -> None:
+    sources = {
+        "ndfleet.components.slurm": "def f():\n    from ndfleet.slurm.machines import machine_bootstrap\n",
+        "ndfleet.components.vault": "from ndfleet.nodefiles.nodebundle import slot_values\nimport ndfleet.monitoring\n",
+        "ndfleet.components.cluster": "from ndfleet.slurm.conf import slurm_addresses, render\n"
+        "from ndfleet import slurm\nfrom ndfleet.prepare import PreparedCluster\n",
+        "ndfleet.prepare": "from ndfleet.slurm.machines import machine_bootstrap\n",
+    }
+    assert component_feature_imports(sources) == [
+        "ndfleet.components.cluster:1 imports ndfleet.slurm.conf.render",
+        "ndfleet.components.cluster:2 imports ndfleet.slurm",
+        "ndfleet.components.slurm:2 imports ndfleet.slurm.machines.machine_bootstrap",
+        "ndfleet.components.vault:1 imports ndfleet.nodefiles.nodebundle.slot_values",
+        "ndfleet.components.vault:2 imports ndfleet.monitoring",
+    ]

@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 from ndfleet_node.names import DRAIN_MARKER, TAG_IDENTITY_CLIENT_ID, TAG_METRICS_DCR, TAG_METRICS_ENDPOINT
 
+from ndfleet.boot_contract import INGEST_STREAM
 from ndfleet.monitoring import exporters as ex
 from ndfleet.nodefiles.bootstrap import NODE_APP_PATH, BootstrapExtensions
 from ndfleet.nodefiles.machinefile import MachineFile
@@ -28,10 +29,6 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates" / "monitoring"
 
 
-# Azure Monitor's remote-write path on a data collection endpoint (Microsoft Learn: "Send Prometheus metrics from
-# virtual machines ... to an Azure Monitor workspace"): <metricsIngestion endpoint>/dataCollectionRules/<immutable
-# id>/streams/Microsoft-PrometheusMetrics/api/v1/write?api-version=2023-04-24.
-INGEST_STREAM = "Microsoft-PrometheusMetrics"
 INGEST_API_VERSION = "2023-04-24"
 AZURE_CLOUD = "AzurePublic"
 

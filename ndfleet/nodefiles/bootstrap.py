@@ -49,23 +49,21 @@ import dataclasses
 import functools
 import gzip
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-from ndfleet_node.checks import budget_s
-from ndfleet_node.config import NodeConfig
 from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet import images
+from ndfleet.boot_contract import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodefiles.extensions import BootstrapExtensions, merge_extensions
 from ndfleet.nodefiles.machinefile import MachineFile, render_name
-from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other modules import them from here
+from ndfleet.nodefiles.nodeconfig import (  # re-exported: other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
     CONFIG_DIR,
@@ -77,6 +75,7 @@ from ndfleet.nodefiles.nodeconfig import (  # re-exported: components and other 
     NVME_MOUNT,
     REPORT_PATH,
     STATE_DIR,
+    checks_budget_s,
     node_config,
 )
 from ndfleet.nodefiles.nodeconfig import to_json as node_config_json
@@ -111,10 +110,6 @@ __all__ = [
     "validation_budget_s",
 ]
 
-# Azure's limit on customData, decoded (custom-data.md; osProfile.customData: "The maximum length of the
-# binary array is 65535 bytes").
-CUSTOM_DATA_MAX_BYTES = 65_535
-USER_DATA_MAX_BYTES = nodebundle.USER_DATA_MAX_BYTES
 
 NODE_APP_PATH = "/opt/ndfleet/bin/ndfleet-node"
 VALIDATE_NODE_PATH = "/usr/local/sbin/validate-node"
@@ -244,18 +239,13 @@ def _node_config_for(
     return node_config_json(node_config(spec, island, sections, blob_endpoint_suffix=blob_endpoint_suffix))
 
 
-def _validate_budget_s(spec: ClusterSpec) -> int:
-    cfg = NodeConfig(node_config(spec, spec.islands[0]))
-    return math.ceil(budget_s(cfg, spec.health.validation_level))
-
-
 def validation_budget_s(spec: ClusterSpec) -> int:
     """Longest a node's set-up plus validation can take, every tool call at its timeout (seconds).
 
     The scale set's Application Health grace period must be longer than this, so a node that is still
     validating is not judged; the validate unit's TimeoutStartSec uses the validation part.
     """
-    return spec.profile.thresholds.setup_timeout_s + _validate_budget_s(spec)
+    return spec.profile.thresholds.setup_timeout_s + checks_budget_s(spec)
 
 
 def build_context(
@@ -287,7 +277,7 @@ def build_context(
         "nccl_conf_lines": [f"{k}={v}" for k, v in nccl_conf.items()],
         "setup_timeout_s": p.thresholds.setup_timeout_s,
         "validation_level": spec.health.validation_level,
-        "validate_timeout_s": _validate_budget_s(spec),
+        "validate_timeout_s": checks_budget_s(spec),
         "expected_mounts": cfg["mounts"]["expected"],
         "health_port": spec.health.probe_port,
         "health_path": HEALTH_PATH,

@@ -39,6 +39,7 @@ import lzma
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ndfleet.boot_contract import USER_DATA_MAX_BYTES, USER_DATA_MAX_CHARS
 from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH, IMDS_TAGS_URL
 
@@ -47,11 +48,6 @@ FORMAT = 2
 # letters, digits and hyphens, like an island name (nothing a template quotes or escapes changes it), and no real
 # file holds it: `pack` refuses a bundle whose zipapp or other binary file would.
 ISLAND_PLACEHOLDER = "ndfleet-island-name-placeholder-4f1c"
-# Azure's limit on userData: "The size can't exceed 64 KB" (Microsoft Learn, "User data for Azure Virtual Machine");
-# the API answers "UserData must be in Base64 encoding and with a maximum length of 87384 characters"
-# (Azure/azure-powershell#16597), i.e. 65,538 bytes decoded. Counted like customData: decoded bytes, at most 65,535.
-USER_DATA_MAX_BYTES = 65_535
-USER_DATA_MAX_CHARS = 87_384  # the same limit as the API counts it: base64 characters
 # IMDS serves the VM's userData (the base64 text as given to Azure) at this address (Microsoft Learn, "User data for
 # Azure Virtual Machine": api-version 2021-01-01, format=text; the Metadata: true header is required).
 IMDS_USER_DATA_URL = "http://169.254.169.254/metadata/instance/compute/userData?api-version=2021-01-01&format=text"

@@ -14,23 +14,20 @@ containers, Lustre), `imds` (tag names), `setup`, `health`. Other features add t
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from typing import Any
 
-from ndfleet_node.checks import LEVELS, level_ids
-from ndfleet_node.config import Hardware, Thresholds
+from ndfleet_node.checks import LEVELS, budget_s, level_ids
+from ndfleet_node.config import Hardware, NodeConfig, Thresholds
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
+from ndfleet.boot_contract import HEALTH_PATH
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.profiles import nccl_conf, nccl_test_env
 
 SCHEMA = 1
-HEALTH_PATH = "/health"
-# The Application Health extension's probes (components/ib_island.py HealthArgs): one every HEALTH_PROBE_INTERVAL_S,
-# and HEALTH_PROBES_TO_AGREE answers in a row before the extension changes the instance's state.
-HEALTH_PROBE_INTERVAL_S = 30
-HEALTH_PROBES_TO_AGREE = 3
 STATE_DIR = "/run/ndfleet"  # tmpfs: every boot starts Initializing and validates again
 REPORT_PATH = f"{STATE_DIR}/report.json"
 FAILED_MARKER = f"{STATE_DIR}/failed"
@@ -55,6 +52,57 @@ IB_WRITE_BW_BASE_PORT = 18510
 HEALTH_MAX_CONNECTIONS = 256
 HEALTH_IDLE_TIMEOUT_S = 5
 HEALTH_BACKLOG = 1024
+
+
+def timeouts_section(spec: ClusterSpec) -> dict[str, int | float]:
+    """The node JSON's `timeouts`: each tool call's timeout, by the key the checks declare their calls with."""
+    t = spec.profile.thresholds
+    level = spec.health.dcgm_level
+    return {
+        "tool": t.tool_timeout_s,
+        "nccl_allreduce": t.nccl_allreduce_timeout_s,
+        "ib_write_bw": t.ib_write_bw_timeout_s,
+        "nvbandwidth": t.nvbandwidth_timeout_s,
+        "dcgm_diag": t.dcgm_diag_timeout_s[level - 1] if level else 0,
+        "setup": t.setup_timeout_s,
+        "fabricmanager_wait": t.fabricmanager_wait_s,
+        "mount_retry": t.mount_retry_s,
+        "setup_step": t.setup_step_timeout_s,
+    }
+
+
+def node_hardware(spec: ClusterSpec) -> Hardware:
+    """The node JSON's `hardware`: what the VM size has, which the checks compare the node against."""
+    p = spec.profile
+    return Hardware(
+        gpu_count=p.gpus_per_vm,
+        gpu_model=p.gpu_model,
+        nvlinks_per_gpu=p.nvlinks_per_gpu,
+        gpu_pcie_gen=p.gpu_pcie_gen,
+        gpu_pcie_width=p.gpu_pcie_width,
+        ib_devices=list(p.ib_devices),
+        ib_port=p.ib_port,
+        ib_rate_gbps=p.ib_rate_gbps,
+        ib_link_layer=p.ib_link_layer,
+        hca_pcie_gen=p.hca_pcie_gen,
+        hca_pcie_width=p.hca_pcie_width,
+        nvme_count=p.nvme_count,
+        memory_min_gib=p.memory_min_gib,
+        vcpus=p.vcpus,
+    )
+
+
+def checks_budget_s(spec: ClusterSpec) -> int:
+    """The validation's part of the budget, summed by the node's own function (ndfleet_node.checks.budget_s) over the
+    three sections of the node JSON it reads, as node_config writes them: the level's checks, their timeouts, the
+    hardware their call counts follow; the rest of the node JSON is not built for it."""
+    level = spec.health.validation_level
+    sections = {
+        "validation": {"levels": {level: level_ids(level)}},
+        "timeouts": timeouts_section(spec),
+        "hardware": asdict(node_hardware(spec)),
+    }
+    return math.ceil(budget_s(NodeConfig(sections), level))
 
 
 def node_config(
@@ -96,35 +144,8 @@ def node_config(
             "levels": {level: level_ids(level) for level in LEVELS},
             "dcgm_level": level,
         },
-        "timeouts": {
-            "tool": t.tool_timeout_s,
-            "nccl_allreduce": t.nccl_allreduce_timeout_s,
-            "ib_write_bw": t.ib_write_bw_timeout_s,
-            "nvbandwidth": t.nvbandwidth_timeout_s,
-            "dcgm_diag": t.dcgm_diag_timeout_s[level - 1] if level else 0,
-            "setup": t.setup_timeout_s,
-            "fabricmanager_wait": t.fabricmanager_wait_s,
-            "mount_retry": t.mount_retry_s,
-            "setup_step": t.setup_step_timeout_s,
-        },
-        "hardware": asdict(
-            Hardware(
-                gpu_count=p.gpus_per_vm,
-                gpu_model=p.gpu_model,
-                nvlinks_per_gpu=p.nvlinks_per_gpu,
-                gpu_pcie_gen=p.gpu_pcie_gen,
-                gpu_pcie_width=p.gpu_pcie_width,
-                ib_devices=list(p.ib_devices),
-                ib_port=p.ib_port,
-                ib_rate_gbps=p.ib_rate_gbps,
-                ib_link_layer=p.ib_link_layer,
-                hca_pcie_gen=p.hca_pcie_gen,
-                hca_pcie_width=p.hca_pcie_width,
-                nvme_count=p.nvme_count,
-                memory_min_gib=p.memory_min_gib,
-                vcpus=p.vcpus,
-            )
-        ),
+        "timeouts": timeouts_section(spec),
+        "hardware": asdict(node_hardware(spec)),
         "thresholds": asdict(
             Thresholds(
                 ecc_sram_uncorrectable_max=t.ecc_sram_uncorrectable_max,

@@ -24,13 +24,10 @@ from pulumi.runtime.settings import ROOT, SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from ndfleet.cost.estimate import estimate_cost, with_price_warnings
+from ndfleet.cost.estimate import estimate_cost
 from ndfleet.monitoring.budget import as_json as monitoring_json
-from ndfleet.monitoring.budget import with_workspace_warnings
-from ndfleet.prepare import prepare_config
+from ndfleet.prepare import recording_prepared
 from ndfleet.stackconfig.clusterspec import ClusterSpec
-from ndfleet.stackconfig.config import check_settings
-from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.stackfile import StackFile
 from ndfleet.stackconfig.summary import spec_summary
 from ndfleet.stackconfig.vms import REGIONAL_QUOTA, SPOT_QUOTA, quota_need
@@ -282,21 +279,18 @@ def _resolve(value: Any) -> Any:
 
 
 def run_plan(stack: StackFile) -> Plan:
-    """Validate the stack, then run the program (`ndfleet.program.main`, which `__main__.py` calls) under the
-    mock runtime. Raises SpecError before any registration."""
-    checked = check_settings(stack.ndfleet_config, stack.name)
-    if checked.problems or checked.spec is None:
-        # The prepare step's checks of the stack as a whole run too where they can: one refusal, every stage.
-        prepare_config(stack.ndfleet_config, stack.name, stack.engine_config)
-        raise SpecError(checked.problems)  # not reached: prepare_config refuses what check_settings found
-    spec = with_price_warnings(with_workspace_warnings(checked.spec))  # and the series budget's and the price table's
+    """Run the program (`ndfleet.program.main`, which `__main__.py` calls) under the mock runtime; the plan's spec is
+    the one the program prepared (ndfleet.prepare), not a second one built here. A stack the prepare step refuses
+    raises pulumi.RunError with its message before any registration."""
     # The run allocates ~10^5 short-lived objects (Outputs, futures) and frees them at the end: the cyclic
     # collector would only rescan them, which costs a quarter of the wall time of a large plan.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        run = execute_program(stack)
-        return Plan(stack=stack.name, spec=spec, resources=run.resources, outputs=run.outputs)
+        with recording_prepared() as prepared:
+            run = execute_program(stack)
+        (cluster,) = prepared  # ndfleet's program prepares its one cluster, or fails
+        return Plan(stack=stack.name, spec=cluster.spec, resources=run.resources, outputs=run.outputs)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -25,9 +25,9 @@ import jinja2
 from ndfleet_node.checks.perf import ALLREDUCE_MEASUREMENTS
 from ndfleet_node.names import AWAITING_BURNIN_REASON
 
+from ndfleet.boot_contract import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
 from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER
-from ndfleet.nodefiles.nodeconfig import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.settings import node_headroom

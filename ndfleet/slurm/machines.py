@@ -21,6 +21,7 @@ from ndfleet_node.names import (
 )
 from ndfleet_node.setup.apt import APT_LOCK
 
+from ndfleet.boot_contract import STATE_DISK_LUN
 from ndfleet.monitoring.agent import controller_config, controller_files
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
@@ -112,7 +113,6 @@ NFS_MOUNTS = ({"share": "home", "path": "/shared/home"}, {"share": "shared", "pa
 # Azure Files NFS 4.1 mount options (Microsoft Learn, storage-files-how-to-mount-nfs-shares); nofail: a node boots
 # (and reports its health) even if the share is unreachable.
 NFS_OPTIONS = "vers=4,minorversion=1,sec=sys,nconnect=4,_netdev,nofail"
-STATE_DISK_LUN = 0
 # Worst case: the node set-up holding ndfleet's apt lock (at most its unit's limit, the profile's setup_timeout_s),
 # two apt calls waiting for the dpkg lock, the downloads, the Key Vault wait, the state disk; the unit's limit stays
 # above the sum of the bounds the script itself keeps (a test checks it for every profile).
@@ -438,8 +438,11 @@ def machine_bootstrap(spec: ClusterSpec, role: str) -> RenderedBootstrap:
         modes={f.name: f.octal for f in files},
         custom_data_names=tuple(f.name for f in carried),
     )
-    if len(rendered.custom_data_bytes) > CUSTOM_DATA_MAX_BYTES:
-        raise BootstrapTooLarge(f"the Slurm {role} bootstrap is over Azure's customData limit")
+    size = len(rendered.custom_data_bytes)
+    if size > CUSTOM_DATA_MAX_BYTES:
+        raise BootstrapTooLarge(
+            f"the Slurm {role}'s customData is {size:,} bytes, over Azure's limit of {CUSTOM_DATA_MAX_BYTES:,} bytes"
+        )
     return rendered
 
 
