@@ -16,7 +16,8 @@ def test_the_json_summary_has_the_texts_regional_total_subnet_room_and_monitorin
     assert f"vCPU quota needed: regional total (cores) {summary['regionalVcpuQuota']['cores']:,}" in text
     assert summary["regionalVcpuQuota"]["cores"] == sum(summary["vcpuQuota"].values())  # no Spot: every family
     subnet = summary["computeSubnet"]
-    assert f"compute subnet {subnet['cidr']} (the VNet's upper half, for any node count): room for {subnet['nodeCapacity']:,} nodes" in text
+    assert (f"compute subnet {subnet['cidr']} (the VNet's upper half, for any node count): "
+            f"room for {subnet['nodeCapacity']:,} nodes") in text
     monitoring = summary["monitoring"]
     assert (f"monitoring: about {monitoring['activeSeries']:,} active series ({monitoring['seriesPerNode']:,} per "
             f"node), {monitoring['samplesPerMinute']:,} samples/min") in text  # fmt: skip
