@@ -271,7 +271,11 @@ class Cluster(pulumi.ComponentResource):
             repair_grace_period_minutes=spec.health.repair_grace_period_minutes,
         )
         image = ImageArgs(
-            publisher=spec.image.publisher, offer=spec.image.offer, sku=spec.image.sku, version=spec.image.version
+            publisher=spec.image.publisher,
+            offer=spec.image.offer,
+            sku=spec.image.sku,
+            version=spec.image.version,
+            gallery_id=spec.image.gallery_id,
         )
         node_boot_dependencies: list[pulumi.Resource] = list(store.boot_dependencies)
         if slurm is not None:

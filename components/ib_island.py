@@ -99,6 +99,8 @@ class ImageArgs:
     offer: str = "ubuntu-hpc"
     sku: str = "2204"
     version: str = "latest"
+    # An Azure Compute Gallery image's resource id: the reference is then `id` alone (ImageReference.id).
+    gallery_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,9 @@ class IbIsland(pulumi.ComponentResource):
                 eviction_policy="Delete" if spot else None,
                 billing_profile=compute.BillingProfileArgs(max_price=args.spot_max_price) if spot else None,
                 storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
-                    image_reference=compute.ImageReferenceArgs(
+                    image_reference=compute.ImageReferenceArgs(id=args.image.gallery_id)
+                    if args.image.gallery_id
+                    else compute.ImageReferenceArgs(
                         publisher=args.image.publisher,
                         offer=args.image.offer,
                         sku=args.image.sku,

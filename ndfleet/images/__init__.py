@@ -19,7 +19,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any, TypeVar
+
+from ndfleet.regularfile import NotARegularFile, read_regular_file
 
 __all__ = [
     "COMPUTE_IMAGE",
@@ -34,11 +37,14 @@ __all__ = [
     "ImageContractError",
     "Library",
     "Tool",
+    "CONTRACT_FILE_LIMIT",
     "agreed",
+    "contract_names",
     "for_image",
     "load",
     "load_text",
     "names",
+    "resolve_declared",
     "versions",
 ]
 
@@ -49,6 +55,8 @@ COMPUTE_IMAGE = "ubuntu-hpc-2204"
 SERVER_IMAGE = "ubuntu-server-2204"
 # The version `<name>.json` describes: what an unpinned image gets (the newest build of the image ndfleet has read).
 LATEST = "latest"
+# The most a team's contract file may hold (ndfleet's own are under 20 KB): a larger file is refused, not read whole.
+CONTRACT_FILE_LIMIT = 256 * 1024
 
 
 class ImageContractError(ValueError):
@@ -358,11 +366,56 @@ def load(name: str, version: str = LATEST) -> ImageContract:
     return contract
 
 
-def for_image(urn: str, name: str = COMPUTE_IMAGE) -> tuple[ImageContract, str]:
+def contract_names() -> list[str]:
+    """What `imageContract` may name of ndfleet's own: `<name>` (its latest) and `<name>@<version>` (a pinned one)."""
+    return [n if v == LATEST else f"{n}@{v}" for n in names() for v in versions(n)]
+
+
+def resolve_declared(declared: str, base: Path) -> str:
+    """A stack's `imageContract` checked: one of contract_names() as given, or a contract file (relative to `base`,
+    the stack file's folder) read, bounded, and checked as ndfleet's own contracts are, returned as its absolute
+    path. ImageContractError says what is wrong."""
+    if declared in contract_names():
+        return declared
+    name, at, version = declared.partition("@")
+    if not declared.endswith(".json"):
+        known = ", ".join(contract_names())
+        if name in names():
+            raise ImageContractError(f"no contract of {name!r} at version {version!r}; there are {known}")
+        raise ImageContractError(f"neither one of ndfleet's contracts ({known}) nor a contract file (<path>.json)")
+    path = (base / declared).resolve()
+    _read_file(path, declared)
+    return str(path)
+
+
+def _read_file(path: Path, where: str) -> ImageContract:
+    try:
+        data = read_regular_file(path, CONTRACT_FILE_LIMIT)
+    except (OSError, NotARegularFile) as e:
+        raise ImageContractError(f"{where}: cannot be read ({path}): {e}") from e
+    if len(data) > CONTRACT_FILE_LIMIT:
+        raise ImageContractError(f"{where}: larger than {CONTRACT_FILE_LIMIT} bytes, not a contract")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ImageContractError(f"{where}: not UTF-8 text: {e}") from e
+    return load_text(text, where)
+
+
+def for_image(urn: str, name: str = COMPUTE_IMAGE, declared: str = "") -> tuple[ImageContract, str]:
     """The contract a stack's image URN (publisher:offer:sku:version) gets, and why it is not that image's own ("" when
     it is). `latest` gets `<name>.json`, the newest build read. A pinned version, or another image, without a contract
     gets that same contract, with the reason naming the versions that have one: ndfleet renders the nodes from it, and
-    the node program finds what varies between builds (HPC-X's folder) by itself, but nobody has read that build."""
+    the node program finds what varies between builds (HPC-X's folder) by itself, but nobody has read that build.
+    `declared`: the stack's imageContract as resolve_declared returned it (a gallery image's contract, required
+    for one): that contract, the team's word for its image."""
+    if declared:
+        if declared.startswith("/"):
+            return _read_file(Path(declared), declared), ""
+        contract_name, _, version = declared.partition("@")
+        return load(contract_name, version or LATEST), ""
+    if urn.startswith("/"):
+        raise ImageContractError(f"image {urn!r} is a gallery image: its contract must be declared (imageContract)")
     publisher, _, rest = urn.partition(":")
     offer, _, rest = rest.partition(":")
     sku, _, version = rest.partition(":")

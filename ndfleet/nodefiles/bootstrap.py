@@ -228,7 +228,7 @@ def setup_after(spec: ClusterSpec) -> list[str]:
     the NCCL configuration the set-up writes (the image's contract; for azhpc-images, sku-customizations.service
     rewrites /etc/nccl.conf at every boot). Ordered after them, the set-up's file is the one left; a unit the image
     lacks orders nothing (systemd.unit(5), After=)."""
-    contract, _ = images.for_image(spec.image.urn)
+    contract, _ = spec.image.contract_of()
     return ["network-online.target", *contract.writers_of(NCCL_CONF_PATH)]
 
 

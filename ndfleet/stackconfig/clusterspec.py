@@ -5,6 +5,8 @@ derive.py builds it from the settings (settings.py); load_spec (config.py) is th
 
 from __future__ import annotations
 
+from ndfleet import images
+from ndfleet.images import ImageContract
 from ndfleet.stackconfig.profiles import LustreSku, VmSizeProfile
 from ndfleet.stackconfig.settings import FrozenModel, HealthConfig, MonitoringConfig, SlurmConfig, SmokeConfig
 
@@ -49,21 +51,38 @@ class NetworkSpec(FrozenModel):
 
 
 class ImageSpec(FrozenModel):
-    """A marketplace image, `publisher:offer:sku:version` (the `image` setting)."""
+    """The `image` setting: a marketplace image, `publisher:offer:sku:version`, or an Azure Compute Gallery image
+    (`gallery_id`, a version's resource id or its definition's), with the contract the stack declares for it
+    (`imageContract`: `contract`, an ndfleet contract's name[@version] or a contract file's absolute path)."""
 
-    publisher: str
-    offer: str
-    sku: str
-    version: str
+    publisher: str = ""
+    offer: str = ""
+    sku: str = ""
+    version: str = ""
+    gallery_id: str = ""
+    contract: str = ""
 
     @classmethod
-    def from_urn(cls, urn: str) -> ImageSpec:
+    def from_urn(cls, urn: str, contract: str = "") -> ImageSpec:
+        """The spec of an `image` value, either form (settings.py checks it first)."""
+        if urn.startswith("/"):
+            _, _, version = urn.partition("/versions/")
+            return cls(gallery_id=urn, version=version or "latest", contract=contract)
         publisher, offer, sku, version = urn.split(":")
-        return cls(publisher=publisher, offer=offer, sku=sku, version=version)
+        return cls(publisher=publisher, offer=offer, sku=sku, version=version, contract=contract)
+
+    @property
+    def from_gallery(self) -> bool:
+        return bool(self.gallery_id)
+
+    def contract_of(self) -> tuple[ImageContract, str]:
+        """The image's contract and why it is not the image's own ("" when it is): images.for_image."""
+        return images.for_image(self.urn, declared=self.contract)
 
     @property
     def urn(self) -> str:
-        return f"{self.publisher}:{self.offer}:{self.sku}:{self.version}"
+        """The `image` value: the URN, or the gallery image's id."""
+        return self.gallery_id or f"{self.publisher}:{self.offer}:{self.sku}:{self.version}"
 
     @property
     def pinned(self) -> bool:
@@ -73,6 +92,12 @@ class ImageSpec(FrozenModel):
 
     def versions_command(self, location: str | None = None) -> str:
         """The Azure CLI command that lists the published versions of this image (in `location`, when given)."""
+        if self.gallery_id:
+            parts = self.gallery_id.split("/")  # /subscriptions/<s>/resourceGroups/<g>/providers/M.C/galleries/<x>/images/<d>
+            return (
+                f"az sig image-version list --subscription {parts[2]} --resource-group {parts[4]} "
+                f"--gallery-name {parts[8]} --gallery-image-definition {parts[10]} --output table"
+            )
         where = f" --location {location}" if location else ""
         return (
             f"az vm image list{where} --publisher {self.publisher} --offer {self.offer} --sku {self.sku} --all "

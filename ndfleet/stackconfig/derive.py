@@ -65,13 +65,46 @@ EXAMPLE_KEY_WARNING = (
 
 
 def latest_image_warning(image: ImageSpec) -> str:
-    """What `latest` means for an island (ndfleet plan prints it; docs/plan-diff.md, "Image changes")."""
+    """What `latest` means for an island (ndfleet plan prints it; docs/plan-diff.md, "Image changes"); a gallery image
+    definition without a version boots its newest version alike."""
+    pin = (
+        f"{image.gallery_id}/versions/<major.minor.patch>"
+        if image.from_gallery
+        else f"{image.publisher}:{image.offer}:{image.sku}:<version>"
+    )
     return (
         f"{NAMESPACE}:image = {image.urn!r}: Azure resolves 'latest' each time it creates or reimages a VM, so each "
         "repair or scale-out may boot a newer image (GPU driver, OFED, NCCL) than the rest of its island; pin a "
-        f"version, image: {image.publisher}:{image.offer}:{image.sku}:<version> (the versions: "
-        f"{image.versions_command()})"
+        f"version, image: {pin} (the versions: {image.versions_command()})"
     )
+
+
+def _declared_contract(config: StackConfig, image: ImageSpec) -> tuple[ImageSpec, str]:
+    """The image with the contract `imageContract` declares resolved (a file's path made absolute, the file read and
+    checked as ndfleet's own contracts are), or the problem with it ("" for none)."""
+    declared = config.image_contract
+    setting = f"{NAMESPACE}:imageContract"
+    if declared is None:
+        if image.from_gallery:
+            return image, (
+                f"{NAMESPACE}:image = {image.urn!r} is a gallery image, which has no contract in ndfleet/images: set "
+                f"{setting} to the contract of what the image holds, one of ndfleet's ({', '.join(images.contract_names())}) "
+                "when it is built on that marketplace image, or a contract file relative to the stack file "
+                '(docs/images.md, "A team\'s own image")'
+            )
+        return image, ""
+    if not image.from_gallery:
+        return image, (
+            f"{setting} = {declared!r}: applies only to a gallery image, and {NAMESPACE}:image = {image.urn!r} is a "
+            "marketplace image, whose contract is ndfleet's (ndfleet/images); remove imageContract"
+        )
+    from ndfleet.stackconfig.stackfile import stacks_dir  # stackfile reads settings through config, which needs us
+
+    try:
+        resolved = images.resolve_declared(declared, stacks_dir())
+    except images.ImageContractError as e:
+        return image, f"{setting} = {declared!r}: {e}"
+    return image.model_copy(update={"contract": resolved}), ""
 
 
 def split_islands(nodes: int, max_per_island: int) -> list[int]:
@@ -343,10 +376,15 @@ def _other_settings(config: StackConfig, stack: str, ok: Ok, problems: list[str]
     image = ImageSpec.from_urn(config.image)
     if ok("image") and not image.pinned:
         warnings.append(latest_image_warning(image))
-    if ok("image"):
+    problem = ""
+    if ok("image", "imageContract"):
+        image, problem = _declared_contract(config, image)
+        if problem:
+            problems.append(problem)
+    if ok("image", "imageContract") and not problem:
         # The nodes are rendered from the image's contract (ndfleet/images, docs/images.md): a version nobody has read
         # is set up as for the newest build read, and the plan says so.
-        _, uncontracted = images.for_image(image.urn)
+        _, uncontracted = image.contract_of()
         if uncontracted:
             warnings.append(f"{NAMESPACE}:image = {image.urn!r}: {uncontracted}")
     if ok("sshPublicKey") and is_example_key(config.ssh_public_key):

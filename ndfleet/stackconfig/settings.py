@@ -21,6 +21,20 @@ SMOKE_KEY = "smoke"
 
 DEFAULT_VM_SIZE = "Standard_ND96isr_H100_v5"
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+# An Azure Compute Gallery image version's resource id, or its image definition's (Azure then boots the definition's
+# latest version): the form ImageReference.id takes (Compute REST API, ImageReference: "to use 'latest' version of
+# gallery image, just set '/subscriptions/{subscriptionId}/resourceGroups/{resourceGroupName}/providers/
+# Microsoft.Compute/galleries/{galleryName}/images/{imageName}' in the 'id' field without version input"). Names as
+# Azure allows them: a gallery's letters, digits, dots and underscores; an image definition's also dashes; a version
+# MajorVersion.MinorVersion.Patch, each a 32-bit integer (Learn, "Azure Compute Gallery", image versions).
+GALLERY_IMAGE_FORM = "/subscriptions/<subscription id>/resourceGroups/<group>/providers/Microsoft.Compute/galleries/<gallery>/images/<definition>[/versions/<major.minor.patch>]"
+_GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+GALLERY_IMAGE_ID = re.compile(
+    rf"/subscriptions/{_GUID}"
+    r"/resourceGroups/[-\w.()]{1,90}/providers/Microsoft\.Compute/galleries/[A-Za-z0-9_.]{1,80}"
+    r"/images/[A-Za-z0-9_.-]{1,80}(?:/versions/\d{1,10}\.\d{1,10}\.\d{1,10})?",
+    re.IGNORECASE,
+)
 DEFAULT_VNET = "10.40.0.0/16"
 
 # Linux admin names Azure refuses (Microsoft.Compute osProfile.adminUsername).
@@ -82,6 +96,27 @@ NODES_BOUND = (
 # (a Linux computer name is at most 64: Microsoft Learn, "Naming rules and restrictions for Azure resources", and the
 # Compute REST API's osProfile.computerName, "Max-length (Linux): 64 characters").
 MAX_NAME_PREFIX = 20
+
+
+
+def _gallery_id_fault(value: str) -> str:
+    """The first part of a would-be gallery image id that is wrong (the value itself is shown shortened)."""
+    parts = value.split("/")[1:]
+    keys = ("subscriptions", "resourceGroups", "providers", "galleries", "images", "versions")
+    want = dict(zip(range(0, 12, 2), keys, strict=True))
+    checks = {1: _GUID, 7: r"[A-Za-z0-9_.]{1,80}", 9: r"[A-Za-z0-9_.-]{1,80}"}
+    checks[11] = r"\d{1,10}\.\d{1,10}\.\d{1,10}"
+    names = {1: "subscription id", 3: "resource group", 7: "gallery name", 9: "image definition", 11: "version"}
+    if len(parts) not in (10, 12):
+        return f"{len(parts)} parts, not 10 (a definition) or 12 (a version)"
+    for i, part in enumerate(parts):
+        if i in want and part.lower() != want[i].lower():
+            return f"{part!r} where {want[i]!r} belongs"
+        if i == 5 and part.lower() != "microsoft.compute":
+            return f"provider {part!r}, not 'Microsoft.Compute'"
+        if i in checks and not re.fullmatch(checks[i], part):
+            return f"{names[i]} {part!r}"
+    return "a name with characters Azure does not allow"
 
 
 class FrozenModel(BaseModel):
@@ -297,6 +332,10 @@ class StackConfig(SettingsModel):
     # the stack will reach, and growing up to it changes no address range.
     planned_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES, alias="plannedNodes")
     image: str = DEFAULT_IMAGE
+    # What the team's own image holds (docs/images.md, "A team's own image"): one of ndfleet's contracts
+    # (`ubuntu-hpc-2204@22.04.2024102301`) or a contract file, relative to the stack file. Required with a gallery
+    # image; a marketplace image gets its contract from ndfleet/images.
+    image_contract: str | None = Field(default=None, alias="imageContract", min_length=1, max_length=500)
     admin_username: str = Field(default="azureuser", alias="adminUsername")
     ssh_public_key: str = Field(alias="sshPublicKey")
     vnet_address_space: str = Field(default=DEFAULT_VNET, alias="vnetAddressSpace")
@@ -365,9 +404,20 @@ class StackConfig(SettingsModel):
     @field_validator("image")
     @classmethod
     def _image_urn(cls, v: str) -> str:
+        if v.startswith("/"):
+            if not GALLERY_IMAGE_ID.fullmatch(v):
+                raise ValueError(
+                    f"is not an Azure Compute Gallery image id ({_gallery_id_fault(v)}): use {GALLERY_IMAGE_FORM} "
+                    "(the version's resource id, `az sig image-version show --query id`), or a marketplace URN "
+                    "publisher:offer:sku:version"
+                )
+            return v
         parts = v.split(":")
         if len(parts) != 4 or not all(parts):
-            raise ValueError("must be a marketplace image URN publisher:offer:sku:version, e.g. " + DEFAULT_IMAGE)
+            raise ValueError(
+                "must be a marketplace image URN publisher:offer:sku:version, e.g. " + DEFAULT_IMAGE
+                + f", or an Azure Compute Gallery image id {GALLERY_IMAGE_FORM}"
+            )
         return v
 
     @field_validator("admin_username")
