@@ -53,6 +53,7 @@ from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.config import STACK_CHECKS_SKIPPED, check_settings
 from ndfleet.stackconfig.problems import SpecError
 from ndfleet.stackconfig.settings import NAMESPACE
+from ndfleet.stackconfig.stackfile import stacks_dir
 
 # The Application Health extension's largest gracePeriod, in seconds (Microsoft Learn, "Using Application
 # Health extension with Virtual Machine Scale Sets", extension schema: gracePeriod).
@@ -302,7 +303,9 @@ def prepare_config(
 ) -> PreparedCluster:
     """load_spec + the cloud of the stack + prepare: what every command runs first. Raises SpecError or
     PrepareError (both: a message naming each setting, no traceback)."""
-    checked = check_settings(raw, stack)
+    # A relative imageContract file is the stack file's neighbour: every command and the Pulumi program run in the
+    # project, whose stack files are in stacks_dir() (Pulumi.yaml's stackConfigDir).
+    checked = check_settings(raw, stack, stacks_dir())
     problems = list(checked.problems)
     try:
         cloud: StorageCloud | None = cloud_from_config(engine_config, env)

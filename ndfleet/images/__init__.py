@@ -371,7 +371,7 @@ def contract_names() -> list[str]:
     return [n if v == LATEST else f"{n}@{v}" for n in names() for v in versions(n)]
 
 
-def resolve_declared(declared: str, base: Path) -> str:
+def resolve_declared(declared: str, base: Path | None) -> str:
     """A stack's `imageContract` checked: one of contract_names() as given, or a contract file (relative to `base`,
     the stack file's folder) read, bounded, and checked as ndfleet's own contracts are, returned as its absolute
     path. ImageContractError says what is wrong."""
@@ -383,7 +383,9 @@ def resolve_declared(declared: str, base: Path) -> str:
         if name in names():
             raise ImageContractError(f"no contract of {name!r} at version {version!r}; there are {known}")
         raise ImageContractError(f"neither one of ndfleet's contracts ({known}) nor a contract file (<path>.json)")
-    path = (base / declared).resolve()
+    if base is None and not Path(declared).is_absolute():
+        raise ImageContractError("a relative contract file, and no stack file folder to read it from")
+    path = (Path(base or "/") / declared).resolve()
     _read_file(path, declared)
     return str(path)
 

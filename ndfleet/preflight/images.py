@@ -30,6 +30,15 @@ def check_image_version(spec: ClusterSpec, found: ImageVersions | Unavailable | 
     image = spec.image
     check_id = "image-version"
     title = f"image {image.urn} published in {spec.location}"
+    if image.from_gallery:
+        return Check(
+            check_id,
+            f"image {image.urn} in {spec.location}",
+            "skip",
+            "a gallery image: preflight reads marketplace versions only; `az sig image-version show --ids <id> "
+            "--query publishingProfile.targetRegions` lists the regions it is replicated to, and the deployer needs "
+            'read access to it (docs/images.md, "A team\'s own image")',
+        )
     if found is None:
         return Check(check_id, title, "skip", "the image's versions were not read")
     if isinstance(found, Unavailable):

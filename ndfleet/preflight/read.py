@@ -148,8 +148,9 @@ def gather_facts(
         "locations": (locations, "the subscription's locations"),
         "compute_skus": (compute_skus, f"Microsoft.Compute resource SKUs in {location}"),
         "usages": (usages, f"Microsoft.Compute usages (quota) in {location}"),
-        "image_versions": (image_versions, f"the versions of image {image.urn} in {location}"),
     }
+    if not image.from_gallery:  # a gallery image is no marketplace image: checks.images.check_image_version says so
+        jobs["image_versions"] = (image_versions, f"the versions of image {image.urn} in {location}")
     if spec.storage.lustre is not None:
         jobs["lustre_skus"] = (lustre_skus, "Microsoft.StorageCache SKUs")
     jobs["permissions"] = (permissions, f"the caller's permissions on {scope}")
@@ -187,7 +188,7 @@ def gather_facts(
         # At subscription scope already when the stack names no resource group: the same read.
         subscription_permissions=results.get("subscription_permissions", results["permissions"]) if impact else None,
         impact_provider=results.get("impact_provider"),
-        image_versions=results["image_versions"],
+        image_versions=results.get("image_versions"),
     )
 
 

@@ -93,7 +93,8 @@ class ImageSpec(FrozenModel):
     def versions_command(self, location: str | None = None) -> str:
         """The Azure CLI command that lists the published versions of this image (in `location`, when given)."""
         if self.gallery_id:
-            parts = self.gallery_id.split("/")  # /subscriptions/<s>/resourceGroups/<g>/providers/M.C/galleries/<x>/images/<d>
+            # /subscriptions/<s>/resourceGroups/<g>/providers/Microsoft.Compute/galleries/<x>/images/<d>[/versions/<v>]
+            parts = self.gallery_id.split("/")
             return (
                 f"az sig image-version list --subscription {parts[2]} --resource-group {parts[4]} "
                 f"--gallery-name {parts[8]} --gallery-image-definition {parts[10]} --output table"

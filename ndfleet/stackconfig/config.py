@@ -17,6 +17,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import ValidationError
@@ -120,9 +121,10 @@ def _drop(raw: dict[str, Any], loc: tuple[int | str, ...]) -> bool:
     return False
 
 
-def check_settings(raw: Mapping[str, Any], stack: str) -> CheckedSettings:
+def check_settings(raw: Mapping[str, Any], stack: str, stack_dir: Path | None = None) -> CheckedSettings:
     """Every problem of the settings stage: each setting on its own, then the checks across settings over those that
-    passed, skipping the checks that read a failed one (CheckedSettings says what the next stage may do)."""
+    passed, skipping the checks that read a failed one (CheckedSettings says what the next stage may do).
+    `stack_dir`: the stack file's folder, what a relative `imageContract` file is read from (None: none is)."""
     problems: list[str] = []
     name_problem = stack_name_problem(stack)
     if name_problem is not None:
@@ -148,7 +150,7 @@ def check_settings(raw: Mapping[str, Any], stack: str) -> CheckedSettings:
         except ValidationError:  # cannot happen: every failed key was dropped; report what we have
             return CheckedSettings(None, problems, tuple(sorted(broken)))
     broken |= {k for k in _STAND_INS if k not in raw}
-    spec, cross_problems = build_spec(config, stack, frozenset(broken))
+    spec, cross_problems = build_spec(config, stack, frozenset(broken), stack_dir)
     problems += cross_problems
     if broken or cross_problems or name_problem is not None:
         blocked = tuple(sorted(broken)) if broken else ()
@@ -156,7 +158,7 @@ def check_settings(raw: Mapping[str, Any], stack: str) -> CheckedSettings:
     return CheckedSettings(spec, problems)
 
 
-def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
+def load_spec(raw: Mapping[str, Any], stack: str, stack_dir: Path | None = None) -> ClusterSpec:
     """Validate raw `ndfleet:*` config (namespace stripped) into a ClusterSpec, or raise SpecError.
 
     Every problem in one go: the settings are checked one by one, then the checks across settings (VNet size,
@@ -164,7 +166,7 @@ def load_spec(raw: Mapping[str, Any], stack: str) -> ClusterSpec:
     of the stack as a whole follow in the prepare step (ndfleet.prepare.prepare_config, which reports both stages'
     problems together).
     """
-    checked = check_settings(raw, stack)
+    checked = check_settings(raw, stack, stack_dir)
     if checked.problems or checked.spec is None:
         raise SpecError(checked.problems)
     return checked.spec

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from ndfleet_node.names import TAG_PREFIX, TAG_STACK
 
@@ -79,17 +80,19 @@ def latest_image_warning(image: ImageSpec) -> str:
     )
 
 
-def _declared_contract(config: StackConfig, image: ImageSpec) -> tuple[ImageSpec, str]:
-    """The image with the contract `imageContract` declares resolved (a file's path made absolute, the file read and
-    checked as ndfleet's own contracts are), or the problem with it ("" for none)."""
+def _declared_contract(config: StackConfig, image: ImageSpec, stack_dir: Path | None) -> tuple[ImageSpec, str]:
+    """The image with the contract `imageContract` declares resolved (a file's path made absolute against the stack
+    file's folder `stack_dir`, the file read and checked as ndfleet's own contracts are), or the problem with it ("" for
+    none)."""
     declared = config.image_contract
     setting = f"{NAMESPACE}:imageContract"
     if declared is None:
         if image.from_gallery:
             return image, (
                 f"{NAMESPACE}:image = {image.urn!r} is a gallery image, which has no contract in ndfleet/images: set "
-                f"{setting} to the contract of what the image holds, one of ndfleet's ({', '.join(images.contract_names())}) "
-                "when it is built on that marketplace image, or a contract file relative to the stack file "
+                f"{setting} to the contract of what the image holds: one of ndfleet's "
+                f"({', '.join(images.contract_names())}) when it is built on that marketplace image, or a contract "
+                "file relative to the stack file "
                 '(docs/images.md, "A team\'s own image")'
             )
         return image, ""
@@ -98,10 +101,8 @@ def _declared_contract(config: StackConfig, image: ImageSpec) -> tuple[ImageSpec
             f"{setting} = {declared!r}: applies only to a gallery image, and {NAMESPACE}:image = {image.urn!r} is a "
             "marketplace image, whose contract is ndfleet's (ndfleet/images); remove imageContract"
         )
-    from ndfleet.stackconfig.stackfile import stacks_dir  # stackfile reads settings through config, which needs us
-
     try:
-        resolved = images.resolve_declared(declared, stacks_dir())
+        resolved = images.resolve_declared(declared, stack_dir)
     except images.ImageContractError as e:
         return image, f"{setting} = {declared!r}: {e}"
     return image.model_copy(update={"contract": resolved}), ""
@@ -117,7 +118,7 @@ Ok = Callable[..., bool]
 
 
 def build_spec(
-    config: StackConfig, stack: str, broken: frozenset[str] = frozenset()
+    config: StackConfig, stack: str, broken: frozenset[str] = frozenset(), stack_dir: Path | None = None
 ) -> tuple[ClusterSpec | None, list[str]]:
     """The checks across settings and the derived spec. `broken`: top-level settings that failed their own
     check (replaced by defaults in `config`); a check that reads one of them is skipped, so that it neither
@@ -135,7 +136,7 @@ def build_spec(
     network = _network(config, islands, ok, problems, warnings)
     _region(config, ok, problems, warnings)
     lustre = _lustre(config, ok, problems, warnings)
-    image = _other_settings(config, stack, ok, problems, warnings)
+    image = _other_settings(config, stack, ok, problems, warnings, stack_dir)
     if problems or network is None:
         return None, problems
     return _spec(config, stack, islands, network, lustre, image, warnings), []
@@ -336,7 +337,9 @@ def _lustre(config: StackConfig, ok: Ok, problems: list[str], warnings: list[str
     return lustre
 
 
-def _other_settings(config: StackConfig, stack: str, ok: Ok, problems: list[str], warnings: list[str]) -> ImageSpec:
+def _other_settings(
+    config: StackConfig, stack: str, ok: Ok, problems: list[str], warnings: list[str], stack_dir: Path | None
+) -> ImageSpec:
     """Spot, Slurm, tags, image, key and monitoring; returns the image (its check warns on an unpinned one)."""
     # Spot: -1 means "pay up to the on-demand price"; otherwise a positive USD/hour cap. Only for Spot.
     if ok("priority", "spotMaxPrice"):
@@ -378,7 +381,7 @@ def _other_settings(config: StackConfig, stack: str, ok: Ok, problems: list[str]
         warnings.append(latest_image_warning(image))
     problem = ""
     if ok("image", "imageContract"):
-        image, problem = _declared_contract(config, image)
+        image, problem = _declared_contract(config, image, stack_dir)
         if problem:
             problems.append(problem)
     if ok("image", "imageContract") and not problem:

@@ -24,10 +24,14 @@ DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 # An Azure Compute Gallery image version's resource id, or its image definition's (Azure then boots the definition's
 # latest version): the form ImageReference.id takes (Compute REST API, ImageReference: "to use 'latest' version of
 # gallery image, just set '/subscriptions/{subscriptionId}/resourceGroups/{resourceGroupName}/providers/
-# Microsoft.Compute/galleries/{galleryName}/images/{imageName}' in the 'id' field without version input"). Names as
-# Azure allows them: a gallery's letters, digits, dots and underscores; an image definition's also dashes; a version
-# MajorVersion.MinorVersion.Patch, each a 32-bit integer (Learn, "Azure Compute Gallery", image versions).
-GALLERY_IMAGE_FORM = "/subscriptions/<subscription id>/resourceGroups/<group>/providers/Microsoft.Compute/galleries/<gallery>/images/<definition>[/versions/<major.minor.patch>]"
+# Microsoft.Compute/galleries/{galleryName}/images/{imageName}' in the 'id' field without version input"). A version
+# is named MajorVersion.MinorVersion.Patch, and `latest` is the highest of them not excluded from latest (Learn, "Store
+# and share images in an Azure Compute Gallery"); a gallery's name has letters, digits, dots and underscores, an image
+# definition's also dashes (Learn, "Create a gallery", "Create an image definition"). Each number is held to ten digits.
+GALLERY_IMAGE_FORM = (
+    "/subscriptions/<subscription id>/resourceGroups/<group>/providers/Microsoft.Compute/galleries/<gallery>"
+    "/images/<definition>[/versions/<major.minor.patch>]"
+)
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 GALLERY_IMAGE_ID = re.compile(
     rf"/subscriptions/{_GUID}"
@@ -415,8 +419,8 @@ class StackConfig(SettingsModel):
         parts = v.split(":")
         if len(parts) != 4 or not all(parts):
             raise ValueError(
-                "must be a marketplace image URN publisher:offer:sku:version, e.g. " + DEFAULT_IMAGE
-                + f", or an Azure Compute Gallery image id {GALLERY_IMAGE_FORM}"
+                f"must be a marketplace image URN publisher:offer:sku:version, e.g. {DEFAULT_IMAGE}, or an Azure "
+                f"Compute Gallery image id {GALLERY_IMAGE_FORM}"
             )
         return v
 

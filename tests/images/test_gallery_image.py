@@ -110,8 +110,11 @@ def test_a_contract_file_is_read_and_becomes_the_nodes_contract(tmp_path: Path) 
     spec = load_spec(base_config(image=VERSION_ID, imageContract=str(path)), "test")
     contract, why = spec.image.contract_of()
     assert why == "" and contract.name == "team-ndv5" and "enroot" in contract.tool_names
-    # Relative to the stack file's folder.
-    assert images.resolve_declared("images/team-ndv5.json", tmp_path) == str(path)
+    # Relative to the stack file's folder, which the commands and the program pass (ndfleet.prepare.prepare_config).
+    relative = load_spec(base_config(image=VERSION_ID, imageContract="images/team-ndv5.json"), "test", tmp_path)
+    assert relative.image.contract == str(path) and relative.image.contract_of()[0] == contract
+    unplaced = errors_of(base_config(image=VERSION_ID, imageContract="images/team-ndv5.json"))
+    assert "ndfleet:imageContract = 'images/team-ndv5.json': a relative contract file" in unplaced
 
 
 def test_a_contract_file_of_the_wrong_shape_is_refused_with_the_contracts_own_check(tmp_path: Path) -> None:
@@ -127,3 +130,12 @@ def test_a_missing_or_huge_contract_file_is_refused(tmp_path: Path) -> None:
     huge = tmp_path / "huge.json"
     huge.write_text(" " * (images.CONTRACT_FILE_LIMIT + 1))
     assert "larger than" in errors_of(base_config(image=VERSION_ID, imageContract=str(huge)))
+
+
+def test_preflight_does_not_look_a_gallery_image_up_as_a_marketplace_one() -> None:
+    from ndfleet.preflight.facts import ImageVersions
+    from ndfleet.preflight.images import check_image_version
+
+    spec = load_spec(base_config(image=VERSION_ID, imageContract=PINNED), "test")
+    check = check_image_version(spec, ImageVersions(()))
+    assert check.status == "skip" and "az sig image-version show" in check.detail
