@@ -139,3 +139,17 @@ def test_preflight_does_not_look_a_gallery_image_up_as_a_marketplace_one() -> No
     spec = load_spec(base_config(image=VERSION_ID, imageContract=PINNED), "test")
     check = check_image_version(spec, ImageVersions(()))
     assert check.status == "skip" and "az sig image-version show" in check.detail
+
+
+def test_moving_an_island_to_a_gallery_image_is_an_image_change_in_the_plan_diff() -> None:
+    from ndfleet.plans import plandiff
+    from tests.test_plandiff import load, rules_fired, vmss_inputs
+
+    base = load("dev-small.json")
+    head = json.loads(json.dumps(base))
+    vmss_inputs(head)["virtualMachineProfile"]["storageProfile"]["imageReference"] = {"id": VERSION_ID}
+    diff = plandiff.diff_plans(base, head)
+    assert "vmss-image" in rules_fired(diff) and "island-replaced" not in rules_fired(diff)
+    (cons,) = [c for c in diff.consequences if c.rule == "vmss-image"]
+    # The rule is the marketplace one's (plandiff reads the whole imageReference): it holds for the `id` shape too.
+    assert "imageReference.id: (absent) -> /subscriptions/00000000-1111-2222-3333-444444444444/" in cons.message
