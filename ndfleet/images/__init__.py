@@ -38,9 +38,12 @@ __all__ = [
     "Library",
     "Tool",
     "CONTRACT_FILE_LIMIT",
+    "RENDERED_ONCE",
     "agreed",
+    "all_reduce_perf_path",
     "contract_names",
     "for_image",
+    "hpcx_init_glob",
     "load",
     "load_text",
     "names",
@@ -366,6 +369,26 @@ def load(name: str, version: str = LATEST) -> ImageContract:
     return contract
 
 
+def hpcx_init_glob(contract: ImageContract) -> str:
+    """Where a node looks for HPC-X's init script ("" where the image has none): the node JSON's burnin.hpcx_init."""
+    hpcx = contract.environments.get("hpcx")
+    return hpcx.init_glob if hpcx else ""
+
+
+def all_reduce_perf_path(contract: ImageContract) -> str:
+    """nccl-tests' all_reduce_perf, which the burn-in runs: the node JSON's path to it ("" where the image lacks it)."""
+    tool = contract.tool("all_reduce_perf")
+    return tool.path if tool else ""
+
+
+# The facts ndfleet renders once for every stack (the node JSON is the same for each version of the compute image):
+# a team's contract file must agree with ndfleet's contracts on them, or its nodes would look in the wrong place.
+RENDERED_ONCE: dict[str, Callable[[ImageContract], str]] = {
+    "environments.hpcx.init_glob": hpcx_init_glob,
+    "tools[name=all_reduce_perf].path": all_reduce_perf_path,
+}
+
+
 def contract_names() -> list[str]:
     """What `imageContract` may name of ndfleet's own: `<name>` (its latest) and `<name>@<version>` (a pinned one)."""
     return [n if v == LATEST else f"{n}@{v}" for n in names() for v in versions(n)]
@@ -386,7 +409,14 @@ def resolve_declared(declared: str, base: Path | None) -> str:
     if base is None and not Path(declared).is_absolute():
         raise ImageContractError("a relative contract file, and no stack file folder to read it from")
     path = (Path(base or "/") / declared).resolve()
-    _read_file(path, declared)
+    contract = _read_file(path, declared)
+    for key, fact in RENDERED_ONCE.items():
+        theirs, ours = fact(contract), agreed(COMPUTE_IMAGE, fact)
+        if theirs != ours:
+            raise ImageContractError(
+                f"{declared}: {key}: expected {ours!r}, what ndfleet renders into every node's configuration from its "
+                f"own contracts (docs/images.md, \"A team's own image\"), got {theirs!r}"
+            )
     return str(path)
 
 

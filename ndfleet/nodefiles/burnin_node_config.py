@@ -26,8 +26,8 @@ def burnin_node_section(profile: VmSizeProfile) -> dict[str, Any]:
     b = profile.burnin
     # The same in every contracted version of the compute image (images.agreed fails naming them otherwise): the node
     # JSON is one for every version, and the node program finds HPC-X's versioned folder by this glob.
-    hpcx_init = images.agreed(COMPUTE_IMAGE, lambda c: c.environments["hpcx"].init_glob)
-    all_reduce_perf = images.agreed(COMPUTE_IMAGE, lambda c: getattr(c.tool("all_reduce_perf"), "path", ""))
+    hpcx_init = images.agreed(COMPUTE_IMAGE, images.hpcx_init_glob)
+    all_reduce_perf = images.agreed(COMPUTE_IMAGE, images.all_reduce_perf_path)
     assert all_reduce_perf, f"the {COMPUTE_IMAGE} contracts list all_reduce_perf"
     # The validator's NCCL environment; an empty NCCL_TOPO_FILE is left out here, as the burn-in always has.
     common = {k: v for k, v in nccl_test_env(profile.nccl_topo_file).items() if v}

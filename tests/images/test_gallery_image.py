@@ -99,6 +99,8 @@ def _team_contract(tmp_path: Path, change: str = "") -> Path:
     doc["tools"].append({"name": "enroot", "path": "/usr/bin/enroot", "source": "https://github.com/NVIDIA/enroot"})
     if change == "tool without path":
         del doc["tools"][0]["path"]
+    elif change == "nccl-tests elsewhere":
+        next(t for t in doc["tools"] if t["name"] == "all_reduce_perf")["path"] = "/opt/team/nccl-tests/all_reduce_perf"
     path = tmp_path / "images" / "team-ndv5.json"
     path.parent.mkdir()
     path.write_text(json.dumps(doc))
@@ -122,6 +124,13 @@ def test_a_contract_file_of_the_wrong_shape_is_refused_with_the_contracts_own_ch
     message = errors_of(base_config(image=VERSION_ID, imageContract=str(path)))
     # The loader's message for ndfleet's own contracts (tests/images/test_contract_loader.py), behind the setting.
     assert re.search(rf"ndfleet:imageContract = '{re.escape(str(path))}': .*tools\[0\]\.path: expected", message)
+
+
+def test_a_contract_file_must_agree_on_what_ndfleet_renders_for_every_node(tmp_path: Path) -> None:
+    path = _team_contract(tmp_path, "nccl-tests elsewhere")
+    message = errors_of(base_config(image=VERSION_ID, imageContract=str(path)))
+    assert "tools[name=all_reduce_perf].path: expected '/opt/nccl-tests/build/all_reduce_perf'" in message
+    assert "got '/opt/team/nccl-tests/all_reduce_perf'" in message
 
 
 def test_a_missing_or_huge_contract_file_is_refused(tmp_path: Path) -> None:
