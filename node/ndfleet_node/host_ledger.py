@@ -187,10 +187,22 @@ def record(ledger: dict[str, list[Failure]], seen: Iterable[Failure]) -> tuple[d
         entries = out.setdefault(failure.host, [])
         if any((e.node, e.reason, e.time) == (failure.node, failure.reason, failure.time) for e in entries):
             continue
+        if any(e.node == failure.node and grown_from(e.reason, failure.reason) for e in entries):
+            continue  # the same drain, its reason since extended by the health check: counted when it began
         entries.append(failure)
         if len(entries) >= REPEAT_AFTER:
             repeats.append(failure)
     return out, repeats
+
+
+def grown_from(first: str, later: str) -> bool:
+    """`later` is the health check's drain reason `first` with more checks added (the periodic pass rewrites a drained
+    node's reason to every check that fails now, with a new stamp: seen in the twin, "ndfleet:ib.ports" then
+    "ndfleet:ib.ports,gpu.fabricmanager" on one drained node): one drain, not a second failure of the host."""
+    was, now = _CHECK_REASON.fullmatch(first), _CHECK_REASON.fullmatch(later)
+    if was is None or now is None:
+        return False
+    return set(was.group(1).split(",")) <= set(now.group(1).split(","))
 
 
 def held_hosts(ledger: dict[str, list[Failure]]) -> set[str]:

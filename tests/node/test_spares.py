@@ -209,6 +209,20 @@ def test_a_deleted_node_that_was_drained_counts_once(reason: str) -> None:
     assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == [reason]
 
 
+def test_a_drain_whose_reason_grows_counts_once() -> None:
+    # Issue 47 round (found by the twin): the periodic pass rewrote a drained node's reason to every check failing
+    # now, with a new stamp; counting that as a second failure would hold a host that failed once.
+    first = failing("prod-ib00-000000", "HOSTA", "ndfleet:ib.ports")
+    grown = failing("prod-ib00-000000", "HOSTA", "ndfleet:ib.ports,gpu.fabricmanager", "2026-12-05T03:25:00")
+    ledger, _ = host_ledger.record({}, host_ledger.failures(nodes(first)))
+    ledger, repeats = host_ledger.record(ledger, host_ledger.failures(nodes(grown)))
+    assert repeats == [] and [f.reason for f in ledger["HOSTA"]] == ["ndfleet:ib.ports"]
+    # Another node on the host (the replacement) with the same checks is a second failure.
+    other = failing("prod-ib00-000007", "HOSTA", "ndfleet:ib.ports,gpu.fabricmanager", "2026-12-05T05:00:00")
+    ledger, repeats = host_ledger.record(ledger, host_ledger.failures(nodes(other)))
+    assert [r.node for r in repeats] == ["prod-ib00-000007"]
+
+
 def keep_ledger_after_one_failure(tmp_path: Path, node_line: str) -> tuple[bool, FakeScontrol, list[str], Path]:
     """keep_ledger over a ledger that holds one failure on HOSTA and a listing of `node_line`: (its result, the fake
     scontrol, its log, the ledger's path)."""
