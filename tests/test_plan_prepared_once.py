@@ -19,9 +19,9 @@ def test_the_plans_spec_is_the_one_the_program_prepared(monkeypatch: pytest.Monk
     calls: list[str] = []
     real = stack_config.check_settings
 
-    def counted(raw, stack):  # type: ignore[no-untyped-def]
+    def counted(raw, stack, *more, **named):  # type: ignore[no-untyped-def]
         calls.append(stack)
-        return real(raw, stack)
+        return real(raw, stack, *more, **named)
 
     monkeypatch.setattr(stack_config, "check_settings", counted)
     monkeypatch.setattr("ndfleet.prepare.check_settings", counted)
