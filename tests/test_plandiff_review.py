@@ -132,7 +132,8 @@ def test_a_null_cost_is_unknown(base: dict[str, Any], head: dict[str, Any]) -> N
 def test_the_month_is_the_plans_own_not_the_rounded_hour_times_730(capsys: pytest.CaptureFixture[str]) -> None:
     # Issue 44: for dev, `plan` said US$144,107.84 a month and `diff` 144,109.30 (the rounded 197.41 x 730).
     from ndfleet.cli import main
-    from ndfleet.cost.estimate import estimate_cost, usd
+    from ndfleet.cost.estimate import estimate_cost
+    from ndfleet.cost.money import usd
     from ndfleet.plans.build import run_plan
 
     plan = run_plan(load_stack(name="dev"))

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 
 from ndfleet.azure.text import terminal_lines
-from ndfleet.cost.estimate import usd
+from ndfleet.cost.money import usd
 from ndfleet.goodput.compute import CATEGORIES, NOT_YET_MEASURED, Figures, Report, as_json, percentile
 from ndfleet.goodput.jobs import JobReport
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ndfleet.cost.estimate import LUSTRE_NOT_PRICED, CostEstimate, estimate_cost, render_cost, usd
+from ndfleet.cost.estimate import LUSTRE_NOT_PRICED, CostEstimate, estimate_cost, render_cost
+from ndfleet.cost.money import usd
 from ndfleet.cost.prices import PRICE_TABLE, ListPrice, table_price
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.config import load_spec

@@ -93,7 +93,8 @@ def test_readme_example_stack_row(stack: str) -> None:
 
 def cost_row(stack: str) -> str:
     """docs/cost.md's row for an example stack: its VMs, priced by `ndfleet cost` in the stack's own region."""
-    from ndfleet.cost.estimate import estimate_cost, usd
+    from ndfleet.cost.estimate import estimate_cost
+    from ndfleet.cost.money import usd
 
     spec = prepared(stack).spec
     cost = estimate_cost(spec)
@@ -128,7 +129,8 @@ def test_cost_page_region_table_is_the_price_table() -> None:
 
 def test_readme_quotes_what_ndfleet_cost_prices_dev_prod_and_h200_at() -> None:
     """The README's cost sentence: each stack's VMs, priced by the tool in the stack's own region."""
-    from ndfleet.cost.estimate import estimate_cost, usd
+    from ndfleet.cost.estimate import estimate_cost
+    from ndfleet.cost.money import usd
 
     quoted = []
     for stack in ("dev", "prod", "h200"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ndfleet.cost.estimate import usd
+from ndfleet.cost.money import usd
 from ndfleet.cost.month import MONTH_NAME, per_month
 from ndfleet.plans.plandiff.bundle import bundle_diff, is_user_data
 from ndfleet.plans.plandiff.compare import bootstrap_diff, format_value, short_type
