@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ndfleet_node.names import BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX
+from ndfleet_node.names import BURNIN_REASON_PREFIX, DRAIN_REASON_PREFIX, EPILOG_ERROR_REASON
 
 from ndfleet.goodput.jobs import JobReport, jobs_json
 from ndfleet.goodput.stats import percentile
@@ -29,6 +29,9 @@ BADPUT = ("drained", "repair", "burnin", "other")
 _RUNNING = frozenset({"allocated", "mixed", "completing"})
 _DRAIN = frozenset({"drained", "draining"})
 ELASTIC_REASON_PREFIX = DRAIN_REASON_PREFIX + "elastic:"
+# slurmctld's drain of a node whose Epilog (ndfleet's own, at a job's end) exited non-zero: the health check's drain
+# until its next periodic pass replaces the reason with the failed checks (ndfleet_node.slurm_health).
+EPILOG_CAUSE = "check:epilog"
 HOURS_PER_DAY = 24
 
 
@@ -52,7 +55,8 @@ def category(state: str, reason: str) -> str | None:
         return "spare"
     if state == "awaiting_burnin" or (state in _DRAIN and reason.startswith(BURNIN_REASON_PREFIX)):
         return "burnin"
-    if state == "down" or (state in _DRAIN and reason.startswith(DRAIN_REASON_PREFIX)):
+    ours = reason.startswith(DRAIN_REASON_PREFIX) or reason == EPILOG_ERROR_REASON
+    if state == "down" or (state in _DRAIN and ours):
         return "repair"
     if state in _DRAIN:
         return "drained"
@@ -62,7 +66,8 @@ def category(state: str, reason: str) -> str | None:
 def cause(state: str, reason: str) -> str:
     """Why a node left service: `check:<id>` for each health-check drain's first check, `elastic`, `slurm-down`
     (slurmd stopped answering), `burnin`, `operator` (a drain with someone else's reason), or `other` (a Slurm state
-    ndfleet does not map)."""
+    ndfleet does not map). Slurm's "Epilog error" is the Epilog's drain, `check:epilog` until the interruption's
+    next sample names the check (node_figures)."""
     if reason.startswith(BURNIN_REASON_PREFIX) or state == "awaiting_burnin":
         return "burnin"
     if reason.startswith(ELASTIC_REASON_PREFIX):
@@ -70,6 +75,8 @@ def cause(state: str, reason: str) -> str:
     if reason.startswith(DRAIN_REASON_PREFIX) and state in _DRAIN:
         first = reason[len(DRAIN_REASON_PREFIX):].split(",")[0].strip()
         return f"check:{first or 'unnamed'}"
+    if reason == EPILOG_ERROR_REASON and state in _DRAIN:
+        return EPILOG_CAUSE
     if state == "down":
         return "slurm-down"
     if state in _DRAIN:
@@ -156,6 +163,7 @@ def node_figures(
     f = Figures()
     out_since: float | None = None
     previous: str | None = None
+    epilog_open = False  # the open interruption began as the Epilog's drain, its check not named yet
     for s in samples:
         span = max(0.0, min(step_s, until - s.at))
         now = category(s.state, s.reason)
@@ -165,9 +173,23 @@ def node_figures(
             c = cause(s.state, s.reason)
             f.interruptions[c] = f.interruptions.get(c, 0) + 1
             out_since = s.at
-        elif out_since is not None and now in AVAILABLE:
+            epilog_open = c == EPILOG_CAUSE
+        elif (
+            epilog_open
+            and now is not None
+            and now not in AVAILABLE
+            and (named := cause(s.state, s.reason)).startswith("check:")
+            and named != EPILOG_CAUSE
+        ):
+            # The Epilog's drain, renamed by the health check's next pass: the interruption's cause is that check.
+            f.interruptions[EPILOG_CAUSE] -= 1
+            if not f.interruptions[EPILOG_CAUSE]:
+                del f.interruptions[EPILOG_CAUSE]
+            f.interruptions[named] = f.interruptions.get(named, 0) + 1
+            epilog_open = False
+        if out_since is not None and now in AVAILABLE:
             f.back_in_service_s.append(s.at - out_since)
-            out_since = None
+            out_since, epilog_open = None, False
         if now is not None:
             previous = now
     if out_since is not None:

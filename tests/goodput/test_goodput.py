@@ -247,6 +247,19 @@ def test_categories_and_causes_follow_the_reason_prefixes() -> None:
     assert cause("other", "") == "other"
 
 
+def test_the_epilogs_drain_counts_under_the_check_the_next_pass_names() -> None:
+    # Issue 47: the Epilog's verdict is its exit status, so slurmctld drains the node "Epilog error" and the health
+    # check's next pass names the failed check (seen in the twin: goodput counted that drain as an operator's).
+    assert category("drained", "Epilog error") == "repair" and cause("drained", "Epilog error") == "check:epilog"
+    states = [("idle", ""), ("drained", "Epilog error"), ("drained", "ndfleet:gpu.ecc"), ("idle", "")]
+    f = node_figures([sample(h, st, r) for h, (st, r) in enumerate(states)], 3600, T0 + 4 * 3600)
+    assert f.interruptions == {"check:gpu.ecc": 1} and f.hours["repair"] == 2
+    # Not renamed before the node came back (or the period ended): the Epilog's own cause.
+    f = node_figures([sample(h, st, r) for h, (st, r) in enumerate([states[0], states[1], states[3]])], 3600,
+                     T0 + 3 * 3600)  # fmt: skip
+    assert f.interruptions == {"check:epilog": 1}
+
+
 def test_a_node_back_only_after_the_period_is_still_out_and_has_no_time() -> None:
     f = node_figures([sample(0, "idle"), sample(1, "down"), sample(2, "down")], 3600, T0 + 3 * 3600)
     assert (f.interruptions, f.back_in_service_s, f.still_out) == ({"slurm-down": 1}, [], 1)
