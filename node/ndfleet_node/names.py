@@ -19,6 +19,10 @@ TAG_METRICS_DCR = "ndfleet:metrics-dcr"  # the data collection rule's immutable 
 TAG_VAULT = "ndfleet:slurm-vault"  # the Key Vault holding Slurm's secrets
 TAG_NFS_ACCOUNT = "ndfleet:slurm-nfs"  # the storage account of the Slurm share (NFS)
 TAG_DB_HOST = "ndfleet:slurm-db-host"  # the accounting database's host name
+# A compute scale set: the version of its nodes' boot data (prepare: image, node boot data, Slurm release), and the
+# Slurm release its nodes install. The roll (ndfleet_node/roll) reads both from the scale set's model.
+TAG_BOOT_VERSION = "ndfleet:boot-version"
+TAG_SLURM_RELEASE = "ndfleet:slurm-release"
 
 # Slurm node reasons ndfleet sets, and reads back to tell its own drains from an operator's.
 DRAIN_REASON_PREFIX = "ndfleet:"  # the health check's drains: "ndfleet:" and the failed check ids
@@ -39,6 +43,11 @@ HOST_COMMENT_PREFIX = "ndfleet-host:"
 # A node on a host that failed twice: drained with this reason and never resumed (the host ledger).
 REPEAT_HOST_REASON = "ndfleet:host:repeat-failure"
 VM_FAILED_REASON = "ndfleet:elastic:vm-failed"  # an elastic node whose new VM Azure reports Failed: given up at once
+# A node the roll drains to bring it to its scale set's latest model: this prefix and the roll's id.
+ROLL_REASON_PREFIX = "ndfleet:roll:"
+# The Slurm node feature a compute node registers with (slurmd -Z --conf "Feature=..."): this prefix and the boot
+# version it runs, beside `island-<name>`.
+BOOT_VERSION_FEATURE_PREFIX = "boot-"
 
 # The NCCL configuration NCCL reads itself: the set-up writes it (from the node bundle's copy); the HPC image's own boot
 # service writes it too, so the set-up unit is ordered after that service (docs/images.md, "Boot services").
