@@ -81,7 +81,7 @@ def source_files() -> list[Path]:
 # the hostfile mode (`burnin`) and the test runner it starts on them. Paths relative to the package; a folder ends
 # with "/".
 CONTROLLER_ONLY = ("elastic/", "slurm_reap.py", "slurm_export.py", "sacct.py", "burnin/slurm.py", "spares.py",
-                   "host_ledger.py", "failed_jobs.py", "requeued_jobs.py")
+                   "host_ledger.py", "failed_jobs.py", "requeued_jobs.py", "roll/")
 
 
 def bundled_files() -> list[Path]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 # Module per subcommand (relative to this package), in the order `ndfleet-node --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "setup", "validate", "health", "burnin", "burnin.slurm", "impact", "slurm_health", "slurm_reap", "slurm_export",
-    "metrics",
+    "metrics", "roll.cli",
 )
 
 

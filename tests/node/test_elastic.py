@@ -40,6 +40,12 @@ SCALE_SET = "dev-gpu-vmss"
 # - 429 Too Many Requests with `Retry-After` in seconds ("Understand how Azure Resource Manager throttles
 #   requests"); 409 Conflict while another operation holds the scale set; 5xx, retryable ("Azure REST API
 #   reference", common errors). `delete_answers` injects those for the next deletes.
+# - the roll's calls: "Virtual Machine Scale Sets - Update Instances" (POST .../manualupgrade) and "- Reimage" (POST
+#   .../reimage), each `{"instanceIds": [...]}`, answered 202 Accepted with Azure-AsyncOperation and Location like a
+#   delete; the operation's URL answers `{"status": "InProgress" | "Succeeded" | "Failed" | "Canceled"}` ("Track
+#   asynchronous Azure operations"); "Virtual Machine Scale Set VMs - List" gives each instance's
+#   `properties.latestModelApplied`, true once Update Instances applied the model; "Virtual Machine Scale Sets - Get"
+#   gives the scale set's `tags`.
 ASYNC_OPERATION = "/subscriptions/sub/providers/Microsoft.Compute/locations/eastus/operations/{n}?api-version=" + (
     "2024-07-01"
 )
@@ -61,6 +67,10 @@ class FakeScaleSet:
     delete_answers: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     delete_lost: bool = False  # accept deletes with 202 but never carry them out (Azure's operation failed)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    stale: set[str] = field(default_factory=set)  # instances whose latestModelApplied is false
+    operation_status: str = "Succeeded"  # what every async operation's URL answers
+    on_reimage: list[Any] = field(default_factory=list)  # called with the instance ids of each reimage (a VM's boot)
 
     def add(self, state: str = "Succeeded") -> str:
         iid = str(self.next_id)
@@ -76,7 +86,12 @@ class FakeScaleSet:
             self.states.pop(iid, None)
 
     def deletes(self) -> list[list[str]]:
-        return [body["instanceIds"] for method, path, body in self.requests if method == "POST"]
+        return [body["instanceIds"] for method, path, body in self.requests
+                if method == "POST" and path.split("?")[0].endswith("/delete")]  # fmt: skip
+
+    def posts(self, action: str) -> list[list[str]]:
+        return [body["instanceIds"] for method, path, body in self.requests
+                if method == "POST" and path.split("?")[0].endswith(f"/{action}")]  # fmt: skip
 
 
 @pytest.fixture
@@ -109,17 +124,21 @@ def azure() -> Iterator[tuple[FakeScaleSet, str]]:
                 self._answer(fake.status, {"error": {"code": "AuthorizationFailed", "message": "no"}})
                 return
             path = self.path.split("?")[0]
+            if method == "GET" and "/operations/" in path:
+                self._answer(200, {"status": fake.operation_status})
+                return
             if not path.endswith(f"/virtualMachineScaleSets/{SCALE_SET}") and f"/{SCALE_SET}/" not in path:
                 self._answer(404, {"error": {"code": "NotFound", "message": path}})
             elif method == "GET" and path.endswith("/virtualMachines"):
                 value = [{"instanceId": i, "properties": {"osProfile": {"computerName": n},
-                          "provisioningState": fake.states.get(i, "Succeeded")}}
+                          "provisioningState": fake.states.get(i, "Succeeded"),
+                          "latestModelApplied": i not in fake.stale}}
                          for i, n in fake.instances.items()]  # fmt: skip
                 if not fake.delete_lost:
                     fake.settle()  # listed Deleting once, then gone
                 self._answer(200, {"value": value})
             elif method == "GET":
-                self._answer(200, {"sku": {"capacity": fake.capacity}})
+                self._answer(200, {"sku": {"capacity": fake.capacity}, "tags": fake.tags})
             elif method == "PATCH":
                 new = body["sku"]["capacity"]
                 if fake.create_on_scale:
@@ -138,6 +157,14 @@ def azure() -> Iterator[tuple[FakeScaleSet, str]]:
                         fake.capacity -= 1
                         if not fake.delete_lost:
                             fake.states[iid] = "Deleting"
+                operation = "http://" + self.headers["Host"] + ASYNC_OPERATION.format(n=len(fake.requests))
+                self._answer(202, None, {"Azure-AsyncOperation": operation, "Location": operation})
+            elif method == "POST" and path.endswith(("/manualupgrade", "/reimage")):
+                for iid in body["instanceIds"]:
+                    if path.endswith("/manualupgrade"):
+                        fake.stale.discard(iid)
+                for hook in fake.on_reimage if path.endswith("/reimage") else []:
+                    hook(body["instanceIds"])
                 operation = "http://" + self.headers["Host"] + ASYNC_OPERATION.format(n=len(fake.requests))
                 self._answer(202, None, {"Azure-AsyncOperation": operation, "Location": operation})
             else:

@@ -18,6 +18,15 @@ Each instance's `properties.provisioningState` (Microsoft Learn, "Virtual Machin
 and runs its set-up while still Creating); Deleting is going away; Failed did not come up (e.g. an allocation
 failure) and will not by itself.
 
+The roll (ndfleet_node/roll) brings chosen instances to the scale set's latest model: `POST .../manualupgrade` with
+`{"instanceIds": [...]}` ("Virtual Machine Scale Sets - Update Instances") applies the model to them, then
+`POST .../reimage` with `{"instanceIds": [...]}` ("Virtual Machine Scale Sets - Reimage") gives them a new OS disk
+from the model's image, so cloud-init and the node's set-up run again with the model's customData and userData. Both
+answer 202 Accepted with Azure-AsyncOperation and Location, polled until the operation's `status` is Succeeded,
+Failed or Canceled ("Track asynchronous Azure operations"), and are refused for now like a delete (409, 429, 5xx).
+Each instance's `properties.latestModelApplied` ("Virtual Machine Scale Set VMs - List") says whether it runs the
+model; the model's tags (`GET` the scale set) carry ndfleet's boot version (names.TAG_BOOT_VERSION).
+
 Bounds (every call through `net.fetch`, to the Resource Manager host only, with its token): an answer within
 HTTP_DEADLINE_S and LIST_CAP bytes; the instance list within MAX_PAGES pages and MAX_INSTANCES instances, its
 `nextLink` followed only on the same host and never to a page already read. The REST reference documents no
@@ -58,6 +67,7 @@ class ScaleSetInstance:
     instance_id: str
     computer_name: str
     provisioning_state: str
+    latest_model_applied: bool | None = None  # properties.latestModelApplied; None when the answer lacks it
 
     @property
     def usable(self) -> bool:
@@ -124,6 +134,35 @@ class ScaleSetApi:
             raise ArmError(f"read scale set {self.name}: sku.capacity = {value!r} is not a count")
         return value
 
+    def tags(self) -> dict[str, str]:
+        """The scale set's tags (its model's: `pulumi up` writes them with the model)."""
+        doc = self._call("GET", f"{self.url}?api-version={API_VERSION}", f"read scale set {self.name}").json()
+        tags = doc.get("tags", {}) if isinstance(doc, dict) else None
+        if not isinstance(tags, dict):
+            raise ArmError(f"read scale set {self.name}: tags is not an object")
+        return {str(k)[:512]: str(v)[:256] for k, v in tags.items()}
+
+    def operation_status(self, url: str) -> str:
+        """An async operation's `status` (InProgress, Succeeded, Failed, Canceled), read from its URL on the
+        Resource Manager host only."""
+        if not self.service.allows(url):
+            raise ArmError(f"operation URL {url[:120]!r} is not on {self.endpoint}: refused")
+        doc = self._call("GET", url, f"read operation of {self.name}").json()
+        status = doc.get("status") if isinstance(doc, dict) else None
+        if status not in ("InProgress", "Succeeded", "Failed", "Canceled"):
+            raise ArmError(f"read operation of {self.name}: status {str(status)[:40]!r} is not one Azure documents")
+        return str(status)
+
+    def manual_upgrade(self, instance_ids: list[str], budget_s: float = 0.0,
+                       now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+        """Bring these instances to the latest model (Update Instances); the async operation's URL."""
+        return self._post_instances("manualupgrade", "bring to the latest model", instance_ids, budget_s, now, sleep)
+
+    def reimage(self, instance_ids: list[str], budget_s: float = 0.0,
+                now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+        """Reimage these instances from the model (Reimage); the async operation's URL."""
+        return self._post_instances("reimage", "reimage", instance_ids, budget_s, now, sleep)
+
     def set_capacity(self, capacity: int) -> None:
         self._call("PATCH", f"{self.url}?api-version={API_VERSION}", f"scale {self.name} to {capacity}",
                    {"sku": {"capacity": capacity}})  # fmt: skip
@@ -153,6 +192,8 @@ class ScaleSetApi:
                     instance_id=vm["instanceId"],
                     computer_name=str(os_profile.get("computerName", "")),
                     provisioning_state=str(props.get("provisioningState", "")),
+                    latest_model_applied=latest if isinstance(latest := props.get("latestModelApplied"), bool)
+                    else None,
                 ))  # fmt: skip
             url = doc.get("nextLink") or None
             if url is not None and (not isinstance(url, str) or not self.service.allows(url) or url in seen):
@@ -170,10 +211,15 @@ class ScaleSetApi:
         lasts (after Retry-After, capped, or 2, 4, 8 ... s), never waiting past it. Returns the async operation's URL
         (Azure-AsyncOperation, else Location; "" when neither came). ArmError when still refused: the delete may not
         have happened, and the caller keeps it on record."""
+        return self._post_instances("delete", "delete", instance_ids, budget_s, now, sleep)
+
+    def _post_instances(self, action: str, verb: str, instance_ids: list[str], budget_s: float,
+                        now: Callable[[], float], sleep: Callable[[float], None]) -> str:
+        """POST `{"instanceIds": [...]}` to the scale set's `action`, asked again as `delete_instances` says."""
         if not instance_ids:
             return ""
-        what = f"delete instances {', '.join(instance_ids)} of {self.name}"
-        url = f"{self.url}/delete?api-version={API_VERSION}"
+        what = f"{verb} instances {', '.join(instance_ids)} of {self.name}"
+        url = f"{self.url}/{action}?api-version={API_VERSION}"
         deadline = now() + budget_s
         failure: ArmError | None = None
         for attempt in range(1, MAX_DELETE_ATTEMPTS + 1):
