@@ -70,6 +70,7 @@ from ndfleet.slurm.conf import (
     spares_config,
 )
 from ndfleet.slurm.elastic import ELASTIC_CONFIG, ELASTIC_STATE_DIR, RECONCILE_EVERY_S, elastic_config
+from ndfleet.slurm.roll import ROLL_CONFIG, ROLL_EVERY_S, ROLL_PROGRAM, roll_config
 from ndfleet.slurm.userdata import compose
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 
@@ -217,6 +218,9 @@ def _setup_context(spec: ClusterSpec, site: SlurmSite, role: str, island: Island
         "burnin_timeout_s": BURNIN_TIMEOUT_S,
         "spares_config": SPARES_CONFIG,
         "spares_every_s": SPARES_EVERY_S,
+        "roll_config": ROLL_CONFIG,
+        "roll_every_s": ROLL_EVERY_S,
+        "roll_program": ROLL_PROGRAM,
         "host_ledger": HOST_LEDGER,
         "host_ledger_dir": posixpath.dirname(HOST_LEDGER),
         "packages": list(ROLE_PACKAGES[role]),
@@ -352,6 +356,7 @@ def machine_user_data(spec: ClusterSpec, role: str) -> str:
         files[BURNIN_CONFIG] = burnin_config(spec)
         # Which islands keep spares, and how many: here, so changing them never rebuilds the controller.
         files[SPARES_CONFIG] = spares_config(spec)
+        files[ROLL_CONFIG] = roll_config(spec)  # each island's scale set where the stack names it (docs/upgrades.md)
         # The metrics agent's configuration (monitoring on): here, so turning monitoring on never rebuilds it.
         files.update(controller_config(spec, NODE_LIBRARY))
         bundle = controller_bundle(spec)
@@ -390,6 +395,9 @@ def _programs_and_units(spec: ClusterSpec, site: SlurmSite, role: str, ctx: dict
             _unit("ndfleet-burnin.timer", site, ctx),
             _unit("ndfleet-spares.service", site, ctx),
             _unit("ndfleet-spares.timer", site, ctx),
+            MachineFile.text(ROLL_PROGRAM, 0o755, _render("slurm/ndfleet-roll.sh.j2", site, ctx)),
+            _unit("ndfleet-roll.service", site, ctx),
+            _unit("ndfleet-roll.timer", site, ctx),
             *controller_files(spec, NODE_LIBRARY),
         ]
     return files

@@ -30,7 +30,7 @@ class SlurmWorld(FakeScontrol):
 
     def __init__(self) -> None:
         super().__init__()
-        self.nodes: dict[str, dict[str, Any]] = {}
+        self.fleet: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, str]] = {}  # job id -> {"node", "requeue": "0"|"1"}
         self.ctld = "slurm 24.11.1"
         self.spares = ""
@@ -52,13 +52,13 @@ class SlurmWorld(FakeScontrol):
         if args[:1] == ("requeue",):
             self.jobs.pop(args[1], None)
         if args[:1] == ("update",):
-            node = self.nodes[args[1].removeprefix("NodeName=")]
+            node = self.fleet[args[1].removeprefix("NodeName=")]
             settings = dict(a.split("=", 1) for a in args[2:])
             if settings.get("State") == "DRAIN":
                 node["drain"], node["reason"] = True, settings.get("Reason", "")
             elif settings.get("State") == "RESUME":
                 node["drain"], node["reason"] = False, ""
-        self.listing = {name: self._line(name, n) for name, n in self.nodes.items()}
+        self.listing = {name: self._line(name, n) for name, n in self.fleet.items()}
         return super().call(*args, max_bytes=max_bytes)
 
     def _line(self, name: str, n: dict[str, Any]) -> str:
@@ -71,14 +71,14 @@ class SlurmWorld(FakeScontrol):
     def boot(self, name: str, version: str, verdict: str = "") -> None:
         """The VM boots the new model: registers under its name, drained awaiting burn-in; then the burn-in resumes
         it ("") or drains it with `verdict`."""
-        node = self.nodes[name]
+        node = self.fleet[name]
         node["features"] = f"island-gpu,{BOOT_VERSION_FEATURE_PREFIX}{version}"
         node["drain"], node["reason"] = True, AWAITING_BURNIN_REASON
         if verdict != "awaiting":
             node["drain"], node["reason"] = bool(verdict), verdict
 
     def state(self, name: str) -> tuple[bool, str]:
-        return self.nodes[name]["drain"], self.nodes[name]["reason"]
+        return self.fleet[name]["drain"], self.fleet[name]["reason"]
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def roll_world(azure: tuple[FakeScaleSet, str], tmp_path: Path) -> tuple[engine.
     for _ in range(5):
         iid = fake.add()
         fake.stale.add(iid)
-        slurm.nodes[fake.instances[iid]] = {"drain": False, "reason": "",
+        slurm.fleet[fake.instances[iid]] = {"drain": False, "reason": "",
                                             "features": f"island-gpu,{BOOT_VERSION_FEATURE_PREFIX}{OLD}"}  # fmt: skip
     fake.capacity = 5
     fake.tags = {TAG_BOOT_VERSION: NEW, TAG_SLURM_RELEASE: "24.11.1"}
@@ -115,9 +115,9 @@ def test_a_batch_is_drained_waited_on_while_its_job_runs_and_reimaged_only_once_
     ctx, fake, slurm = roll_world
     first = names(fake)[0]
     slurm.jobs["7"] = {"node": first, "requeue": "1"}
-    engine.start(ctx, "gpu", SCALE_SET, engine.Options(batch="1"))
+    roll_id = engine.start(ctx, "gpu", SCALE_SET, engine.Options(batch="1")).roll_id
     engine.step(ctx, "gpu")
-    assert slurm.state(first) == (True, ROLL_REASON_PREFIX + rs.load(rs.state_path(ctx.state_dir, "gpu")).roll_id)
+    assert slurm.state(first) == (True, ROLL_REASON_PREFIX + roll_id)
     for _ in range(3):  # the job runs: never reimaged, never requeued (no deadline)
         engine.step(ctx, "gpu")
     assert (fake.posts("manualupgrade"), reimaged(fake), "7" in slurm.jobs) == ([], [], True)
