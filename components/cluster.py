@@ -26,6 +26,7 @@ from ndfleet.components.identity import NodeIdentity, NodeIdentityArgs
 from ndfleet.components.impact_reporting import ImpactReporting, ImpactReportingArgs
 from ndfleet.components.monitoring import Monitoring, MonitoringArgs
 from ndfleet.components.network import Network, NetworkArgs
+from ndfleet.components.roll_access import RollAccess, RollAccessArgs
 from ndfleet.components.slurm import ControllerMetrics, SlurmCluster, SlurmClusterArgs, SlurmMachineBoot
 from ndfleet.components.storage import LustreArgs, Storage, StorageArgs, storage_account_name
 from ndfleet.prepare import PreparedCluster, PreparedIsland
@@ -314,6 +315,23 @@ class Cluster(pulumi.ComponentResource):
                     node_identity_id=identity.id,
                     role_name=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
                         lambda a: f"ndfleet elastic scaler ({spec.name_prefix}, {spec.stack}; {a[1]} in {a[0]})"
+                    ),
+                ),
+                opts=child,
+            )
+        if slurm is not None:
+            # The roll on the controller brings every island's VMs to its scale set's model (docs/upgrades.md).
+            RollAccess(
+                f"{name}-roll",
+                RollAccessArgs(
+                    resource_group_id=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
+                        lambda a: f"/subscriptions/{a[0]}/resourceGroups/{a[1]}"
+                    ),
+                    controller_principal_id=slurm.controller_principal_id,
+                    scale_set_ids={p.island.name: c.scale_set_id for p, c in zip(prepared.islands, self.islands,
+                                                                                 strict=True)},  # fmt: skip
+                    role_name=pulumi.Output.all(subscription_id, net.resource_group_name).apply(
+                        lambda a: f"ndfleet roll ({spec.name_prefix}, {spec.stack}; {a[1]} in {a[0]})"
                     ),
                 ),
                 opts=child,

@@ -55,8 +55,9 @@ LEAST_PRIVILEGE_ROLES: dict[str, tuple[str, str, str]] = {
     ),
 }
 
-# The one custom role ndfleet defines, the elastic scaler (components/elastic_scaling.py): defined in the stack's
-# resource group (so its id is under it; built-in roles' ids are not), assigned only at an elastic island's scale set,
+# ndfleet's custom roles, the elastic scaler (components/elastic_scaling.py) and the roll (components/roll_access.py,
+# at every compute scale set): defined in the stack's
+# resource group (so its id is under it; built-in roles' ids are not), assigned only at an island's scale set,
 # the compute subnet and the nodes' identity (the offline plan's mock ids leave out a subnet's virtual network and
 # spell the identities' type `userAssignedIdentitys`), and
 # granting only the scaler's actions (check_custom_role_actions).
@@ -371,16 +372,21 @@ def check_role_least_privilege(resource_type: str, props: Props) -> list[str]:
 
 
 def check_custom_role_actions(resource_type: str, props: Props) -> list[str]:
-    """A custom role grants the elastic scaler's actions and nothing else, assignable in a resource group only."""
+    """A custom role grants the elastic scaler's actions or the roll's (components/roll_access.py), and nothing else,
+    assignable in a resource group only."""
     if resource_type != ROLE_DEFINITION_TYPE:
         return []
     from ndfleet.components.elastic_scaling import ELASTIC_ACTIONS
+    from ndfleet.components.roll_access import ROLL_ACTIONS
 
     problems = []
     for i, permission in enumerate(_list(props.get("permissions"))):
-        extra = [a for a in _list(_get(permission, "actions")) if a not in ELASTIC_ACTIONS]
-        if extra:
-            problems.append(f"permissions[{i}].actions {extra} are not the elastic scaler's: {list(ELASTIC_ACTIONS)}")
+        actions = _list(_get(permission, "actions"))
+        if not any(all(a in allowed for a in actions) for allowed in (ELASTIC_ACTIONS, ROLL_ACTIONS)):
+            extra = [a for a in actions if a not in ELASTIC_ACTIONS]
+            problems.append(f"permissions[{i}].actions {extra} are not the elastic scaler's: {list(ELASTIC_ACTIONS)}"
+                            f", nor are {[a for a in actions if a not in ROLL_ACTIONS]} the roll's: "
+                            f"{list(ROLL_ACTIONS)}")  # fmt: skip
         for key in ("notActions", "dataActions", "notDataActions"):
             if _list(_get(permission, key)):
                 problems.append(f"permissions[{i}].{key} is set: the elastic scaler needs none")

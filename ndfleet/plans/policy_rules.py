@@ -181,11 +181,12 @@ RULES: tuple[Rule, ...] = (
         check_role_least_privilege,
     ),
     Rule(
-        "custom-role-least-privilege", "A custom role grants only the elastic scaler's actions, in one resource "
-        "group", MANDATORY, (ROLE_DEFINITION_TYPE,), "Azure docs: role-based-access-control/custom-roles.md, "
-        "best-practices.md (least privilege); docs/elastic.md (the scaler's actions, each with its source)",
-        "define the role with exactly the actions of components/elastic_scaling.py ELASTIC_ACTIONS, assignable in "
-        "the stack's resource group", check_custom_role_actions,
+        "custom-role-least-privilege", "A custom role grants only the elastic scaler's or the roll's actions, in "
+        "one resource group", MANDATORY, (ROLE_DEFINITION_TYPE,),
+        "Azure docs: role-based-access-control/custom-roles.md, best-practices.md (least privilege); docs/elastic.md "
+        "(the scaler's actions, each with its source)",
+        "define the role with exactly the actions of components/elastic_scaling.py ELASTIC_ACTIONS (or "
+        "components/roll_access.py ROLL_ACTIONS), assignable in the stack's resource group", check_custom_role_actions,
     ),
     Rule(
         "nic-no-public-ip", "No cluster NIC (Slurm controller, login node) has a public IP",
