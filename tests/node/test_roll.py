@@ -154,7 +154,7 @@ def test_a_warm_spare_is_rolled_first_and_costs_no_capacity(roll_world: Any) -> 
     ctx, fake, slurm = roll_world
     spare = names(fake)[3]
     slurm.spares = spare
-    engine.start(ctx, "gpu", SCALE_SET, engine.Options(min_available=4, batch="2"))  # the spare alone may go
+    engine.start(ctx, "gpu", SCALE_SET, engine.Options(min_available=5, batch="2"))  # the spare alone may go
     roll = engine.step(ctx, "gpu")
     assert roll is not None and list(roll.current) == [spare]
 

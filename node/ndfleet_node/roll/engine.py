@@ -239,7 +239,7 @@ def choose_batch(roll: rs.RollState, isl: Island) -> list[str]:
         if len(chosen) >= size:
             break
         c = cost(name, isl)
-        if c > left:
+        if c and c > left:  # a costless node (a spare, one out of service already) may always go
             continue
         left -= c
         chosen.append(name)
