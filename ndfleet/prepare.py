@@ -77,6 +77,12 @@ class PreparedIsland:
     # None: Azure's name from Pulumi's.
     scale_set_name: str | None = None
 
+    @property
+    def boot_version(self) -> str:
+        """The island's boot version (ndfleet/boot_version.py: image, boot data, Slurm release), computed once as
+        its boot data is rendered; the scale set's tag, the node's Slurm feature and health answer carry it."""
+        return self.bootstrap.boot_version
+
 
 # The Slurm machines other than compute nodes, in the order prepare renders them; every login node boots the same.
 SLURM_MACHINE_ROLES = ("controller", "login")

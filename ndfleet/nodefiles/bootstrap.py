@@ -58,6 +58,7 @@ from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTR
 
 from ndfleet import images
 from ndfleet.boot_contract import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
+from ndfleet.boot_version import boot_version
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
@@ -107,6 +108,7 @@ __all__ = [
     "render_bootstrap",
     "render_bundle",
     "render_output_files",
+    "slurm_release",
     "validation_budget_s",
 ]
 
@@ -174,6 +176,9 @@ class RenderedBootstrap:
     activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
     # The bundle in Key Vault parts (secret name -> value, nodebundle.parts) where it travels there, not in userData.
     bundle_parts: dict[str, str] = field(default_factory=dict)
+    # The island's boot version (ndfleet/boot_version.py), in customData's manifest and the node's files; "" for
+    # the Slurm machines, whose boot data is not rolled island by island.
+    boot_version: str = ""
 
     @property
     def vm_user_data(self) -> str:
@@ -330,10 +335,24 @@ def neutral_island(island: IslandSpec) -> IslandSpec:
     return island.model_copy(update={"name": nodebundle.ISLAND_PLACEHOLDER})
 
 
-def fill_island(files: Sequence[MachineFile], island: str) -> list[MachineFile]:
-    """The bundle's files as a node of `island` writes them: the placeholder replaced, as the boot step does."""
-    token, name = nodebundle.ISLAND_PLACEHOLDER.encode(), island.encode()
-    return [dataclasses.replace(f, data=f.data.replace(token, name)) if token in f.data else f for f in files]
+def fill_island(files: Sequence[MachineFile], island: str, version: str | None = None) -> list[MachineFile]:
+    """The bundle's files as a node of `island` writes them: the placeholders replaced (the island's name and, when
+    given, its boot version), as the boot step does."""
+    fills = {nodebundle.ISLAND_PLACEHOLDER.encode(): island.encode()}
+    if version is not None:
+        fills[nodebundle.BOOT_VERSION_PLACEHOLDER.encode()] = version.encode()
+    out = []
+    for f in files:
+        data = f.data
+        for token, value in fills.items():
+            data = data.replace(token, value)
+        out.append(f if data is f.data else dataclasses.replace(f, data=data))
+    return out
+
+
+def slurm_release(spec: ClusterSpec) -> str:
+    """The Slurm release the stack's nodes install ("" without Slurm): one of the boot version's inputs."""
+    return spec.slurm.version if spec.scheduler == "slurm" and spec.slurm is not None else ""
 
 
 def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
@@ -429,14 +448,27 @@ def island_bootstrap(
 ) -> RenderedBootstrap:
     """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData, or the
     vault's slots from `first_slot`: prepare lays a stack's distinct bundles into consecutive slots), and every
-    file a node of the island writes; raises BootstrapTooLarge over either limit."""
-    node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
-    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,
-                                         first_slot=first_slot), bundle.commands)
-    boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
-    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
-    if nodebundle.ISLAND_PLACEHOLDER in user_data:
-        raise AssertionError("customData holds the island placeholder: only the bundle's files may")
+    file a node of the island writes; raises BootstrapTooLarge over either limit.
+
+    The island's boot version (ndfleet/boot_version.py) is a hash over this customData, which carries it: the
+    customData is rendered first with nodebundle.BOOT_VERSION_PLACEHOLDER as the version, hashed (with the image,
+    the bundle and the Slurm release), then rendered again with the version in the placeholder's place. Nothing
+    else differs between the two renders, so the version names exactly the boot data Azure receives."""
+
+    def cloud_config(version: str) -> tuple[list[MachineFile], str]:
+        manifest = nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,
+                                       first_slot=first_slot, boot_version=version)  # fmt: skip
+        boot = boot_step(manifest, bundle.commands)
+        boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
+        return boot, _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
+
+    _, unversioned = cloud_config(nodebundle.BOOT_VERSION_PLACEHOLDER)
+    version = boot_version(spec.image.urn, unversioned, bundle.bundle, slurm_release(spec))
+    boot, user_data = cloud_config(version)
+    node = fill_island(bundle.files, island.name, version)  # what this island's nodes write: what `render` shows
+    for placeholder in (nodebundle.ISLAND_PLACEHOLDER, nodebundle.BOOT_VERSION_PLACEHOLDER):
+        if placeholder in user_data:
+            raise AssertionError(f"customData holds the placeholder {placeholder}: only the bundle's files may")
     files = {"user-data": user_data}
     binary_files: dict[str, bytes] = {}
     for f in (*boot, *node):
@@ -454,6 +486,7 @@ def island_bootstrap(
         custom_data_names=tuple(f.name for f in boot),
         activate=bundle.commands,
         bundle_parts=nodebundle.parts(bundle.bundle, first_slot) if bundle.vault else {},
+        boot_version=version,
     )
     problems = []
     size = len(rendered.custom_data_bytes)
