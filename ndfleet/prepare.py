@@ -38,6 +38,7 @@ from ndfleet.nodefiles.bootstrap import (
     merge_extensions,
     neutral_island,
     render_bundle,
+    slurm_release,
     validation_budget_s,
 )
 from ndfleet.slurm.conf import island_partitions
@@ -76,6 +77,8 @@ class PreparedIsland:
     # An elastic island's fixed scale-set name, which the controller's programs address (ndfleet/slurm/elastic.py);
     # None: Azure's name from Pulumi's.
     scale_set_name: str | None = None
+    # The Slurm release its nodes install ("" without Slurm): one of the boot version's inputs, and a scale-set tag.
+    slurm_release: str = ""
 
     @property
     def boot_version(self) -> str:
@@ -235,7 +238,8 @@ def _prepare(spec: ClusterSpec, cloud: StorageCloud) -> PreparedCluster:
                 start = first.get(bundles[shape].bundle, 0)
                 bootstrap = island_bootstrap(spec, island, bundles[shape], start)
                 scale_set_name = elastic_scale_set_name(spec, island) if island.elastic is not None else None
-                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name))
+                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name,
+                                              slurm_release=slurm_release(spec)))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
     slurm_machines = prepare_slurm_machines(spec, problems)

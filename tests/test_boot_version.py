@@ -75,3 +75,19 @@ def test_custom_data_carries_the_version_it_was_computed_without() -> None:
     prepared = prepare(load_spec(_config(), "t"))
     for p in prepared.islands:
         assert f'"boot_version": "{p.boot_version}"' in p.bootstrap.files["bundle.json"]
+
+
+def test_each_scale_set_is_tagged_with_its_island_version_and_slurm_release() -> None:
+    from ndfleet_node.names import TAG_BOOT_VERSION, TAG_SLURM_RELEASE
+
+    from tests.conftest import of_type, plan_of
+
+    config = _config()
+    versions = _versions()
+    scale_sets = of_type(plan_of(config, "t"), "azure-native:compute:VirtualMachineScaleSet")
+    tagged = {r.inputs["tags"]["ndfleet:island"]: r.inputs["tags"] for r in scale_sets}
+    assert {name: tags[TAG_BOOT_VERSION] for name, tags in tagged.items()} == versions
+    assert {tags[TAG_SLURM_RELEASE] for tags in tagged.values()} == {"25.11.5"}
+    # tags sit beside the model, not in it: the VM profile holds no version tag
+    for r in scale_sets:
+        assert TAG_BOOT_VERSION not in str(r.inputs["virtualMachineProfile"].get("tags", ""))
