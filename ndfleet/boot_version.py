@@ -25,6 +25,10 @@ the handful a fleet runs at once; Slurm features and tags take the 12 characters
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ndfleet.stackconfig.clusterspec import ClusterSpec
 
 BOOT_VERSION_HEX = 12
 # Where the version goes in the node bundle's files (slurmd's `Feature=...,boot-<version>`, node.json's
@@ -46,4 +50,9 @@ def boot_version(image: str, custom_data: str, bundle: bytes, slurm_release: str
     return digest.hexdigest()[:BOOT_VERSION_HEX]
 
 
-__all__ = ["BOOT_VERSION_HEX", "BOOT_VERSION_PLACEHOLDER", "boot_version"]
+def slurm_release(spec: ClusterSpec) -> str:
+    """The Slurm release the stack's nodes install ("" without Slurm): one of the boot version's inputs."""
+    return spec.slurm.version if spec.scheduler == "slurm" and spec.slurm is not None else ""
+
+
+__all__ = ["BOOT_VERSION_HEX", "BOOT_VERSION_PLACEHOLDER", "boot_version", "slurm_release"]

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ndfleet.boot_version import slurm_release
 from ndfleet.monitoring.alerts import Alert, alerts
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
@@ -38,7 +39,6 @@ from ndfleet.nodefiles.bootstrap import (
     merge_extensions,
     neutral_island,
     render_bundle,
-    slurm_release,
     validation_budget_s,
 )
 from ndfleet.slurm.conf import island_partitions

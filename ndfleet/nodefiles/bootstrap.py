@@ -45,7 +45,6 @@ templates/ only place values (StrictUndefined); every decision is made here.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import functools
 import gzip
 import json
@@ -58,12 +57,13 @@ from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTR
 
 from ndfleet import images
 from ndfleet.boot_contract import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
-from ndfleet.boot_version import boot_version
+from ndfleet.boot_version import boot_version, slurm_release
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodefiles.extensions import BootstrapExtensions, merge_extensions
 from ndfleet.nodefiles.machinefile import MachineFile, render_name
+from ndfleet.nodefiles.nodebundle import fill_island
 from ndfleet.nodefiles.nodeconfig import (  # re-exported: other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
@@ -108,7 +108,6 @@ __all__ = [
     "render_bootstrap",
     "render_bundle",
     "render_output_files",
-    "slurm_release",
     "validation_budget_s",
 ]
 
@@ -176,8 +175,7 @@ class RenderedBootstrap:
     activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
     # The bundle in Key Vault parts (secret name -> value, nodebundle.parts) where it travels there, not in userData.
     bundle_parts: dict[str, str] = field(default_factory=dict)
-    # The island's boot version (ndfleet/boot_version.py), in customData's manifest and the node's files; "" for
-    # the Slurm machines, whose boot data is not rolled island by island.
+    # The island's boot version (ndfleet/boot_version.py); "" for the Slurm machines, not rolled by island.
     boot_version: str = ""
 
     @property
@@ -335,26 +333,6 @@ def neutral_island(island: IslandSpec) -> IslandSpec:
     return island.model_copy(update={"name": nodebundle.ISLAND_PLACEHOLDER})
 
 
-def fill_island(files: Sequence[MachineFile], island: str, version: str | None = None) -> list[MachineFile]:
-    """The bundle's files as a node of `island` writes them: the placeholders replaced (the island's name and, when
-    given, its boot version), as the boot step does."""
-    fills = {nodebundle.ISLAND_PLACEHOLDER.encode(): island.encode()}
-    if version is not None:
-        fills[nodebundle.BOOT_VERSION_PLACEHOLDER.encode()] = version.encode()
-    out = []
-    for f in files:
-        data = f.data
-        for token, value in fills.items():
-            data = data.replace(token, value)
-        out.append(f if data is f.data else dataclasses.replace(f, data=data))
-    return out
-
-
-def slurm_release(spec: ClusterSpec) -> str:
-    """The Slurm release the stack's nodes install ("" without Slurm): one of the boot version's inputs."""
-    return spec.slurm.version if spec.scheduler == "slurm" and spec.slurm is not None else ""
-
-
 def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
     """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
     part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
@@ -448,12 +426,9 @@ def island_bootstrap(
 ) -> RenderedBootstrap:
     """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData, or the
     vault's slots from `first_slot`: prepare lays a stack's distinct bundles into consecutive slots), and every
-    file a node of the island writes; raises BootstrapTooLarge over either limit.
-
-    The island's boot version (ndfleet/boot_version.py) is a hash over this customData, which carries it: the
-    customData is rendered first with nodebundle.BOOT_VERSION_PLACEHOLDER as the version, hashed (with the image,
-    the bundle and the Slurm release), then rendered again with the version in the placeholder's place. Nothing
-    else differs between the two renders, so the version names exactly the boot data Azure receives."""
+    file a node of the island writes; raises BootstrapTooLarge over either limit. The island's boot version is a
+    hash over this customData, which carries it: rendered with BOOT_VERSION_PLACEHOLDER, hashed, rendered again
+    with the version in its place, and nothing else differs (ndfleet/boot_version.py)."""
 
     def cloud_config(version: str) -> tuple[list[MachineFile], str]:
         manifest = nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,

@@ -32,6 +32,7 @@ templates/node/ndfleet-unpack.py; `unpack` here is its reference reading, for te
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import hashlib
 import json
@@ -182,6 +183,16 @@ def island_paths(files: Iterable[MachineFile], placeholder: str = ISLAND_PLACEHO
     return paths
 
 
+def fill_island(files: Sequence[MachineFile], island: str, version: str | None = None) -> list[MachineFile]:
+    """The bundle's files as a node of `island` writes them: the placeholders replaced (the island's name and, when
+    given, its boot version), as the boot step does."""
+    fills = [(ISLAND_PLACEHOLDER, island), (BOOT_VERSION_PLACEHOLDER, version)]
+    for token, value in fills:
+        if value is not None:
+            files = [dataclasses.replace(f, data=f.data.replace(token.encode(), value.encode())) for f in files]
+    return list(files)
+
+
 def pack(files: Iterable[MachineFile], activate: Sequence[Sequence[str]]) -> bytes:
     """The bundle's bytes (what userData decodes to): deterministic, so plans and diffs are."""
     files = list(files)
@@ -321,6 +332,7 @@ __all__ = [
     "FORMAT",
     "IMDS_USER_DATA_URL",
     "BOOT_VERSION_PLACEHOLDER",
+    "fill_island",
     "ISLAND_PLACEHOLDER",
     "MANIFEST_PATH",
     "STAMP_PATH",
