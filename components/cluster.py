@@ -130,6 +130,8 @@ def island_args(
         node_count=0 if p.island.elastic is not None else p.island.nodes,
         elastic=p.island.elastic is not None,
         scale_set_name=p.scale_set_name,
+        boot_version=p.boot_version,
+        slurm_release=p.slurm_release,
         vm_size=spec.profile.name,
         island_name=p.island.name,
         computer_name_prefix=computer_name_prefix(spec.name_prefix, p.island.name),

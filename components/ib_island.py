@@ -20,7 +20,7 @@ from typing import Literal
 
 import pulumi
 import pulumi_azure_native.compute as compute
-from ndfleet_node.names import TAG_ELASTIC, TAG_ISLAND
+from ndfleet_node.names import TAG_BOOT_VERSION, TAG_ELASTIC, TAG_ISLAND, TAG_SLURM_RELEASE
 
 from ndfleet.azure.text import terminal_safe
 from ndfleet.boot_contract import (
@@ -152,6 +152,13 @@ class IbIslandArgs:
     # gets a fixed name the controller's programs can address before deployment (required when elastic).
     elastic: bool = False
     scale_set_name: str | None = None
+    # The island's boot version and the Slurm release its nodes install (PreparedIsland: ndfleet/boot_version.py),
+    # tagged on the scale set so `status` and the roll read which version its model holds. Tags are the resource's,
+    # not the VM profile's (Microsoft Learn, "Modify a Virtual Machine Scale Set": the model is the scale set's
+    # `virtualMachineProfile`; tags sit beside it in the resource, Compute REST API, Virtual Machine Scale Sets -
+    # Create Or Update), so a tag change is no model change; the version changes with the boot data, which is.
+    boot_version: str = ""
+    slurm_release: str = ""
 
 
 def _check(args: IbIslandArgs) -> None:
@@ -192,6 +199,9 @@ class IbIsland(pulumi.ComponentResource):
         tags: dict[str, pulumi.Input[str]] = {**args.tags, TAG_ISLAND: args.island_name or name}
         if args.elastic:
             tags[TAG_ELASTIC] = "capacity managed by Slurm"
+        # The scale set's own tags only: the proximity placement group and the extensions carry no version.
+        versions = {TAG_BOOT_VERSION: args.boot_version, TAG_SLURM_RELEASE: args.slurm_release}
+        scale_set_tags = {**tags, **{k: v for k, v in versions.items() if v}}
 
         ppg_ref: compute.SubResourceArgs | None = None
         if args.proximity_placement_group:
@@ -316,7 +326,7 @@ class IbIsland(pulumi.ComponentResource):
                     ]
                 ),
             ),
-            tags=tags,
+            tags=scale_set_tags,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.boot_dependencies),

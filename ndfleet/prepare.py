@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ndfleet.boot_version import slurm_release
 from ndfleet.monitoring.alerts import Alert, alerts
 from ndfleet.nodefiles import nodebundle
 from ndfleet.nodefiles.bootstrap import (
@@ -76,6 +77,14 @@ class PreparedIsland:
     # An elastic island's fixed scale-set name, which the controller's programs address (ndfleet/slurm/elastic.py);
     # None: Azure's name from Pulumi's.
     scale_set_name: str | None = None
+    # The Slurm release its nodes install ("" without Slurm): one of the boot version's inputs, and a scale-set tag.
+    slurm_release: str = ""
+
+    @property
+    def boot_version(self) -> str:
+        """The island's boot version (ndfleet/boot_version.py: image, boot data, Slurm release), computed once as
+        its boot data is rendered; the scale set's tag, the node's Slurm feature and health answer carry it."""
+        return self.bootstrap.boot_version
 
 
 # The Slurm machines other than compute nodes, in the order prepare renders them; every login node boots the same.
@@ -229,7 +238,8 @@ def _prepare(spec: ClusterSpec, cloud: StorageCloud) -> PreparedCluster:
                 start = first.get(bundles[shape].bundle, 0)
                 bootstrap = island_bootstrap(spec, island, bundles[shape], start)
                 scale_set_name = elastic_scale_set_name(spec, island) if island.elastic is not None else None
-                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name))
+                islands.append(PreparedIsland(island=island, bootstrap=bootstrap, scale_set_name=scale_set_name,
+                                              slurm_release=slurm_release(spec)))
             except BootstrapTooLarge as error:
                 problems.append(str(error))
     slurm_machines = prepare_slurm_machines(spec, problems)

@@ -78,8 +78,9 @@ def _written(user_data: str) -> dict[str, bytes]:
 
 def _bundled(r: bootstrap.RenderedBootstrap) -> dict[str, bytes]:
     """What the boot step writes from the bundle: path -> bytes (decoding userData as the node does, with the island
-    its customData's manifest names)."""
-    files, _ = nodebundle.unpack(_travelling(r), json.loads(r.files["bundle.json"])["island"])
+    and boot version its customData's manifest names)."""
+    manifest = json.loads(r.files["bundle.json"])
+    files, _ = nodebundle.unpack(_travelling(r), manifest["island"], manifest["boot_version"])
     return {f.path: f.data for f in files}
 
 

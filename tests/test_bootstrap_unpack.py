@@ -136,7 +136,8 @@ def test_first_boot_writes_every_bundle_file_with_its_mode_and_activates(tmp_pat
         n = node(tmp_path, dev, service.url)
         done = n.run()
     assert done.returncode == 0, done.stderr
-    files, activate = nodebundle.unpack(dev.vm_user_data, json.loads(dev.files["bundle.json"])["island"])
+    manifest = json.loads(dev.files["bundle.json"])
+    files, activate = nodebundle.unpack(dev.vm_user_data, manifest["island"], manifest["boot_version"])
     for f in files:
         on_disk = n.root / f.path.lstrip("/")
         assert on_disk.read_bytes() == f.data, f.path
@@ -304,11 +305,16 @@ def test_the_boot_step_writes_its_own_island_into_the_bundle_every_island_shares
     assert first.bundle_parts == second.bundle_parts and first.bundle_parts  # one bundle for both islands
     n, done, service = boot_from_vault(tmp_path, second, second.bundle_parts)
     assert done.returncode == 0, done.stderr
-    assert json.loads((n.root / "etc/ndfleet/node.json").read_text())["island"] == "ib01"
-    assert "Feature=island-ib01 " in (n.root / "usr/local/sbin/ndfleet-slurm-setup").read_text()
+    node_json = json.loads((n.root / "etc/ndfleet/node.json").read_text())
+    assert (node_json["island"], node_json["boot_version"]) == ("ib01", second.boot_version)
+    # Its own island's boot version, beside its island (each island's customData names its own: issue 42)
+    assert first.boot_version != second.boot_version
+    setup = (n.root / "usr/local/sbin/ndfleet-slurm-setup").read_text()
+    assert f"Feature=island-ib01,boot-{second.boot_version} " in setup
     on_disk = [p for p in n.root.rglob("*") if p.is_file()]
     assert len(on_disk) > 10
-    assert not [p for p in on_disk if nodebundle.ISLAND_PLACEHOLDER.encode() in p.read_bytes()]
+    for placeholder in (nodebundle.ISLAND_PLACEHOLDER, nodebundle.BOOT_VERSION_PLACEHOLDER):
+        assert not [p for p in on_disk if placeholder.encode() in p.read_bytes()]
     assert {str(p.relative_to(n.root)): p.read_bytes() for p in on_disk if "ndfleet/bundle.sha256" not in str(p)} == {
         path.lstrip("/"): data for path, data in second.node_files().items() if path != nodebundle.MANIFEST_PATH
         and path not in {second.node_paths[name] for name in second.custom_data_names}
@@ -551,7 +557,7 @@ def test_the_boot_step_reads_the_parts_with_the_tagged_identity_and_unpacks(tmp_
     assert done.returncode == 0, done.stderr
     assert service.reads == list(dev_vault.bundle_parts)
     assert all(f"client_id={CLIENT_ID}" in q for q in service.tokens)
-    files, activate = nodebundle.unpack(dev_vault.bundle, "ib00")
+    files, activate = nodebundle.unpack(dev_vault.bundle, "ib00", dev_vault.boot_version)
     assert len(files) > 10
     for f in files:
         assert (n.root / f.path.lstrip("/")).read_bytes() == f.data, f.path

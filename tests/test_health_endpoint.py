@@ -264,3 +264,18 @@ def test_health_state_never_raises_on_an_unreadable_path(tmp_path):
         "Initializing",
         "set-up or validation in progress",
     )
+
+
+def test_the_answer_names_the_node_boot_version_beside_the_state(tmp_path):
+    """Issue 42: the node's boot version (node.json's, ndfleet/boot_version.py) in a header; the body stays Azure's."""
+    from ndfleet_node import config as node_config_module
+    from ndfleet_node.health import response
+
+    answer = response(str(tmp_path / "report.json"), str(tmp_path / "failed"), "0123456789ab")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"\r\nX-Ndfleet-Boot-Version: 0123456789ab\r\n" in head
+    assert body == b'{"ApplicationHealthState": "Initializing"}'
+    assert b"X-Ndfleet-Boot-Version: unknown" in response(str(tmp_path / "r"), str(tmp_path / "f"))
+    assert node_config_module.NodeConfig({"boot_version": "0123456789ab"}).boot_version == "0123456789ab"
+    placeholder = node_config_module.NodeConfig({"boot_version": "ndfleet-boot-version-placeholder-9b3d"})
+    assert placeholder.boot_version == ""

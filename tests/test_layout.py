@@ -11,7 +11,8 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
 # Lowest layer first. A module may import from its own layer and the layers below it, never from one above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images", "ndfleet.boot_contract"),  # the configuration
+    ("ndfleet.stackconfig", "ndfleet.regularfile", "ndfleet.images", "ndfleet.boot_contract",
+     "ndfleet.boot_version"),  # the configuration
     # model; reading bounded input files; what Azure's images hold (the image contracts); the figures boot data and
     # the resources around it agree on (Azure's size limits, the health probe)
     ("ndfleet.nodefiles", "ndfleet.azure", "ndfleet.cliconvention"),  # what is rendered for a node; reading Azure

@@ -81,7 +81,7 @@ def received(custom_data: str, user_data: str, compute: bool, secrets: dict[str,
         if "vault" in manifest:
             assert not user_data
             user_data = "".join(secrets[part["slot"]] for part in manifest["vault"]["parts"])
-        bundle_files, _ = nodebundle.unpack(user_data, manifest["island"])
+        bundle_files, _ = nodebundle.unpack(user_data, manifest["island"], manifest["boot_version"])
         files += [f.data for f in bundle_files]
     elif user_data:  # a Slurm machine: the controller's library bundle (its boot step unpacks it), the configuration
         library, doc = decompose(user_data)

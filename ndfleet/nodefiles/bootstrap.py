@@ -45,7 +45,6 @@ templates/ only place values (StrictUndefined); every decision is made here.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import functools
 import gzip
 import json
@@ -58,11 +57,13 @@ from ndfleet_node.names import NCCL_CONF_PATH, TAG_IDENTITY_CLIENT_ID, TAG_LUSTR
 
 from ndfleet import images
 from ndfleet.boot_contract import CUSTOM_DATA_MAX_BYTES, USER_DATA_MAX_BYTES
+from ndfleet.boot_version import boot_version, slurm_release
 from ndfleet.images import COMPUTE_IMAGE
 from ndfleet.nodefiles import nodeapp, nodebundle
 from ndfleet.nodefiles.burnin_node_config import IMPACT_UNIT_TIMEOUT_S
 from ndfleet.nodefiles.extensions import BootstrapExtensions, merge_extensions
 from ndfleet.nodefiles.machinefile import MachineFile, render_name
+from ndfleet.nodefiles.nodebundle import fill_island
 from ndfleet.nodefiles.nodeconfig import (  # re-exported: other modules import them from here
     BLOB_ENDPOINT_SUFFIX,
     BLOB_MOUNT_ROOT,
@@ -174,6 +175,8 @@ class RenderedBootstrap:
     activate: tuple[tuple[str, ...], ...] = ()  # the bundle's activation commands
     # The bundle in Key Vault parts (secret name -> value, nodebundle.parts) where it travels there, not in userData.
     bundle_parts: dict[str, str] = field(default_factory=dict)
+    # The island's boot version (ndfleet/boot_version.py); "" for the Slurm machines, not rolled by island.
+    boot_version: str = ""
 
     @property
     def vm_user_data(self) -> str:
@@ -330,12 +333,6 @@ def neutral_island(island: IslandSpec) -> IslandSpec:
     return island.model_copy(update={"name": nodebundle.ISLAND_PLACEHOLDER})
 
 
-def fill_island(files: Sequence[MachineFile], island: str) -> list[MachineFile]:
-    """The bundle's files as a node of `island` writes them: the placeholder replaced, as the boot step does."""
-    token, name = nodebundle.ISLAND_PLACEHOLDER.encode(), island.encode()
-    return [dataclasses.replace(f, data=f.data.replace(token, name)) if token in f.data else f for f in files]
-
-
 def _too_large(spec: ClusterSpec, island: IslandSpec, what: str, size: int, encoded: int, limit: int) -> str:
     """what: "customData" (the cloud-config, gzip) or "userData" (the node bundle, xz)."""
     part, codec = ("bootstrap", "gzip") if what == "customData" else ("bundle", "xz")
@@ -429,14 +426,24 @@ def island_bootstrap(
 ) -> RenderedBootstrap:
     """The island's customData (the boot step, naming the island) beside the shared `bundle` (userData, or the
     vault's slots from `first_slot`: prepare lays a stack's distinct bundles into consecutive slots), and every
-    file a node of the island writes; raises BootstrapTooLarge over either limit."""
-    node = fill_island(bundle.files, island.name)  # what this island's nodes write: what `ndfleet render` shows
-    boot = boot_step(nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,
-                                         first_slot=first_slot), bundle.commands)
-    boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
-    user_data = _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
-    if nodebundle.ISLAND_PLACEHOLDER in user_data:
-        raise AssertionError("customData holds the island placeholder: only the bundle's files may")
+    file a node of the island writes; raises BootstrapTooLarge over either limit. The island's boot version is a
+    hash over this customData, which carries it: rendered with BOOT_VERSION_PLACEHOLDER, hashed, rendered again
+    with the version in its place, and nothing else differs (ndfleet/boot_version.py)."""
+
+    def cloud_config(version: str) -> tuple[list[MachineFile], str]:
+        manifest = nodebundle.manifest(bundle.bundle, spec.health.probe_port, island.name, vault=bundle.vault,
+                                       first_slot=first_slot, boot_version=version)  # fmt: skip
+        boot = boot_step(manifest, bundle.commands)
+        boot_ctx = {**bundle.ctx, "island": island.name, "bundle_unit": BUNDLE_UNIT}
+        return boot, _template("cloud-config.yaml.j2").render({**boot_ctx, "files": boot})
+
+    _, unversioned = cloud_config(nodebundle.BOOT_VERSION_PLACEHOLDER)
+    version = boot_version(spec.image.urn, unversioned, bundle.bundle, slurm_release(spec))
+    boot, user_data = cloud_config(version)
+    node = fill_island(bundle.files, island.name, version)  # what this island's nodes write: what `render` shows
+    for placeholder in (nodebundle.ISLAND_PLACEHOLDER, nodebundle.BOOT_VERSION_PLACEHOLDER):
+        if placeholder in user_data:
+            raise AssertionError(f"customData holds the placeholder {placeholder}: only the bundle's files may")
     files = {"user-data": user_data}
     binary_files: dict[str, bytes] = {}
     for f in (*boot, *node):
@@ -454,6 +461,7 @@ def island_bootstrap(
         custom_data_names=tuple(f.name for f in boot),
         activate=bundle.commands,
         bundle_parts=nodebundle.parts(bundle.bundle, first_slot) if bundle.vault else {},
+        boot_version=version,
     )
     problems = []
     size = len(rendered.custom_data_bytes)

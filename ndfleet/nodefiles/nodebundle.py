@@ -32,6 +32,7 @@ templates/node/ndfleet-unpack.py; `unpack` here is its reference reading, for te
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import hashlib
 import json
@@ -40,6 +41,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ndfleet.boot_contract import USER_DATA_MAX_BYTES, USER_DATA_MAX_CHARS
+
+# Where the island's boot version goes: replaced by the manifest's "boot_version" in the files the bundle's
+# "boot_version" part names, as the island's name is (ndfleet/boot_version.py).
+from ndfleet.boot_version import BOOT_VERSION_PLACEHOLDER
 from ndfleet.nodefiles.machinefile import MachineFile
 from ndfleet.nodefiles.nodeconfig import CONFIG_DIR, FAILED_MARKER, HEALTH_PATH, IMDS_TAGS_URL
 
@@ -163,19 +168,29 @@ def first_slots(bundles: Sequence[bytes]) -> tuple[dict[bytes, int], int]:
     return start, used
 
 
-def island_paths(files: Iterable[MachineFile]) -> list[str]:
-    """The files that hold ISLAND_PLACEHOLDER, in order; ValueError when one of them is not UTF-8 text (a zipapp
-    that happened to hold it would be corrupted by the replacement)."""
-    token = ISLAND_PLACEHOLDER.encode()
+def island_paths(files: Iterable[MachineFile], placeholder: str = ISLAND_PLACEHOLDER) -> list[str]:
+    """The files that hold `placeholder` (the island's, or BOOT_VERSION_PLACEHOLDER), in order; ValueError when one
+    of them is not UTF-8 text (a zipapp that happened to hold it would be corrupted by the replacement)."""
+    token = placeholder.encode()
     paths = []
     for f in files:
         if token in f.data:
             try:
                 f.data.decode("utf-8")
             except UnicodeDecodeError:
-                raise ValueError(f"bundle file {f.path!r} is binary and holds the island placeholder") from None
+                raise ValueError(f"bundle file {f.path!r} is binary and holds the placeholder {placeholder}") from None
             paths.append(f.path)
     return paths
+
+
+def fill_island(files: Sequence[MachineFile], island: str, version: str | None = None) -> list[MachineFile]:
+    """The bundle's files as a node of `island` writes them: the placeholders replaced (the island's name and, when
+    given, its boot version), as the boot step does."""
+    fills = [(ISLAND_PLACEHOLDER, island), (BOOT_VERSION_PLACEHOLDER, version)]
+    for token, value in fills:
+        if value is not None:
+            files = [dataclasses.replace(f, data=f.data.replace(token.encode(), value.encode())) for f in files]
+    return list(files)
 
 
 def pack(files: Iterable[MachineFile], activate: Sequence[Sequence[str]]) -> bytes:
@@ -186,6 +201,8 @@ def pack(files: Iterable[MachineFile], activate: Sequence[Sequence[str]]) -> byt
         "files": [{"path": f.path, "mode": f.octal, "data": f.data.decode("latin-1")} for f in files],
         "activate": [list(argv) for argv in activate],
         "island": {"placeholder": ISLAND_PLACEHOLDER, "paths": island_paths(files)},
+        "boot_version": {"placeholder": BOOT_VERSION_PLACEHOLDER,
+                         "paths": island_paths(files, BOOT_VERSION_PLACEHOLDER)},
     }
     return _compress(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("ascii"))
 
@@ -199,7 +216,7 @@ def _compress(text: bytes) -> bytes:
 
 def manifest(
     bundle: bytes, health_port: int | None, island: str | None, *, more_follows: bool = False,
-    vault: dict[str, str] | None = None, first_slot: int = 0,
+    vault: dict[str, str] | None = None, first_slot: int = 0, boot_version: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """What customData tells the boot step (/etc/ndfleet/bundle.json): which bundle to accept, where, and the island
     whose name replaces ISLAND_PLACEHOLDER in the bundle's files.
@@ -210,8 +227,11 @@ def manifest(
 
     `vault` (a Slurm stack's compute node): the bundle is read from Key Vault slot secrets from `first_slot`, not
     userData; each part names its slot and its text's sha256 (the slot's current value, or one of its versions);
-    `tag` and `client_id_tag` are the scale set's tags naming the vault and the identity to read it with."""
-    optional: dict[str, Any] = {"island": island, "health_port": health_port}
+    `tag` and `client_id_tag` are the scale set's tags naming the vault and the identity to read it with.
+
+    `boot_version` (a compute node): the island's boot version, which replaces BOOT_VERSION_PLACEHOLDER in the
+    bundle's files; prepare first renders the manifest with the placeholder itself to compute it (boot_version.py)."""
+    optional: dict[str, Any] = {"island": island, "health_port": health_port, "boot_version": boot_version}
     if more_follows:
         optional["more_follows"] = True
     if vault is not None:
@@ -262,9 +282,12 @@ def _bundle_file(entry: dict[str, Any]) -> MachineFile:
     return MachineFile(entry["path"], int(mode, 8), entry["data"].encode("latin-1"))
 
 
-def unpack(user_data: str | bytes, island: str | None = None) -> tuple[list[MachineFile], list[list[str]]]:
+def unpack(
+    user_data: str | bytes, island: str | None = None, boot_version: str | None = None
+) -> tuple[list[MachineFile], list[list[str]]]:
     """A userData value (base64 text) or the bundle's bytes -> (files, activation commands), each file as the node
-    of `island` writes it (the placeholder replaced, as the boot step does). Raises BundleError, also when the bundle
+    of `island` writes it (the placeholders replaced by `island` and, when given, `boot_version`, as the boot step
+    does). Raises BundleError, also when the bundle
     holds island-specific files and no island is given."""
     raw = user_data
     if isinstance(user_data, str):
@@ -293,13 +316,23 @@ def unpack(user_data: str | bytes, island: str | None = None) -> tuple[list[Mach
     if paths and island is None:
         raise BundleError(f"userData bundle holds island-specific files {sorted(paths)}: give the island")
     fill = island.encode() if island is not None else token
-    return [MachineFile(f.path, f.mode, f.data.replace(token, fill)) if f.path in paths else f for f in files], activate
+    files = [MachineFile(f.path, f.mode, f.data.replace(token, fill)) if f.path in paths else f for f in files]
+    part = doc.get("boot_version", {"placeholder": BOOT_VERSION_PLACEHOLDER, "paths": []})
+    try:
+        version_token, version_paths = str(part["placeholder"]).encode(), {str(p) for p in part["paths"]}
+    except (KeyError, TypeError) as e:
+        raise BundleError(f"userData bundle has no valid boot_version part: {e!r}") from None
+    fill = boot_version.encode() if boot_version is not None else version_token
+    return [MachineFile(f.path, f.mode, f.data.replace(version_token, fill)) if f.path in version_paths else f
+            for f in files], activate
 
 
 __all__ = [
     "BundleError",
     "FORMAT",
     "IMDS_USER_DATA_URL",
+    "BOOT_VERSION_PLACEHOLDER",
+    "fill_island",
     "ISLAND_PLACEHOLDER",
     "MANIFEST_PATH",
     "STAMP_PATH",

@@ -23,6 +23,7 @@ from ndfleet_node.config import Hardware, NodeConfig, Thresholds
 from ndfleet_node.names import TAG_IDENTITY_CLIENT_ID, TAG_LUSTRE_MGS, TAG_STORAGE_ACCOUNT
 
 from ndfleet.boot_contract import HEALTH_PATH
+from ndfleet.boot_version import BOOT_VERSION_PLACEHOLDER
 from ndfleet.nodefiles.burnin_node_config import burnin_node_section, impact_node_section
 from ndfleet.stackconfig.clusterspec import ClusterSpec, IslandSpec
 from ndfleet.stackconfig.profiles import nccl_conf, nccl_test_env
@@ -132,6 +133,9 @@ def node_config(
         "schema": SCHEMA,
         "stack": spec.stack,
         "island": island.name,
+        # The island's boot version: the bundle holds the placeholder, the boot step puts the version in
+        # (ndfleet/boot_version.py); the health endpoint answers with it.
+        "boot_version": BOOT_VERSION_PLACEHOLDER,
         "vm_size": p.name,
         "paths": {
             "state_dir": STATE_DIR,

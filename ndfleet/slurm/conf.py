@@ -23,11 +23,11 @@ from typing import Any
 
 import jinja2
 from ndfleet_node.checks.perf import ALLREDUCE_MEASUREMENTS
-from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON, BOOT_VERSION_FEATURE_PREFIX
 
 from ndfleet.boot_contract import HEALTH_PROBE_INTERVAL_S, HEALTH_PROBES_TO_AGREE
 from ndfleet.nodefiles.bootstrap import TEMPLATES_DIR
-from ndfleet.nodefiles.nodebundle import ISLAND_PLACEHOLDER
+from ndfleet.nodefiles.nodebundle import BOOT_VERSION_PLACEHOLDER, ISLAND_PLACEHOLDER
 from ndfleet.nodefiles.templating import environment
 from ndfleet.stackconfig.clusterspec import ClusterSpec
 from ndfleet.stackconfig.settings import node_headroom
@@ -133,6 +133,14 @@ def min_job_age_s(spec: ClusterSpec) -> int:
 
 def island_feature(island: str) -> str:
     return f"island-{island}"
+
+
+def boot_version_feature(version: str) -> str:
+    """The Slurm feature naming the boot version a node runs (ndfleet/boot_version.py): `boot-<version>`. A node
+    feature is what Slurm shows per node (`sinfo -N -o %f`, `scontrol show node`: AvailableFeatures) and what a job
+    may ask for (`--constraint`; slurm.conf(5), Features), so `status` and the roll read a node's version from
+    Slurm itself."""
+    return f"{BOOT_VERSION_FEATURE_PREFIX}{version}"
 
 
 # An elastic island's nodes are Slurm CLOUD nodes <island>-1 ... <island>-<maxNodes> (docs/elastic.md); these
@@ -443,9 +451,17 @@ def config_files(site: SlurmSite) -> dict[str, str]:
     }
 
 
-def dynamic_node_conf(site: SlurmSite, island: str) -> str:
-    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island, GPUs and memory
-    (node_attributes), and drained awaiting burn-in.
+def dynamic_node_conf(site: SlurmSite, island: str, boot_version: str = BOOT_VERSION_PLACEHOLDER) -> str:
+    """The node line a compute node registers with (`slurmd -Z --conf "..."`): its island and boot version as
+    features (`Feature=island-<name>,boot-<version>`: slurm.conf(5), Features, a comma-separated list), GPUs and
+    memory (node_attributes), and drained awaiting burn-in. The bundle is rendered with the placeholders of both,
+    which the boot step replaces (ndfleet/nodefiles/nodebundle.py).
+
+    A dynamic node's features are those it registers with (slurmd(8), --conf). Whether slurmctld takes new ones from
+    a node it already knows (a reimaged VM keeps its host name) is not shown offline: the roll (issue 42) checks it
+    in the twin, and the health endpoint reports the version either way. An elastic island's CLOUD nodes take
+    theirs from slurm.conf's line (node_lines), which names no version: each resume creates a VM on the scale set's
+    latest model, and the health endpoint reports its version.
 
     `State=DRAIN Reason=...`: a node
     slurmctld does not know yet is created drained with that reason in the same step that creates it (Slurm
@@ -456,16 +472,17 @@ def dynamic_node_conf(site: SlurmSite, island: str) -> str:
     # The node bundle's placeholder stands for whichever island's node unpacks it (ndfleet/nodefiles/nodebundle.py).
     if island != ISLAND_PLACEHOLDER and not any(i.name == island for i in site.islands):
         raise ValueError(f"unknown island {island!r}; the cluster has {[i.name for i in site.islands]}")
-    attrs = node_attributes(island_feature(island), site.gpus_per_node, site.real_memory_mib)
+    features = f"{island_feature(island)},{boot_version_feature(boot_version)}"
+    attrs = node_attributes(features, site.gpus_per_node, site.real_memory_mib)
     return f"{attrs} State=DRAIN Reason={AWAITING_BURNIN_REASON}"
 
 
-def slurmd_args(site: SlurmSite, island: str) -> list[str]:
+def slurmd_args(site: SlurmSite, island: str, boot_version: str = BOOT_VERSION_PLACEHOLDER) -> list[str]:
     """slurmd's arguments on a compute node of `island`: dynamic, configless, registering drained awaiting burn-in."""
-    return ["-Z", "--conf-server", site.conf_server, "--conf", dynamic_node_conf(site, island)]
+    return ["-Z", "--conf-server", site.conf_server, "--conf", dynamic_node_conf(site, island, boot_version)]
 
 
-def slurmd_options(site: SlurmSite, island: str) -> str:
+def slurmd_options(site: SlurmSite, island: str, boot_version: str = BOOT_VERSION_PLACEHOLDER) -> str:
     """`slurmd_args` as the value of SLURMD_OPTIONS in /etc/default/slurmd, for the package's unit
     (`ExecStart=/usr/sbin/slurmd --systemd $SLURMD_OPTIONS`).
 
@@ -475,7 +492,7 @@ def slurmd_options(site: SlurmSite, island: str) -> str:
     holds spaces, is written in double quotes and arrives as one argument. Azure CycleCloud writes the same form
     (Azure/cyclecloud-slurm azure-slurm-install/install.py, setup_slurmd).
     """
-    args = slurmd_args(site, island)
+    args = slurmd_args(site, island, boot_version)
     for arg in args:
         if any(c in arg for c in "\"\\'$`\n"):
             raise ValueError(f"slurmd argument {arg!r} holds a quote, backslash, $ or newline")

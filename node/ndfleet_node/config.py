@@ -95,6 +95,15 @@ class NodeConfig:
         return str(self.data["island"])
 
     @property
+    def boot_version(self) -> str:
+        """The island's boot version the boot step wrote in (ndfleet/boot_version.py); "" when the node JSON has
+        none or not one of 12 hex digits (a node of an ndfleet before boot versions, or a stray placeholder)."""
+        value = self.data.get("boot_version")
+        if isinstance(value, str) and len(value) == 12 and all(c in "0123456789abcdef" for c in value):
+            return value
+        return ""
+
+    @property
     def vm_size(self) -> str:
         return str(self.data["vm_size"])
 

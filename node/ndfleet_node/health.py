@@ -9,7 +9,11 @@ read afresh from the validator's report and the failure marker:
                                               unreadable or malformed (not an object, checks not a list, ...)
 
 The reason is in the `X-Ndfleet-Reason` header, printable ASCII only (no CR/LF can reach the header), at most
-300 characters. The server must never get a healthy node replaced by accident, and Azure's probe must always be
+300 characters. The node's boot version (its island's, from the node JSON: ndfleet/boot_version.py) is in the
+`X-Ndfleet-Boot-Version` header, `unknown` when the node JSON names none; the body stays the extension's documented
+form alone (Microsoft Learn, "Using Application Health extension with Virtual Machine Scale Sets", rich health
+states), so the version cannot change what Azure reads.
+The server must never get a healthy node replaced by accident, and Azure's probe must always be
 answered, so it is hardened against what any job on the node could do (tests/node/test_hostile_health.py): one
 event loop (no thread per connection); a request is answered as soon as its head is complete, ready connections
 before new ones are accepted; each connection must send its request within `idle_timeout_s` or is closed; at
@@ -105,12 +109,18 @@ def _marker_reason(failed_marker: str) -> str:
     return why or "set-up or validation could not run"
 
 
-def response(report: str, failed_marker: str) -> bytes:
+BOOT_VERSION_HEADER = "X-Ndfleet-Boot-Version"
+UNKNOWN_BOOT_VERSION = "unknown"
+
+
+def response(report: str, failed_marker: str, boot_version: str = "") -> bytes:
     state, reason = health_state(report, failed_marker)
     body = json.dumps({"ApplicationHealthState": state}).encode()
+    version = header_safe(boot_version or UNKNOWN_BOOT_VERSION)
     head = (
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nX-Ndfleet-Reason: {header_safe(reason)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nX-Ndfleet-Reason: {header_safe(reason)}\r\n"
+        f"{BOOT_VERSION_HEADER}: {version}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
 
@@ -134,8 +144,9 @@ class HealthServer:
     A probe's connection therefore survives any number of newer connections while its request is on its way."""
 
     def __init__(self, listener: socket.socket, report: str, failed_marker: str, max_connections: int,
-                 idle_timeout_s: float, grace_s: float = GRACE_S):  # fmt: skip
+                 idle_timeout_s: float, grace_s: float = GRACE_S, boot_version: str = ""):  # fmt: skip
         self.listener, self.report, self.failed_marker = listener, report, failed_marker
+        self.boot_version = boot_version
         self.max_connections, self.idle_timeout_s = max(1, max_connections), idle_timeout_s
         self.grace_s, self.paused_until = grace_s, 0.0  # no accepting before paused_until: no room to make
         self.selector = selectors.DefaultSelector()
@@ -240,7 +251,7 @@ class HealthServer:
         conn.data += chunk
         head_done = b"\r\n\r\n" in conn.data or b"\n\n" in conn.data or len(conn.data) >= MAX_REQUEST_HEAD
         if head_done or not chunk:  # a whole head, the 8 KiB cut, or the client stopped sending: answer
-            conn.out = response(self.report, self.failed_marker)
+            conn.out = response(self.report, self.failed_marker, self.boot_version)
             self._send(conn)
 
     def _send(self, conn: _Connection) -> None:
@@ -295,7 +306,8 @@ def raise_nofile() -> int:
 
 def serve(args: argparse.Namespace) -> None:
     listener = socket.create_server((args.host, args.port), backlog=args.backlog)
-    server = HealthServer(listener, args.report, args.failed_marker, args.max_connections, args.idle_timeout)
+    server = HealthServer(listener, args.report, args.failed_marker, args.max_connections, args.idle_timeout,
+                          boot_version=args.boot_version)
     host, port = listener.getsockname()[:2]
     print(f"ndfleet-health: listening on http://{host}:{port}{args.path}", flush=True)
     server.serve_forever()
@@ -318,9 +330,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg_health: dict[str, Any] = {}
     paths: dict[str, Any] = {}
+    args.boot_version = ""
     try:
         cfg = node_config.load(args.config)
-        cfg_health, paths = cfg.section("health"), cfg.paths
+        cfg_health, paths, args.boot_version = cfg.section("health"), cfg.paths, cfg.boot_version
     except node_config.ConfigError as e:
         # The endpoint still serves (from the default paths): a node without its figures must say Unhealthy, not
         # go silent and be judged by missed probes.

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ndfleet_node.names import BOOT_VERSION_FEATURE_PREFIX
 from ndfleet_node.runner import run_tool
 from ndfleet_node.text import clip, decode, first_line
 
@@ -47,6 +48,18 @@ class SlurmNode:
     reason_time: str  # the stamp's time ("2026-12-03T08:00:00"); "" without a stamp
     partitions: tuple[str, ...]
     comment: str = ""  # the Comment= field's first word ("" without one): where ndfleet notes the physical host
+    # AvailableFeatures= (scontrol show node; slurm.conf(5), Features), split at commas: island-<name>, boot-<version>
+    features: tuple[str, ...] = ()
+
+    @property
+    def boot_version(self) -> str:
+        """The boot version the node registered with (its `boot-<version>` feature, ndfleet/boot_version.py); ""
+        when it has none or not one of 12 lower-case hex digits (an elastic CLOUD node, an older node)."""
+        for feature in self.features:
+            version = feature.removeprefix(BOOT_VERSION_FEATURE_PREFIX)
+            if version != feature and len(version) == 12 and all(c in "0123456789abcdef" for c in version):
+                return version
+        return ""
 
     @property
     def flags(self) -> set[str]:
@@ -92,7 +105,8 @@ def parse_line(line: str) -> SlurmNode | None:
     if not fields.get("NodeName") or "State" not in fields:
         return None
     parts = tuple(fields.get("Partitions", "").split(","))
-    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts, comment)
+    features = tuple(f for f in fields.get("AvailableFeatures", "").split(",") if f and f != "(null)")
+    return SlurmNode(fields["NodeName"], fields["State"], reason.strip(), when, parts, comment, features)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
 Runs `scontrol show node --oneliner` through ndfleet_node.scontrol (timeout, bounded output, one reader: a "State="
 inside a reason does not count, records split on newline only), and writes node_exporter's textfile format atomically:
 
-  ndfleet_slurm_node_state{slurm_node, state, reason} 1   one series per node; state is one of names.SLURM_STATES
+  ndfleet_slurm_node_state{slurm_node, state, reason, boot_version} 1
+                                                           one series per node; state is one of names.SLURM_STATES,
+                                                           boot_version the node's `boot-<version>` feature ("" none)
   ndfleet_slurm_export_success 0|1                         0: scontrol failed, hung or said something unreadable
   ndfleet_slurm_export_last_run_timestamp_seconds          when this file was written
 
@@ -160,15 +162,28 @@ def render_jobs(jobs: JobRuns | None) -> list[str]:
     return lines
 
 
-def render(states: Sequence[tuple[str, str, str]] | None, now: float, jobs: JobRuns | None = None) -> str:
-    """The textfile for one run; `states` None when scontrol could not be read, `jobs` when sacct could not."""
+def node_versions(text: str) -> dict[str, str]:
+    """node -> the boot version it registered with (its `boot-<version>` feature; "" without one), from the same
+    `scontrol show node --oneliner` listing as node_states."""
+    return {node.name: node.boot_version for node in parse_nodes(text).values()}
+
+
+def render(
+    states: Sequence[tuple[str, str, str]] | None, now: float, jobs: JobRuns | None = None,
+    versions: Mapping[str, str] | None = None,
+) -> str:  # fmt: skip
+    """The textfile for one run; `states` None when scontrol could not be read, `jobs` when sacct could not.
+    `versions`: each node's boot version (node_versions), a label of its one state series, so the series per node
+    stay one ("" for a node without one)."""
+    versions = versions or {}
     lines = [
-        "# HELP ndfleet_slurm_node_state Each Slurm node's state as the controller sees it (state, reason labels).",
+        "# HELP ndfleet_slurm_node_state Each Slurm node's state as the controller sees it (state, reason, "
+        "boot_version labels).",
         "# TYPE ndfleet_slurm_node_state gauge",
     ]
     for node, state, reason in states or ():
         lines.append(f'ndfleet_slurm_node_state{{slurm_node="{label(node)}",state="{state}",'
-                     f'reason="{label(reason)}"}} 1')
+                     f'reason="{label(reason)}",boot_version="{label(versions.get(node, ""))}"}} 1')
     lines += [
         "# HELP ndfleet_slurm_export_success 1 when scontrol answered and its answer was read.",
         "# TYPE ndfleet_slurm_export_success gauge",
@@ -192,6 +207,7 @@ def spare_nodes(scontrol: Scontrol) -> frozenset[str]:
 
 def handle(args: argparse.Namespace) -> int:
     states: list[tuple[str, str, str]] | None = None
+    versions: dict[str, str] = {}
     scontrol = Scontrol(args.scontrol, args.timeout)
     try:
         listing = scontrol.call("show", "node", "--oneliner", max_bytes=MAX_LIST_BYTES)
@@ -205,13 +221,14 @@ def handle(args: argparse.Namespace) -> int:
             print(f"slurm-export: spares not read: {error}", file=sys.stderr)
             spares = frozenset()
         states = node_states(listing, spares)
+        versions = node_versions(listing)
     jobs: JobRuns | None = None
     try:
         requeued = remembered(Path(args.requeued_jobs), time.time() - FOLLOW_DAYS * 86400)
         jobs = job_runs(Sacct(args.sacct, min(args.timeout, SACCT_TIMEOUT_S)), requeued)
     except SacctError as error:
         print(f"slurm-export: jobs not read: {error}", file=sys.stderr)
-    write_atomically(Path(args.out), render(states, time.time(), jobs))
+    write_atomically(Path(args.out), render(states, time.time(), jobs, versions))
     return 0 if states is not None and jobs is not None else 1
 
 

@@ -14,7 +14,8 @@ the userData is read from the instance metadata service (header Metadata: true, 
 retried with doubling pauses), or, when the manifest names a `vault` (a Slurm stack's compute node), the bundle's
 Key Vault parts with this VM's managed identity (fetch_from_vault); it is refused unless its size and sha256 are
 the manifest's, decompressed (bounded), the
-island's name put where the bundle's island files hold its placeholder (one bundle serves every island), and every
+island's name and boot version put where the bundle's files hold their placeholders (one bundle serves every
+island), and every
 file written atomically (temporary file, mode, fsync, rename); then the bundle's activation commands run (each
 bounded) and the stamp is written last, so an interrupted run is redone whole at the next boot. Exit 0 done, 1
 failed: the reason goes to the journal and to the failure marker the health endpoint reads. docs/bootstrap.md has
@@ -54,6 +55,8 @@ FORMAT = 2
 # ndfleet/stackconfig/settings.py), so nothing a shell or systemd reads as syntax can come in through the manifest.
 ISLAND_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 ISLAND_MAX = 64
+# The island's boot version (ndfleet/boot_version.py): 12 lower-case hex digits, placed like the island's name.
+BOOT_VERSION = re.compile(r"[0-9a-f]{12}")
 # The token goes only to <vault>.vault.azure.net: a vault name is 3-24 letters, digits and dashes, a secret's 1-127
 # (Microsoft Learn, "Naming rules for Azure resources", Microsoft.KeyVault), so no tag or manifest can point it at
 # another host or path; a client id is a GUID.
@@ -110,7 +113,8 @@ def load_manifest(path: str) -> dict[str, Any]:
             "timeout_s": int, "backoff_max_s": int, "command_timeout_s": int, "max_unpacked_bytes": int}  # fmt: skip
     # A compute node's manifest names its island and health port; the Slurm controller's names neither (its bundle
     # holds no island file, no probe watches it) and says its userData has more after the bundle (more_follows).
-    optional = {"health_port": int, "island": str, "more_follows": bool}
+    # A compute node's names its island's boot version too, which replaces the bundle's version placeholder.
+    optional = {"health_port": int, "island": str, "more_follows": bool, "boot_version": str}
     if not isinstance(m, dict):
         raise BundleError(f"the manifest {path} is not a JSON object")
     for key, kind in need.items():
@@ -133,6 +137,9 @@ def load_manifest(path: str) -> dict[str, Any]:
     island = m.setdefault("island", None)
     if island is not None and (not 0 < len(island) <= ISLAND_MAX or not set(island) <= ISLAND_CHARS):
         raise BundleError(f"the manifest {path} names an invalid island {island[:ISLAND_MAX]!r}")
+    version = m.setdefault("boot_version", None)
+    if version is not None and not BOOT_VERSION.fullmatch(version):
+        raise BundleError(f"the manifest {path} names an invalid boot version {version[:16]!r}")
     m.setdefault("more_follows", False)
     return m
 
@@ -312,9 +319,11 @@ def check(text: bytes, m: dict[str, Any]) -> bytes:
     return raw
 
 
-def parse(raw: bytes, limit: int, island: str | None) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
+def parse(
+    raw: bytes, limit: int, island: str | None, boot_version: str | None = None
+) -> tuple[list[tuple[str, int, bytes]], list[list[str]]]:
     """The bundle's files as this island's node writes them (the placeholder in its island files replaced by
-    `island`) and its activation commands."""
+    `island`, the one in its boot-version files by `boot_version`) and its activation commands."""
     decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
     try:
         text = decompressor.decompress(raw, limit + 1)
@@ -330,14 +339,26 @@ def parse(raw: bytes, limit: int, island: str | None) -> tuple[list[tuple[str, i
         activate = [[str(a) for a in argv] for argv in doc["activate"]]
         placeholder = str(doc["island"]["placeholder"]).encode()
         island_paths = {str(p) for p in doc["island"]["paths"]}
+        # A bundle of an ndfleet before boot versions has no such part: nothing to replace.
+        version_part = doc.get("boot_version", {"placeholder": "-", "paths": []})
+        version_token = str(version_part["placeholder"]).encode()
+        version_paths = {str(p) for p in version_part["paths"]}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BundleError(f"the bundle is not valid: {e!r}") from None
     if not placeholder or island_paths - {path for path, _, _ in files}:
         raise BundleError(f"the bundle's island part is not valid: {sorted(island_paths)[:8]}")
     if island_paths and island is None:
         raise BundleError(f"the bundle holds island files but the manifest names no island: {sorted(island_paths)[:8]}")
+    if not version_token or version_paths - {path for path, _, _ in files}:
+        raise BundleError(f"the bundle's boot_version part is not valid: {sorted(version_paths)[:8]}")
+    if version_paths and boot_version is None:
+        raise BundleError(f"the bundle holds boot-version files but the manifest names no boot version: "
+                          f"{sorted(version_paths)[:8]}")
     name = (island or "").encode()
     files = [(path, mode, data.replace(placeholder, name) if path in island_paths else data)
+             for path, mode, data in files]  # fmt: skip
+    version = (boot_version or "").encode()
+    files = [(path, mode, data.replace(version_token, version) if path in version_paths else data)
              for path, mode, data in files]  # fmt: skip
     for path, mode, _ in files:
         if not path.startswith("/") or os.path.normpath(path) != path or mode & ~0o7777 or "\0" in path:
@@ -389,7 +410,7 @@ def unpack(m: dict[str, Any], root: str) -> int:
     except (OSError, BundleError):
         pass
     fetched = fetch_from_vault(m) if m.get("vault") else fetch(m)
-    files, commands = parse(check(fetched, m), m["max_unpacked_bytes"], m["island"])
+    files, commands = parse(check(fetched, m), m["max_unpacked_bytes"], m["island"], m["boot_version"])
     for path, mode, data in files:
         write_atomic(under(root, path), data, mode)
     log(f"bundle {m['sha256'][:16]}: {len(files)} files written; activating")

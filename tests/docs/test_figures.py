@@ -324,11 +324,15 @@ def test_the_pinned_image_the_docs_quote_is_the_examples() -> None:
 
 # --- docs/slurm.md and docs/configuration.md: a line the tool writes, quoted in the text ------------------------
 def test_slurm_slurmd_options_of_the_dev_stack() -> None:
-    """The /etc/default/slurmd line docs/slurm.md shows is the one a compute node of dev's island ib00 receives."""
+    """The /etc/default/slurmd line docs/slurm.md shows is the one a compute node of dev's island ib00 receives, with
+    `<version>` where the node has its island's boot version (ndfleet/boot_version.py: it changes with every change
+    of the boot data, so the page does not quote one)."""
     from ndfleet.slurm.conf import slurm_site, slurmd_options
 
-    spec = prepared("dev").spec
-    says("docs/slurm.md", f"SLURMD_OPTIONS={slurmd_options(slurm_site(spec), spec.islands[0].name)}")
+    island = prepared("dev").islands[0]
+    line = slurmd_options(slurm_site(island_spec := prepared("dev").spec), island_spec.islands[0].name, "<version>")
+    says("docs/slurm.md", f"SLURMD_OPTIONS={line}")
+    assert f"boot-{island.boot_version} " in island.bootstrap.files["ndfleet-slurm-setup"]
 
 
 def test_configuration_invalid_setting_message() -> None:

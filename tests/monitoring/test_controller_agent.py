@@ -197,5 +197,6 @@ def test_exporter_module_runs_as_the_controller_runs_it(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
-    assert 'ndfleet_slurm_node_state{slurm_node="test-a-000001",state="drained",reason="ndfleet:gpu.count"} 1' in text
+    assert ('ndfleet_slurm_node_state{slurm_node="test-a-000001",state="drained",reason="ndfleet:gpu.count",'
+            'boot_version=""} 1') in text
     assert 'ndfleet_slurm_job_run_end_seconds{slurm_job="7",run="0",state="node_fail"} 1796288400' in text

@@ -61,7 +61,8 @@ def test_every_state_the_export_writes_is_one_status_reads() -> None:
 
 def test_reason_is_escaped_in_the_label() -> None:
     text = slurm_export.render([("prod-ib01-000001", "drained", 'rack "7" \\ x')], now=1.0)
-    assert f'{SLURM_METRIC}{{slurm_node="prod-ib01-000001",state="drained",reason="rack \\"7\\" \\\\ x"}} 1' in text
+    assert (f'{SLURM_METRIC}{{slurm_node="prod-ib01-000001",state="drained",reason="rack \\"7\\" \\\\ x",'
+            'boot_version=""} 1') in text
 
 
 def test_export_writes_one_series_per_node(tmp_path: Path) -> None:
@@ -98,5 +99,25 @@ def test_a_node_in_its_islands_spares_reservation_is_published_as_spare(tmp_path
             '"show hostnames") echo "$3";; esac')
     code, text = export(tmp_path, fake_scontrol(tmp_path, body))
     assert code == 0
-    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000003",state="spare",reason=""} 1' in text
-    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000000",state="idle",reason=""} 1' in text
+    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000003",state="spare",reason="",boot_version=""} 1' in text
+    assert 'ndfleet_slurm_node_state{slurm_node="prod-ib00-000000",state="idle",reason="",boot_version=""} 1' in text
+
+
+def test_each_node_series_carries_the_boot_version_it_registered_with() -> None:
+    """Issue 42: the `boot-<version>` feature a node registered with (ndfleet/slurm/conf.py) is a label of its one
+    state series; a node without one (the recorded 25.11 listing's: island feature only) has it empty."""
+    recorded = (DATA / "scontrol-show-node-oneliner.txt").read_text()
+    first = recorded.split("\n")[0]
+    rolled = first.replace("AvailableFeatures=island-ib00 ", "AvailableFeatures=island-ib00,boot-0123456789ab ")
+    assert rolled != first
+    versions = slurm_export.node_versions(rolled + "\n" + "\n".join(recorded.split("\n")[1:]))
+    assert versions["prod-ib00-000000"] == "0123456789ab"
+    assert set(list(versions.values())[1:]) == {""}
+    assert slurm_export.node_versions(first.replace("island-ib00 ", "island-ib00,boot-NOTHEX ")) == {
+        "prod-ib00-000000": ""
+    }
+    states = slurm_export.node_states(rolled)
+    text = slurm_export.render(states, now=1.0, versions=slurm_export.node_versions(rolled))
+    series = [line for line in text.splitlines() if line.startswith(f"{SLURM_METRIC}{{")]
+    assert series == [f'{SLURM_METRIC}{{slurm_node="prod-ib00-000000",state="idle",reason="",'
+                      'boot_version="0123456789ab"} 1']

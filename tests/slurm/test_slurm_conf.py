@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from ndfleet_node.setup.apt import APT_LOCK
 
+from ndfleet.boot_version import BOOT_VERSION_PLACEHOLDER
 from ndfleet.prepare import prepare
 from ndfleet.slurm.conf import (
     EPILOG_LOCK_WAIT_S,
@@ -123,9 +124,13 @@ def test_gres_and_cgroup_confine_gpus_and_memory(prod: ClusterSpec) -> None:
 def test_a_compute_node_registers_with_its_island_gpus_and_memory(prod: ClusterSpec) -> None:
     site = slurm_site(prod)
     controller, _ = slurm_addresses(prod)
-    assert dynamic_node_conf(site, "ib01") == (
-        "Feature=island-ib01 Gres=gpu:8 RealMemory=1843200 State=DRAIN Reason=ndfleet:burnin:awaiting"
+    # Its island and the boot version it runs (issue 42), as features: rendered for the bundle's placeholder, which
+    # the boot step replaces with the version its customData names (test_bootstrap_unpack.py).
+    assert dynamic_node_conf(site, "ib01", "0123456789ab") == (
+        "Feature=island-ib01,boot-0123456789ab Gres=gpu:8 RealMemory=1843200 State=DRAIN "
+        "Reason=ndfleet:burnin:awaiting"
     )
+    assert f"Feature=island-ib01,boot-{BOOT_VERSION_PLACEHOLDER} " in dynamic_node_conf(site, "ib01")
     assert slurmd_args(site, "ib01")[:3] == ["-Z", "--conf-server", f"{controller}:6817"]
     with pytest.raises(ValueError, match="unknown island"):
         dynamic_node_conf(site, "ib09")
@@ -228,7 +233,8 @@ def test_slurmd_options_reach_slurmd_as_the_intended_arguments(prod: ClusterSpec
     value = _environment_file_value("SLURMD_OPTIONS=" + quoted)
     assert _systemd_split(value) == slurmd_args(slurm_site(prod), prod.islands[0].name)
     assert _systemd_split(value)[-2:] == [
-        "--conf", "Feature=island-ib00 Gres=gpu:8 RealMemory=1843200 State=DRAIN Reason=ndfleet:burnin:awaiting",
+        "--conf", f"Feature=island-ib00,boot-{BOOT_VERSION_PLACEHOLDER} Gres=gpu:8 RealMemory=1843200 State=DRAIN "
+        "Reason=ndfleet:burnin:awaiting",
     ]
 
 

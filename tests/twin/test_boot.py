@@ -69,7 +69,10 @@ def test_each_node_fills_its_own_island_into_the_shared_bundle(twin: Twin) -> No
     for tm in healthy_nodes(twin):
         assert json.loads(tm.run("cat /etc/ndfleet/bundle.json").stdout)["island"] == tm.spec.island
         assert json.loads(tm.run("cat /etc/ndfleet/node.json").stdout)["island"] == tm.spec.island
-        assert f"Feature=island-{tm.spec.island} " in tm.run("cat /usr/local/sbin/ndfleet-slurm-setup").stdout
+        version = json.loads(tm.run("cat /etc/ndfleet/bundle.json").stdout)["boot_version"]  # issue 42
+        assert json.loads(tm.run("cat /etc/ndfleet/node.json").stdout)["boot_version"] == version
+        setup = tm.run("cat /usr/local/sbin/ndfleet-slurm-setup").stdout
+        assert f"Feature=island-{tm.spec.island},boot-{version} " in setup
         left = tm.run(f"grep -rlF {ISLAND_PLACEHOLDER} /etc /usr/local/sbin /opt/ndfleet", check=False)
         assert left.stdout == "", f"{tm.name}: the placeholder is left in {left.stdout}"
 
