@@ -145,9 +145,11 @@ def test_image_version_change_is_flagged_as_a_rolling_replacement(tmp_path: Path
     pinned = "microsoft-dsvm:ubuntu-hpc:2204:22.04.2024102301"
     diff = plandiff.diff_plans(dev_plan(), edited_dev_plan(tmp_path, image=pinned))
     (change,) = diff.changes
-    assert change.properties == (
-        plandiff.PropertyChange(f"{plandiff.IMAGE_REFERENCE_PATH}.version", "latest", "22.04.2024102301"),
-    )
+    image = plandiff.PropertyChange(f"{plandiff.IMAGE_REFERENCE_PATH}.version", "latest", "22.04.2024102301")
+    # The image is one of the boot version's inputs (issue 42): the version in customData and the tag change with it.
+    assert image in change.properties
+    assert {p.path for p in change.properties} - {image.path} == {
+        'tags["ndfleet:boot-version"]', "virtualMachineProfile.osProfile.customData"}
     assert [(c.rule, c.severity) for c in diff.consequences] == [("vmss-image", "danger")]
     md = plandiff.render_markdown([diff])
     consequences, stack_table = md.index("`vmss-image`"), md.index("### Stack `dev`")
