@@ -150,7 +150,9 @@ def test_image_version_change_is_flagged_as_a_rolling_replacement(tmp_path: Path
     assert image in change.properties
     assert {p.path for p in change.properties} - {image.path} == {
         'tags["ndfleet:boot-version"]', "virtualMachineProfile.osProfile.customData"}
-    assert [(c.rule, c.severity) for c in diff.consequences] == [("vmss-image", "danger")]
+    assert [(c.rule, c.severity) for c in diff.consequences] == [
+        ("vmss-image", "danger"), ("vmss-bootstrap", "warning")]
+    assert all("ndfleet-roll start" in c.message for c in diff.consequences)  # the roll, not update-instances by hand
     md = plandiff.render_markdown([diff])
     consequences, stack_table = md.index("`vmss-image`"), md.index("### Stack `dev`")
     assert consequences < stack_table and "rolling replacement" in md  # flagged at the top

@@ -177,8 +177,9 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
     ),
     ConsequenceRule(
         "vmss-bootstrap", VMSS_TYPE, CUSTOM_DATA_PATH, "reimage", "warning",
-        "changes the node bootstrap (customData): new nodes get it, existing nodes only after a model update "
-        "and a reimage (`az vmss update-instances` then `az vmss reimage`)",
+        "changes the node bootstrap (customData) and so the island's boot version: new nodes get it, running nodes "
+        "only when rolled (`ndfleet-roll start --island <island>` on the controller, docs/upgrades.md: each node "
+        "drained, brought to the model and reimaged once it has no job, then validated and burned in)",
         "Azure docs: custom-data.md (customData on a scale set reaches existing instances after reimage)",
     ),
     ConsequenceRule(
@@ -186,8 +187,9 @@ CONSEQUENCE_RULES: tuple[ConsequenceRule, ...] = (
         "changes the island's image: a rolling replacement of its nodes. `pulumi up` changes only the scale set model "
         "(upgrade policy Manual): from then on every repaired or added node boots the new image while the others keep "
         "the old one, so the island runs two images (GPU driver, OFED, NCCL) until every node is brought to the new "
-        "model (`az vmss update-instances`), which reimages it: its jobs die and it validates again. Upgrade in "
-        "batches, draining each batch in Slurm first",
+        "model (`az vmss update-instances`), which reimages it: its jobs die and it validates again. Roll it in "
+        "batches that wait for their jobs: `ndfleet-roll start --island <island>` on the controller "
+        "(docs/upgrades.md)",
         _IMAGE_ROLLOUT, grouped=True,
     ),
     ConsequenceRule(
