@@ -162,7 +162,8 @@ def deploy(twin: Twin, scale_set: str, plan: dict) -> None:
     assert twin.arm is not None
     for r in plan["resources"]:
         props = r["inputs"].get("properties")  # a Pulumi secret's value is not the plan's to know (a string)
-        if r["type"] == "azure-native:keyvault:Secret" and isinstance(props, dict) and isinstance(v := props.get("value"), str):
+        secret = r["type"] == "azure-native:keyvault:Secret" and isinstance(props, dict)
+        if secret and isinstance(v := props.get("value"), str):
             name = str(r["inputs"]["secretName"])
             if name in twin.state.secrets:
                 twin.state.set_secret(name, v)
