@@ -98,6 +98,8 @@ class PlanMachines:
     # The Key Vault secrets whose value the plan holds (the compute bundle's parts): name -> value. A value the plan
     # cannot know (pulumi_random's, a Pulumi secret) is not here.
     vault_secrets: dict[str, str] = field(default_factory=dict)
+    # The fixed islands' scale sets by name (what a rolling upgrade reimages their instances from).
+    fixed_scale_sets: dict[str, ScaleSetTemplate] = field(default_factory=dict)
 
     def by_role(self, role: str) -> list[Machine]:
         return [m for m in self.machines if m.role == role]
@@ -122,6 +124,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
     }
     machines: list[Machine] = []
     scale_sets: dict[str, ScaleSetTemplate] = {}
+    fixed_scale_sets: dict[str, ScaleSetTemplate] = {}
     for vm in _resources(plan, VM):
         inputs = vm["inputs"]
         tags = dict(inputs.get("tags") or {})
@@ -143,25 +146,27 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
         tags = dict(inputs.get("tags") or {})
         island = tags.get("ndfleet:island")
         count = int(inputs["sku"]["capacity"])
-        if inputs.get("vmScaleSetName"):
-            scale_sets[inputs["vmScaleSetName"]] = ScaleSetTemplate(
-                name=inputs["vmScaleSetName"],
-                resource_group=inputs.get("resourceGroupName", ""),
-                computer_name_prefix=profile["osProfile"]["computerNamePrefix"],
-                custom_data=base64.b64decode(profile["osProfile"]["customData"]),
-                user_data=profile.get("userData"),
-                tags=tags,
-                island=island,
-                subnet_ids=tuple(
-                    ip["subnet"]["id"]
-                    for nic in profile["networkProfile"]["networkInterfaceConfigurations"]
-                    for ip in nic["ipConfigurations"]
-                ),
-                identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
-                vm_size=inputs["sku"]["name"],
-                body=put_body(inputs),
-                health=health_policy(inputs),
-            )
+        # An elastic island's scale set has the fixed name its controller's programs address; a fixed island's is
+        # auto-named by Pulumi (under the plan's mocks: the resource's name, as `ndfleet status` reads it).
+        template = ScaleSetTemplate(
+            name=inputs.get("vmScaleSetName") or ss["name"],
+            resource_group=inputs.get("resourceGroupName", ""),
+            computer_name_prefix=profile["osProfile"]["computerNamePrefix"],
+            custom_data=base64.b64decode(profile["osProfile"]["customData"]),
+            user_data=profile.get("userData"),
+            tags=tags,
+            island=island,
+            subnet_ids=tuple(
+                ip["subnet"]["id"]
+                for nic in profile["networkProfile"]["networkInterfaceConfigurations"]
+                for ip in nic["ipConfigurations"]
+            ),
+            identity_ids=tuple((inputs.get("identity") or {}).get("userAssignedIdentities") or ()),
+            vm_size=inputs["sku"]["name"],
+            body=put_body(inputs),
+            health=health_policy(inputs),
+        )
+        (scale_sets if inputs.get("vmScaleSetName") else fixed_scale_sets)[template.name] = template
         if nodes_per_island and island in nodes_per_island:
             count = nodes_per_island[island]
         for i in range(count):
@@ -196,6 +201,7 @@ def load(path: Path, nodes_per_island: dict[str, int] | None = None) -> PlanMach
             for r in _resources(plan, SECRET)
             if isinstance(props := r["inputs"].get("properties"), dict) and isinstance(value := props.get("value"), str)
         },
+        fixed_scale_sets,
     )
 
 

@@ -5,7 +5,12 @@
   compute, and managed-identity tokens (`/metadata/identity/oauth2/token`) for the machine's own identity only.
 - Key Vault (`https://<vault>.vault.azure.net/secrets/<name>?api-version=7.4`, Microsoft Learn "Get Secret"): 401
   without a bearer token issued for `https://vault.azure.net`, 403 for an identity without a role on the vault
-  (RBAC propagation is simulated by `vault_denied`), 404 for an unknown secret, else {"value": ...}.
+  (RBAC propagation is simulated by `vault_denied`), 404 for an unknown secret, else {"value": ...}. A secret keeps
+  its versions (`set_secret`: a deployment writing a new value makes a new version, the latest is the current one):
+  `GET .../secrets/<name>/<version>` is that version (Learn, "Get Secret": the `secret-version` path parameter),
+  `GET .../secrets/<name>/versions` lists them without values, `{"value": [{"id", "attributes": {"enabled",
+  "created", "updated"}}], "nextLink": null}` (Learn, Key Vault REST 7.4 "Get Secret Versions"; one page, at most
+  `maxresults` items, 25 when not given): what a node on an older model reads its bundle part from.
 - Microsoft's package repository (https://packages.microsoft.com: `/keys/microsoft.asc` and `/repos/<name>/`), and
   the distribution archive the image's apt uses (http): static files the twin built (tests/twin/aptrepo.py).
 - A Prometheus remote-write receiver (the Azure Monitor ingestion endpoint): counts accepted POSTs per node.
@@ -42,6 +47,8 @@ class CloudState:
     machines_by_ip: dict[str, Any] = field(default_factory=dict)
     vault_name: str | None = None
     secrets: dict[str, str] = field(default_factory=dict)
+    # secret name -> its versions, oldest first: (version id, value, created as Unix time); see `set_secret`
+    secret_versions: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)
     vault_denied: set[str] = field(default_factory=set)  # client ids whose role assignment has not propagated yet
     tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (client id, audience)
     repo_dirs: dict[str, Path] = field(default_factory=dict)  # host -> folder served as static files
@@ -51,6 +58,22 @@ class CloudState:
     status_reads: Any = None  # the reads of `ndfleet status` (tests/twin/status_arm.py)
     requests: list[tuple[str, str, str, int]] = field(default_factory=list)  # (client, host, path, status)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def versions(self, name: str) -> list[tuple[str, str, int]]:
+        """The secret's versions, oldest first (a value set before any `set_secret` is its first version)."""
+        with self.lock:
+            if name not in self.secret_versions and name in self.secrets:
+                self.secret_versions[name] = [(secrets.token_hex(16), self.secrets[name], int(time.time()) - 1)]
+            return list(self.secret_versions.get(name, ()))
+
+    def set_secret(self, name: str, value: str) -> None:
+        """A deployment's write of the secret: a new version when the value changed, which is now the current one."""
+        versions = self.versions(name)
+        with self.lock:
+            if versions and versions[-1][1] == value:
+                return
+            self.secret_versions.setdefault(name, []).append((secrets.token_hex(16), value, int(time.time())))
+            self.secrets[name] = value
 
     def log(self, client: str, host: str, path: str, status: int) -> None:
         with self.lock:
@@ -212,10 +235,35 @@ class ServicesHandler(_Handler):
             self._send(403, {"error": {"code": "Forbidden", "message": "Caller is not authorized to perform action"}})
             return
         parts = url.path.strip("/").split("/")
-        if len(parts) != 2 or parts[0] != "secrets" or parts[1] not in self.state.secrets:
-            self._send(404, {"error": {"code": "SecretNotFound", "message": "A secret with (name/id) was not found"}})
+        missing = {"error": {"code": "SecretNotFound", "message": "A secret with (name/id) was not found"}}
+        if len(parts) not in (2, 3) or parts[0] != "secrets" or parts[1] not in self.state.secrets:
+            self._send(404, missing)
             return
-        self._send(200, {"value": self.state.secrets[parts[1]], "id": f"https://{url.netloc}/secrets/{parts[1]}"})
+        host = self.headers.get("Host") or url.netloc
+        versions = self.state.versions(parts[1])
+        if len(parts) == 3 and parts[2] == "versions":
+            query = dict(urllib.parse.parse_qsl(url.query))
+            try:
+                most = int(query.get("maxresults", "25"))
+            except ValueError:
+                most = 0
+            if not 1 <= most <= 25:
+                self._send(400, {"error": {"code": "BadParameter", "message": "maxresults must be 1 to 25"}})
+                return
+            items = [{"id": f"https://{host}/secrets/{parts[1]}/{vid}",
+                      "attributes": {"enabled": True, "created": created, "updated": created}}
+                     for vid, _, created in reversed(versions)][:most]  # fmt: skip
+            self._send(200, {"value": items, "nextLink": None})
+            return
+        if len(parts) == 3:
+            found = next((value for vid, value, _ in versions if vid == parts[2]), None)
+            if found is None:
+                self._send(404, missing)
+                return
+            self._send(200, {"value": found, "id": f"https://{host}/secrets/{parts[1]}/{parts[2]}"})
+            return
+        current = versions[-1][0] if versions else ""
+        self._send(200, {"value": self.state.secrets[parts[1]], "id": f"https://{host}/secrets/{parts[1]}/{current}"})
 
     def do_POST(self) -> None:  # noqa: N802
         if self._arm():

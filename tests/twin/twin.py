@@ -19,6 +19,7 @@ import ssl
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ class Twin:
         self.bad_hosts = list(bad_hosts or [])
         self.arm: ResourceManager | None = None
         self.removed: list[str] = []  # machines the Resource Manager stand-in deleted and the twin removed
+        self.reimaged: list[str] = []  # machines a reimage powered off and booted afresh (same name)
         self.azure_errors: list[str] = []
         # The physical host each machine runs on (Hyper-V's KVP PhysicalHostName): a new VM lands on a host of its
         # own. A repair's replacement lands on a new host when its predecessor's host was reported (every
@@ -221,15 +223,20 @@ class Twin:
         self.ca_pem = ca.read_bytes()
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(cert, key)
-        if self.plan.scale_sets:
+        if self.plan.scale_sets or self.plan.fixed_scale_sets:
             controller = next(m for m in self.plan.machines if m.role == "controller")
+            fixed = {name: ScaleSet(t, fixed=True) for name, t in self.plan.fixed_scale_sets.items()}
+            for m in self.plan.machines:
+                if m.extra.get("scale_set") in fixed:
+                    fixed[m.extra["scale_set"]].add(Instance(str(m.extra["instance_id"]), m.name, "Succeeded"))
             self.arm = ResourceManager(
-                scale_sets={name: ScaleSet(t) for name, t in self.plan.scale_sets.items()},
+                scale_sets={**{name: ScaleSet(t) for name, t in self.plan.scale_sets.items()}, **fixed},
                 grants=self.plan.grants,
                 allowed_client_ids={controller.identity_client_id},
                 tokens=self.state.tokens.get,
                 boot=self.boot_instance,
                 remove=self.remove_instance,
+                reimage=self.reimage_instance,
                 never_boots=self.never_boots,
             )
             self.state.arm = self.arm
@@ -509,6 +516,8 @@ class Twin:
         host = self.hosts.get(name)
         if host is not None and not self.host_reported(host):
             self.hosts[spec.name] = host
+        if self.arm is not None:
+            self.arm.replaced(scale_set, name, Instance(str(new_id), spec.name, "Succeeded"))
         self._azure.put(lambda: self._remove_instance(name))
         self._azure.put(lambda: self._boot_machine(spec))
         return spec.name
@@ -599,11 +608,49 @@ class Twin:
         self.machines[m.name] = tm
         tm.start()
 
+    # --- a rolling upgrade's reimage (tests/twin/arm.py): the same VM, a new OS disk, the model's boot data ------
+    def reimage_instance(self, template: ScaleSetTemplate, inst: Instance, done: Callable[[str | None], None]) -> None:
+        self._azure.put(lambda: self._reimage(template, inst, done))
+
+    def _reimage(self, template: ScaleSetTemplate, inst: Instance, done: Callable[[str | None], None]) -> None:
+        """Power off and remove the instance's machine, then boot a fresh one from the template under the same
+        computer name, address, identity and physical host (a reimage keeps the VM and its NIC; only the OS disk is
+        new, so nothing the old machine wrote survives)."""
+        try:
+            old = self.plan.get(inst.computer_name)
+            self._power_off_and_remove(inst.computer_name)
+            self.reimaged.append(inst.computer_name)
+            spec = Machine(
+                name=old.name, role=old.role, custom_data=template.custom_data, user_data=template.user_data,
+                tags=dict(template.tags), island=old.island, ip=old.ip, identity_client_id=old.identity_client_id,
+                vm_size=old.vm_size, extra={**old.extra, **{k: v for k, v in template.health.items()
+                                                             if k in ("app_health", "automatic_repairs")}},
+            )  # fmt: skip
+            self.plan.machines[self.plan.machines.index(old)] = spec
+            self.state.machines_by_ip[spec.ip] = spec
+            tm = TwinMachine(
+                spec, self._image(spec), self.workdir / "machines", BRIDGE, [f"{self.fleet_dir}:{FLEET_DIR_IN_MACHINE}"]
+            )
+            tm.prepare(self._machine_files(spec))
+            self._hardware(tm)
+            self.machines[spec.name] = tm
+            tm.start()
+            if spec.extra.get("scale_set"):
+                self.repairs.created(spec.name, spec.extra["scale_set"])
+        except Exception as exc:  # noqa: BLE001 - the operation reports it Failed
+            done(repr(exc))
+            return
+        done(None)
+
     def _remove_instance(self, name: str) -> None:
+        if self._power_off_and_remove(name):
+            self.removed.append(name)
+
+    def _power_off_and_remove(self, name: str) -> bool:
         self.repairs.deleted(name)
         tm = self.machines.pop(name, None)
         if tm is None:
-            return
+            return False
         try:
             tm.poweroff(timeout=60)
         except Exception:  # noqa: BLE001 - a deleted VM is gone, however its power-off went
@@ -612,7 +659,7 @@ class Twin:
         tm.unmount()
         subprocess.run(["rm", "-rf", str(tm.dir)], check=False, capture_output=True)
         self.state.machines_by_ip.pop(tm.spec.ip, None)
-        self.removed.append(name)
+        return True
 
     def record(self, what: str, seconds: float) -> None:
         self.timings.setdefault(what, []).append(seconds)
