@@ -57,6 +57,7 @@ from ndfleet_node.names import (
     EPILOG_ERROR_REASON,
     HOST_COMMENT_PREFIX,
     REPEAT_HOST_REASON,
+    ROLL_REASON_PREFIX,
 )
 from ndfleet_node.report import MAX_REPORT_BYTES, read_regular
 from ndfleet_node.runner import run_tool
@@ -204,6 +205,10 @@ def act(
     physical host Azure reports, published as the node's Comment for the controller's host ledger (once: only when
     the Comment differs). `level`: the validation level the verdict is of."""
     state = scontrol.node(node)
+    # The roll's drain (ndfleet_node/roll) met on a disk never put in line for burn-in: the roll reimaged this VM
+    # and slurmctld kept its drain across the new registration. Its new boot is this program's to judge, as a new
+    # VM's is: a failure drains it with the checks' reason (the roll reads that), a pass hands it to the burn-in.
+    rolled = state.drained and state.reason.startswith(ROLL_REASON_PREFIX) and not burnin_queued
     if host and state.comment != HOST_COMMENT_PREFIX + host:
         scontrol.update([node], f"Comment={HOST_COMMENT_PREFIX}{host}")
     if not verdict.healthy:
@@ -211,7 +216,7 @@ def act(
         stuck = verdict.hardware and bool(state.flags & {"ALLOCATED", "MIXED"}) and not state.down
         if (state.drained or state.down) and state.reason == verdict.reason and not stuck:
             return Outcome(f"{node}: still failing ({verdict.reason}), already out", True)
-        if state.drained and not held_by_health_check(state) and state.reason != EPILOG_ERROR_REASON:
+        if state.drained and not held_by_health_check(state) and state.reason != EPILOG_ERROR_REASON and not rolled:
             # Keep the other drain's reason (burn-in, an administrator): it is theirs to lift; the report still
             # turns the health endpoint Unhealthy. Slurm's "Epilog error" is this program's own (the Epilog's exit
             # status): replaced by the checks' reason, which the repair loop, the ledger and the categories read.
@@ -237,7 +242,7 @@ def act(
     if not burnin_queued:
         if queued_for_burnin(state):
             return Outcome(f"{node}: healthy, held for burn-in ({state.reason})", True, queued_for_burnin=True)
-        if state.drained and not held_by_health_check(state):
+        if state.drained and not held_by_health_check(state) and not rolled:
             # An administrator's drain: theirs to lift. The burn-in still comes first once they do.
             return Outcome(f"{node}: healthy, drained for: {state.reason}; burn-in pending", True)
         scontrol.drain(node, AWAITING_BURNIN_REASON)

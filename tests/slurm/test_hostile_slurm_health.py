@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ndfleet_node.names import AWAITING_BURNIN_REASON
+from ndfleet_node.names import AWAITING_BURNIN_REASON, ROLL_REASON_PREFIX
 from ndfleet_node.scontrol import MAX_CALL_BYTES, Scontrol, SlurmError, SlurmNode, parse_line
 from ndfleet_node.slurm_health import Verdict, act, held_by_health_check, run_validation
 
@@ -99,6 +99,27 @@ def test_our_own_drain_on_a_new_disk_becomes_awaiting_burnin_not_resume() -> Non
     fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN Reason=ndfleet:gpu.ecc {STAMP}")
     act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
     assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"]
+
+
+def test_the_rolls_drain_on_a_new_disk_is_handed_to_the_burnin() -> None:
+    # The roll reimaged this VM; slurmctld kept its drain across the new registration (tests/twin/test_roll.py).
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason={ROLL_REASON_PREFIX}r1 {STAMP}")
+    outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"] and outcome.queued_for_burnin
+
+
+def test_the_rolls_drain_on_a_new_disk_that_fails_takes_the_checks_reason() -> None:
+    fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason={ROLL_REASON_PREFIX}r1 {STAMP}")
+    act(fake, "n", FAIL, burnin_queued=False)  # type: ignore[arg-type]
+    assert fake.calls == ["drain ndfleet:gpu.ecc"]  # what the roll reads as the node's failure
+
+
+def test_the_rolls_drain_before_the_reimage_is_left_alone() -> None:
+    # The old disk (burn-in marked): the roll is waiting for its jobs; passing or failing, the drain stays the roll's.
+    for verdict in (PASS, FAIL):
+        fake = FakeScontrol(f"NodeName=n State=MIXED+DRAIN+DYNAMIC_NORM Reason={ROLL_REASON_PREFIX}r1 {STAMP}")
+        act(fake, "n", verdict, burnin_queued=True)  # type: ignore[arg-type]
+        assert not [c for c in fake.calls if c.startswith(("drain", "resume", "down"))], fake.calls
 
 
 # --- validator reports of the wrong shape
