@@ -93,7 +93,7 @@ RUN_LAST_TESTS = (
 # long as everything before that test ends that much before the grace does (docs/twin.md). The roll by hand drains,
 # reimages and burns in one node of ib01 (test_roll.py); here it also runs after every repair loop, so no repair
 # meets a node whose automatic-repairs grace a reimage has just restarted.
-RUN_IN_THE_GRACE_WAIT = ("test_a_node_rolled_by_hand_comes_back_on_the_new_model_beside_a_job",)
+RUN_IN_THE_GRACE_WAIT = ("test_the_roll_brings_the_island_to_its_new_model_beside_a_job",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
