@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         # The nodes' zipapp leaves out what only the controller runs (ndfleet.nodefiles.nodeapp.CONTROLLER_ONLY).
-        if importlib.util.find_spec(f"{__package__}.{name}") is not None:
+        # find_spec of `a.b` imports `a` first: a left-out package (roll/) raises rather than answering None.
+        try:
+            present = importlib.util.find_spec(f"{__package__}.{name}") is not None
+        except ModuleNotFoundError:
+            present = False
+        if present:
             importlib.import_module(f"{__package__}.{name}").register(subparsers)
     return parser
 
