@@ -2,7 +2,7 @@
 versions (tests/twin/standins.py) on their own, without booting anything: Update Instances (`manualupgrade`) and
 Reimage, their 202 with Azure-AsyncOperation and Location, the operation's InProgress -> Succeeded / Failed,
 400 / 404 / 409 / 403, and `latestModelApplied`, as the Microsoft Learn pages cited in arm.py describe them. The twin's
-roll by hand (tests/twin/test_roll.py) relies on them."""
+roll by hand (the twin's roll case, branch roll-twin42) relies on them."""
 
 from __future__ import annotations
 
