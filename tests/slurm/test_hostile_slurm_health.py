@@ -102,7 +102,7 @@ def test_our_own_drain_on_a_new_disk_becomes_awaiting_burnin_not_resume() -> Non
 
 
 def test_the_rolls_drain_on_a_new_disk_is_handed_to_the_burnin() -> None:
-    # The roll reimaged this VM; slurmctld kept its drain across the new registration (the twin's roll case, branch roll-twin42).
+    # The roll reimaged this VM; slurmctld kept its drain across the new registration (branch roll-twin42).
     fake = FakeScontrol(f"NodeName=n State=IDLE+DRAIN+DYNAMIC_NORM Reason={ROLL_REASON_PREFIX}r1 {STAMP}")
     outcome = act(fake, "n", PASS, burnin_queued=False)  # type: ignore[arg-type]
     assert fake.calls == [f"drain {AWAITING_BURNIN_REASON}"] and outcome.queued_for_burnin

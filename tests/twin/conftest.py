@@ -91,8 +91,8 @@ RUN_LAST_TESTS = (
 # Tests that run inside the wait of the last one (the extension's 40-minute grace of the node that failed validation,
 # counted from the twin's start): placed just before it, after the other waits, their minutes cost the run nothing as
 # long as everything before that test ends that much before the grace does (docs/twin.md). The roll by hand drains,
-# reimages and burns in the nodes of ib01 (test_roll.py, branch roll-twin42); here it also runs after every repair loop, so no repair
-# meets a node whose automatic-repairs grace a reimage has just restarted.
+# reimages and burns in the nodes of ib01 (test_roll.py, branch roll-twin42); here it also runs after every repair
+# loop, so no repair meets a node whose automatic-repairs grace a reimage has just restarted.
 # The roll's twin case (branch roll-twin42) is not in CI yet (docs/upgrades.md).
 RUN_IN_THE_GRACE_WAIT: tuple[str, ...] = ()
 
