@@ -95,15 +95,20 @@ class Context:
         print(f"ndfleet-elastic: {line}", file=sys.stderr)
         if problem:
             self.problems.append(line)
-        path = self.settings.state_dir / "elastic.log"
-        try:
-            self.settings.state_dir.mkdir(parents=True, exist_ok=True)
-            if path.exists() and path.stat().st_size > MAX_LOG_BYTES:
-                path.replace(path.with_suffix(".log.1"))
-            with path.open("a") as f:
-                f.write(f"{stamp} {line}\n")
-        except OSError:
-            pass
+        append_log(self.settings.state_dir / "elastic.log", f"{stamp} {line}")
+
+
+def append_log(path: Path, line: str) -> None:
+    """One line onto a log on the state disk, kept to MAX_LOG_BYTES by moving it to `.log.1` first; a log that
+    cannot be written is no reason to stop the program (the journal has the line too)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > MAX_LOG_BYTES:
+            path.replace(path.with_suffix(".log.1"))
+        with path.open("a") as f:
+            f.write(f"{line}\n")
+    except OSError:
+        pass
 
 
 def azure_scale_sets(settings: Settings) -> Callable[[IslandSettings], ScaleSetApi]:

@@ -94,8 +94,9 @@ def _load(path: Path) -> IslandState:
 
 
 @contextlib.contextmanager
-def island_state(state_dir: Path, island: str, timeout_s: float = 120) -> Iterator[IslandState]:
-    """The island's state, locked; written back when the block ends without an exception."""
+def island_lock(state_dir: Path, island: str, timeout_s: float = 120) -> Iterator[Path]:
+    """`<state_dir>/<island>.lock` held for the block (flock, given up after `timeout_s`); yields the island's
+    `<island>.json`. The elastic programs' state and the roll's (ndfleet_node/roll/state.py) are each kept so."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / f"{island}.json"
     with (state_dir / f"{island}.lock").open("a") as lock:
@@ -108,6 +109,13 @@ def island_state(state_dir: Path, island: str, timeout_s: float = 120) -> Iterat
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{path}: locked by another program for {timeout_s:g} s") from None
                 time.sleep(0.2)
+        yield path
+
+
+@contextlib.contextmanager
+def island_state(state_dir: Path, island: str, timeout_s: float = 120) -> Iterator[IslandState]:
+    """The island's state, locked; written back when the block ends without an exception."""
+    with island_lock(state_dir, island, timeout_s) as path:
         state = _load(path)
         yield state
         doc = {

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ndfleet_node.elastic.arm import ArmError, ScaleSetApi, ScaleSetInstance
+from ndfleet_node.elastic.context import append_log
 from ndfleet_node.names import (
     AWAITING_BURNIN_REASON,
     BOOT_VERSION_FEATURE_PREFIX,
@@ -48,7 +49,6 @@ ARM_BUDGET_S = 60.0  # retries of one refused manualupgrade/reimage within a pas
 FAILURES = (ArmError, SlurmError, TimeoutError, OSError, ValueError)
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _JOB_FIELD = re.compile(r"(?:^|\s)(JobId|JobState|Requeue|NodeList)=(\S*)")
-MAX_LOG_BYTES = 4 * 1024 * 1024
 
 
 class RollRefused(Exception):
@@ -105,14 +105,8 @@ class Context:
     def log(self, roll: rs.RollState | str, line: str) -> None:
         island = roll if isinstance(roll, str) else roll.island
         self.echo(f"ndfleet-roll {island}: {line}")
-        path = self.state_dir / f"{island}.log"
-        try:
-            if path.exists() and path.stat().st_size > MAX_LOG_BYTES:
-                path.replace(path.with_suffix(".log.1"))
-            with path.open("a") as f:
-                f.write(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {line}\n")
-        except OSError:
-            pass
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        append_log(self.state_dir / f"{island}.log", f"{stamp} {line}")
 
 
 @dataclass(frozen=True)

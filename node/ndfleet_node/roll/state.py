@@ -5,14 +5,13 @@ roll survives a controller restart. Every change is made under an exclusive lock
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ndfleet_node.elastic.state import island_lock
 
 MAX_STATE_BYTES = 4 * 1024 * 1024
 # A roll's status: running (batches go on), paused (the batch under way finishes, no new one starts), stopped (the
@@ -86,18 +85,6 @@ def save(path: Path, state: RollState) -> None:
     os.replace(tmp, path)
 
 
-@contextlib.contextmanager
-def locked(state_dir: Path, island: str, timeout_s: float = 120) -> Iterator[Path]:
-    """The island's roll file, locked for the block."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with (state_dir / f"{island}.lock").open("a") as lock:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{state_dir}/{island}.json: locked for {timeout_s:g} s") from None
-                time.sleep(0.2)
-        yield state_path(state_dir, island)
+def locked(state_dir: Path, island: str, timeout_s: float = 120) -> contextlib.AbstractContextManager[Path]:
+    """The island's roll file, locked for the block (the elastic programs' lock, on the roll's own folder)."""
+    return island_lock(state_dir, island, timeout_s)
